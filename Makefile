@@ -1,0 +1,72 @@
+# One-command set-up: `make run` and `make test` install whatever is missing first.
+SHELL := /bin/bash
+.ONESHELL:
+.SHELLFLAGS := -eu -o pipefail -c
+
+PYTHON_BOOT ?= python3
+VENV        := .venv
+PY          := $(VENV)/bin/python
+PIP         := $(VENV)/bin/pip
+TESTBED     := $(VENV)/bin/testbed
+# System packages the testbed uses (apt names). Later issues add to this list.
+APT_PACKAGES := iproute2 iputils-ping tcpdump iperf3 iptables ethtool procps \
+                openjdk-17-jre-headless tshark debootstrap docker.io
+PROTOS      := $(wildcard proto/*.proto)
+STUBS_STAMP := node/rpc/__init__.py
+
+.PHONY: setup system-packages python-env stubs test test-unit run bench clean help
+
+help:
+	@echo "make setup   install system packages, .venv and generated stubs (idempotent)"
+	@echo "make test    setup, then the whole test suite (unit, integration as root, e2e)"
+	@echo "make run     setup, then the quickstart scenario end to end and its report"
+	@echo "make bench   setup, then the benchmarks in bench/ (prints measured / bound = ratio)"
+	@echo "make clean   remove build output and anything a crashed testbed left behind"
+
+setup: system-packages python-env stubs
+
+# Only calls apt when a package is really missing, so a second run costs a dpkg query.
+system-packages:
+	@missing=""
+	for p in $(APT_PACKAGES); do
+	  dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"
+	done
+	if [ -n "$$missing" ]; then
+	  if [ "$$(id -u)" != 0 ]; then echo "make setup: missing system packages:$$missing (run as root to install them)"; exit 1; fi
+	  echo "make setup: installing$$missing"
+	  export DEBIAN_FRONTEND=noninteractive
+	  apt-get update -qq
+	  apt-get install -y -qq --no-install-recommends $$missing >/dev/null
+	fi
+
+python-env: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	@[ -x $(PY) ] || $(PYTHON_BOOT) -m venv $(VENV)
+	$(PIP) install -q --disable-pip-version-check -r requirements.lock
+	$(PIP) install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+stubs: $(STUBS_STAMP)
+
+$(STUBS_STAMP): $(PROTOS) $(VENV)/.installed node/stubs.py
+	$(PY) -m node.stubs generate
+
+test: setup
+	@# pytest exits 5 when nothing was collected; that is not a failure of the project.
+	$(PY) -m pytest -q -rs tests || { rc=$$?; [ $$rc -eq 5 ] && echo "no tests collected" || exit $$rc; }
+
+test-unit: setup
+	$(PY) -m pytest -q tests/unit
+
+run: setup
+	$(TESTBED) run scenarios/quickstart.yaml --out runs/quickstart
+	$(PY) -m spark_analysis report runs/quickstart --out reports/quickstart
+
+bench: setup
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) "$$b"; done
+
+clean:
+	@if [ -x $(TESTBED) ]; then $(TESTBED) clean || true; fi
+	rm -rf build node/rpc .pytest_cache spark-warehouse metastore_db derby.log
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,94 @@
+"""The run-directory record schema, shared by the node (writer) and spark_analysis (reader).
+
+Every JSON line in a run directory has `ts` (Unix seconds, float) and `node`.
+Each record kind below lists its required fields and their types; writers may
+add fields, readers must not rely on anything not listed here. Tests on both
+sides check records against this module (DESIGN.md section 6).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Number = (int, float)
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    types: tuple[type, ...]
+    doc: str
+
+
+def _f(name: str, types: type | tuple[type, ...], doc: str) -> Field:
+    return Field(name, types if isinstance(types, tuple) else (types,), doc)
+
+
+COMMON = (
+    _f("ts", Number, "Unix time of the record, seconds"),
+    _f("node", str, "name of the node (or 'testbed' for host-level records)"),
+)
+
+RECORDS: dict[str, tuple[Field, ...]] = {
+    # nodes/<node>/deliveries.jsonl: one line per message delivered to a local mailbox
+    "delivery": COMMON + (
+        _f("msg_id", str, "message id, unique per submission"),
+        _f("src", str, "originating node"),
+        _f("dst", str, "recipient node (this node)"),
+        _f("size", int, "message size in bytes"),
+        _f("fragments", int, "number of fragments the message travelled as (1 when not fragmented)"),
+        _f("mode", str, "'fragmenting' or 'non-fragmenting'"),
+        _f("submit_ts", Number, "when the originator accepted the message"),
+        _f("deliver_ts", Number, "when the message reached the mailbox"),
+        _f("hops", int, "links crossed"),
+    ),
+    # nodes/<node>/submissions.jsonl: one line per submission attempt
+    "submission": COMMON + (
+        _f("msg_id", str, "message id ('' when refused before one was assigned)"),
+        _f("src", str, "submitting node"),
+        _f("dst", (str, list), "recipient node(s)"),
+        _f("size", int, "message size in bytes"),
+        _f("accepted", bool, "whether the node took responsibility for the message"),
+        _f("reason", str, "why refused ('' when accepted)"),
+    ),
+    # nodes/<node>/metrics.jsonl: periodic snapshot
+    "metrics": COMMON + (
+        _f("spool_messages", int, "messages held in the spool"),
+        _f("spool_bytes", int, "payload bytes held in the spool"),
+        _f("neighbours", dict, "per neighbour: queue and traffic counters"),
+        _f("delivered", int, "messages delivered here so far"),
+    ),
+    # events.jsonl: faults and link changes as applied
+    "event": COMMON + (
+        _f("event", str, "what happened: link_set, link_down, link_up, partition, heal, kill, restart, pause, resume"),
+        _f("target", (str, list), "the link, host or host sets it applied to"),
+    ),
+    # host.jsonl: machine load every second
+    "host": COMMON + (
+        _f("cpu_percent", Number, "whole-machine CPU use, 0-100"),
+        _f("mem_percent", Number, "memory use, 0-100"),
+    ),
+}
+
+
+def validate(kind: str, record: object) -> list[str]:
+    """Problems with one record of the given kind; empty when it conforms."""
+    if kind not in RECORDS:
+        return [f"unknown record kind {kind!r}"]
+    if not isinstance(record, dict):
+        return [f"expected a JSON object, got {type(record).__name__}"]
+    problems = []
+    for field in RECORDS[kind]:
+        if field.name not in record:
+            problems.append(f"missing field {field.name!r} ({field.doc})")
+            continue
+        value = record[field.name]
+        # bool is an int in Python; an int field must not accept True/False
+        if isinstance(value, bool) and bool not in field.types:
+            problems.append(f"field {field.name!r}: expected {_names(field.types)}, got bool")
+        elif not isinstance(value, field.types):
+            problems.append(f"field {field.name!r}: expected {_names(field.types)}, got {type(value).__name__}")
+    return problems
+
+
+def _names(types: tuple[type, ...]) -> str:
+    return " or ".join(t.__name__ for t in types)

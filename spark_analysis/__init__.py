@@ -1,0 +1,1 @@
+"""PySpark jobs: pcap and node-metrics ingestion, strategy comparisons, the HTML report."""

@@ -1,0 +1,1 @@
+"""Host runtimes: network namespaces (`netns`) and Docker containers (`docker`)."""

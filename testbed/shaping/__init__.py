@@ -1,0 +1,1 @@
+"""Link shaping: one meaning, two backends (kernel netem, userspace `wire` emulator)."""

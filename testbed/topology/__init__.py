@@ -1,0 +1,1 @@
+"""Topology model (nodes, links, impairments) and its generators."""
