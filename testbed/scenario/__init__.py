@@ -1,0 +1,1 @@
+"""Scenario files: YAML loading with line numbers, validation, defaults, overrides."""

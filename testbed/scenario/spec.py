@@ -1,0 +1,159 @@
+"""The scenario, as typed data. The loader (testbed/scenario/loader.py) turns a
+YAML file into these dataclasses, filling defaults and validating; everything
+downstream (network, node configs, workload, faults, sweeps) reads only these.
+
+Defaults live here, in one place; `dump_resolved` writes them out in full so a
+run can be repeated exactly. Units after loading: seconds, bits per second,
+bytes, probabilities 0..1. Model time vs wall time: durations in the scenario
+are *model* seconds; `time_scale` (wall seconds per model second) is applied
+by the code that schedules things, never by the loader.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from testbed.topology.model import Direction
+
+
+# --- topology -----------------------------------------------------------------
+
+@dataclass
+class LinkOverride:
+    """Per-link impairments; `a`/`b` name the ends, directions may differ."""
+
+    a: str
+    b: str
+    a_to_b: Direction | None = None      # None: link_defaults
+    b_to_a: Direction | None = None
+
+
+@dataclass
+class TopologySpec:
+    # star | cluster | clusters | ring | linear | cdnnet15 | intercontinental6 | grid | tree | explicit
+    generator: str = "linear"
+    params: dict[str, Any] = field(default_factory=dict)     # generator parameters (n, k, rows, ...)
+    nodes: list[str] = field(default_factory=list)           # explicit only
+    links: list[LinkOverride] = field(default_factory=list)  # explicit only: the edge list
+    data_pool: str = "10.200.0.0/16"     # point-to-point link subnets
+    loopback_pool: str = "10.202.0.0/16" # one stable /32 per host
+    mgmt_pool: str = "10.201.0.0/16"     # the unimpaired management network
+
+
+@dataclass
+class CaptureSpec:
+    links: list[str] | str = "none"      # "all", "none", or link names ("a-b")
+    snaplen: int = 128                   # bytes kept per frame (headers; 0 = whole frame)
+
+
+# --- nodes ----------------------------------------------------------------------
+
+@dataclass
+class NodesSpec:
+    """Node daemon settings: `all` applies to every node, then per-node overrides.
+    The keys are the node daemon's config keys (node/config.py validates them)."""
+
+    all: dict[str, Any] = field(default_factory=dict)
+    per_node: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def settings_for(self, node: str) -> dict[str, Any]:
+        merged = dict(self.all)
+        merged.update(self.per_node.get(node, {}))
+        return merged
+
+
+# --- workload -------------------------------------------------------------------
+
+@dataclass
+class Interarrival:
+    # normal (mean, sd) | exponential (mean) | constant (mean) | piecewise (schedule)
+    dist: str = "normal"
+    mean: float = 50.0                   # model seconds
+    sd: float | None = None              # normal only; default mean / 4
+    # piecewise: [{"from": s, "to": s, "dist": ..., "mean": ...}, ...]; outside the
+    # listed periods the top-level dist/mean apply (MQ paper's bursty period).
+    schedule: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class SizeDist:
+    # thesis (Table 6.1 mix, in fragments) | fixed (bytes) | empirical (file of sizes in bytes)
+    dist: str = "thesis"
+    bytes: int = 1000                    # fixed
+    file: str = ""                       # empirical: one size per line
+    fragment_size: int = 1000            # thesis: bytes per fragment when turning fragment counts into bytes
+
+
+@dataclass
+class RecipientChoice:
+    choice: str = "uniform"              # uniform (over other nodes) | fixed | weighted
+    nodes: list[str] = field(default_factory=list)           # fixed: one or more
+    weights: dict[str, float] = field(default_factory=dict)  # weighted
+
+
+@dataclass
+class Generator:
+    """One message source pattern, applied to each node in `nodes`."""
+
+    nodes: list[str] | str = "all"
+    interarrival: Interarrival = field(default_factory=Interarrival)
+    size: SizeDist = field(default_factory=SizeDist)
+    recipients: RecipientChoice = field(default_factory=RecipientChoice)
+    priority: int = 1
+    start: float = 0.0                   # model seconds after the workload begins
+    stop: float | None = None            # None: until the scenario's duration
+
+
+@dataclass
+class WorkloadSpec:
+    warmup: float = 0.0                  # model seconds before generators start
+    drain: float = 60.0                  # max model seconds to wait for in-flight messages
+    generators: list[Generator] = field(default_factory=list)
+
+
+# --- faults ---------------------------------------------------------------------
+
+@dataclass
+class Fault:
+    """One timeline entry. `at` is model seconds after the workload begins.
+
+    action: link_down | link_up | link_set | partition | heal | kill | restart | pause | resume
+    target: link "a-b" (link_*), node name (kill/restart/pause/resume), or [[side A], [side B]] (partition)
+    params: for link_set, the new Direction fields (delay, jitter, loss, rate, ...) and optional
+            "direction": "both" | "a_to_b" | "b_to_a"
+    """
+
+    at: float
+    action: str
+    target: Any = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+# --- sweeps ---------------------------------------------------------------------
+
+@dataclass
+class SweepSpec:
+    grid: dict[str, list[Any]] = field(default_factory=dict)  # dotted scenario key -> values
+    reps: int = 1
+
+
+# --- the scenario ---------------------------------------------------------------
+
+@dataclass
+class Scenario:
+    name: str
+    seed: int = 1
+    duration: float = 60.0               # model seconds of workload
+    time_scale: float = 1.0              # wall seconds per model second
+    topology: TopologySpec = field(default_factory=TopologySpec)
+    link_defaults: Direction = field(default_factory=Direction)
+    links: list[LinkOverride] = field(default_factory=list)   # per-link overrides (generated topologies)
+    runtime: str = "netns"               # netns | docker
+    shaper: str = "auto"                 # auto | netem | wire
+    capture: CaptureSpec = field(default_factory=CaptureSpec)
+    nodes: NodesSpec = field(default_factory=NodesSpec)
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    faults: list[Fault] = field(default_factory=list)
+    sweep: SweepSpec = field(default_factory=SweepSpec)
+    quick: dict[str, Any] = field(default_factory=dict)      # dotted key -> value, applied by --quick
+    source: str = ""                     # the file it was loaded from (for messages)
