@@ -1,10 +1,45 @@
-"""`python -m node --config FILE`: run one node daemon."""
+"""`python -m node --config FILE`: run one node daemon until SIGTERM (see node/config.py for the file)."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
 import sys
+from pathlib import Path
+
+from testbed.errors import UserError
 
 
-def main() -> int:
-    print("node daemon is not available yet (tracked in issue #5)", file=sys.stderr)
-    return 2
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m node", description="Run one wanbed node daemon.")
+    ap.add_argument("--config", required=True, help="node configuration YAML (see node/config.py)")
+    ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    args = ap.parse_args(argv)
+    from node import config
+    from node.daemon import NodeDaemon
+
+    try:
+        cfg = config.load(args.config)
+        Path(cfg.records_dir).mkdir(parents=True, exist_ok=True)
+        logging.basicConfig(filename=str(Path(cfg.records_dir) / "node.log"), level=args.log_level,
+                            format=f"%(asctime)s {cfg.name} %(name)s %(levelname)s %(message)s")
+        profile_to = os.environ.get("WANBED_NODE_PROFILE")   # diagnostics: cProfile stats file per node
+        if profile_to:
+            import cProfile
+            cProfile.runctx("asyncio.run(NodeDaemon(cfg).serve())", globals(), locals(),
+                            f"{profile_to}.{cfg.name}")
+        else:
+            asyncio.run(NodeDaemon(cfg).serve())
+    except UserError as exc:
+        print(f"node: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except OSError as exc:
+        print(f"node: {exc.strerror or exc}.", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
 
 
 if __name__ == "__main__":

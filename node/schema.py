@@ -57,6 +57,14 @@ RECORDS: dict[str, tuple[Field, ...]] = {
         _f("neighbours", dict, "per neighbour: queue and traffic counters"),
         _f("delivered", int, "messages delivered here so far"),
     ),
+    # nodes/<node>/reports.jsonl: non-delivery reports made here (expiry, refusal, reassembly timeout,
+    # unroutable) and reports that reached the originator ("event": "ndr_made" | "ndr_delivered" | "orphan")
+    "report": COMMON + (
+        _f("event", str, "'ndr_made', 'ndr_delivered' or 'orphan'"),
+        _f("msg_id", str, "the message the report is about"),
+        _f("dst", str, "the destination node of the message copy"),
+        _f("reason", str, "why it was not delivered"),
+    ),
     # events.jsonl: faults and link changes as applied
     "event": COMMON + (
         _f("event", str, "what happened: link_set, link_down, link_up, partition, heal, kill, restart, pause, resume"),

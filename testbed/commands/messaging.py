@@ -1,26 +1,109 @@
-"""Messaging commands: send, mailbox."""
+"""Messaging commands: send, mailbox (through a node's management address).
+
+Where a node's management address comes from, first match wins:
+  --address HOST:PORT
+  WANBED_NODE_ADDRESS=HOST:PORT            (one address for this command)
+  WANBED_NODES="n1=HOST:PORT,n2=HOST:PORT"  (a map by node name)
+  the running network's state (testbed/netstate.py), when it exists.
+"""
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
+import os
+from pathlib import Path
 
-from testbed.errors import NotAvailableYet
+from testbed.errors import UserError
 
 
-def _pending(name: str):
-    def handler(args: argparse.Namespace) -> int:
-        raise NotAvailableYet(name, 5)
-    return handler
+def resolve_address(node: str, address: str | None) -> str:
+    if address:
+        return address
+    if os.environ.get("WANBED_NODE_ADDRESS"):
+        return os.environ["WANBED_NODE_ADDRESS"]
+    mapping = os.environ.get("WANBED_NODES", "")
+    for item in filter(None, (x.strip() for x in mapping.split(","))):
+        name, _, addr = item.partition("=")
+        if name == node and addr:
+            return addr
+    try:
+        netstate = importlib.import_module("testbed.netstate")
+    except ImportError:
+        netstate = None
+    if netstate is not None:
+        for fn_name in ("mgmt_address", "management_address"):
+            fn = getattr(netstate, fn_name, None)
+            if callable(fn):
+                try:
+                    addr = fn(node)
+                except UserError:
+                    raise
+                except Exception as exc:  # the state API is someone else's; report, don't crash
+                    raise UserError(f"cannot read the running network's state for {node}: {exc}.") from None
+                if addr:
+                    return str(addr)
+    raise UserError(f"no management address for node {node!r}: pass --address HOST:PORT or set WANBED_NODES.")
+
+
+def _send(args: argparse.Namespace) -> int:
+    from node.client import NodeClient
+
+    to = [t for t in (x.strip() for x in args.to.split(",")) if t]
+    if not to:
+        raise UserError("--to needs at least one recipient node.")
+    payload = None
+    if args.file:
+        try:
+            payload = Path(args.file).read_bytes()
+        except OSError as exc:
+            raise UserError(f"cannot read {args.file}: {exc.strerror}.") from None
+    elif args.size < 0:
+        raise UserError("--size must not be negative.")
+    with NodeClient(resolve_address(args.src, args.address)) as c:
+        r = c.send(to, size=args.size, payload=payload, priority=args.priority, lifetime=args.lifetime,
+                   originator=args.originator)
+    if not r.accepted:
+        raise UserError(f"{args.src} refused the message: {r.reason}.")
+    print(r.msg_id)
+    return 0
+
+
+def _mailbox(args: argparse.Namespace) -> int:
+    from node.client import NodeClient
+
+    with NodeClient(resolve_address(args.node, args.address)) as c:
+        items = c.mailbox(user=args.user)
+    if args.json:
+        print(json.dumps([{"msg_id": i.msg_id, "user": i.user, "src": i.src, "size": i.size, "hops": i.hops,
+                           "fragments": i.fragments, "kind": i.kind or "mail", "submit_ts": i.submit_ts,
+                           "deliver_ts": i.deliver_ts} for i in items], indent=1))
+        return 0
+    if not items:
+        print(f"mailbox of {args.node} is empty")
+        return 0
+    print(f"{'MSG_ID':<28} {'USER':<12} {'FROM':<10} {'SIZE':>10} {'HOPS':>4} {'DELAY s':>9} KIND")
+    for i in items:
+        print(f"{i.msg_id:<28} {i.user or '-':<12} {i.src:<10} {i.size:>10} {i.hops:>4} "
+              f"{i.deliver_ts - i.submit_ts:>9.3f} {i.kind or 'mail'}")
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("send", help="submit a message through a node")
-    p.add_argument("src", metavar="FROM")
-    p.add_argument("--to", required=True, help="recipient node(s), comma separated")
+    p.add_argument("src", metavar="FROM", help="the node to submit through")
+    p.add_argument("--to", required=True, help="recipients, comma separated: NODE or USER@NODE")
     body = p.add_mutually_exclusive_group(required=True)
     body.add_argument("--size", type=int, help="generated payload of this many bytes")
     body.add_argument("--file", help="payload from a file")
     p.add_argument("--priority", type=int, default=1)
-    p.set_defaults(handler=_pending("send"))
+    p.add_argument("--lifetime", type=float, default=0.0, help="seconds (default: the node's default lifetime)")
+    p.add_argument("--originator", default="", help="the sending user at FROM (where reports go)")
+    p.add_argument("--address", help="FROM's management address HOST:PORT (else WANBED_NODES or the running network)")
+    p.set_defaults(handler=_send)
     p = sub.add_parser("mailbox", help="list messages delivered to a node")
     p.add_argument("node")
-    p.set_defaults(handler=_pending("mailbox"))
+    p.add_argument("--user", default="", help="only this user's mail")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--address", help="the node's management address HOST:PORT")
+    p.set_defaults(handler=_mailbox)

@@ -1,0 +1,89 @@
+"""A small blocking client for a node's management address (Submit and Control): CLI, tests, benchmarks."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import grpc
+
+from node.rpc import common_pb2, control_pb2, control_pb2_grpc, submit_pb2, submit_pb2_grpc
+from testbed.errors import UserError
+
+
+@dataclass
+class SendResult:
+    accepted: bool
+    msg_id: str
+    reason: str
+
+
+def parse_recipient(text: str) -> common_pb2.Recipient:
+    """"node" or "user@node"."""
+    user, _, node = text.rpartition("@")
+    return common_pb2.Recipient(node=node.strip(), user=user.strip())
+
+
+class NodeClient:
+    def __init__(self, address: str, token: str = "", timeout: float = 30.0) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._md = (("authorization", token),) if token else ()
+        self._channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 256 << 20),
+                                                               ("grpc.max_send_message_length", 256 << 20)])
+        self.submit = submit_pb2_grpc.SubmitStub(self._channel)
+        self.control = control_pb2_grpc.ControlStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "NodeClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, fn, request, **kw):
+        try:
+            return fn(request, timeout=kw.pop("timeout", self.timeout), **kw)
+        except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise UserError(f"node at {self.address} is not reachable ({exc.code().name.lower()}).") from None
+            raise UserError(f"node at {self.address}: {exc.details()}") from None
+
+    def send(self, to: list[str], size: int | None = None, payload: bytes | None = None, priority: int = 1,
+             lifetime: float = 0.0, originator: str = "") -> SendResult:
+        req = submit_pb2.SendRequest(originator=originator, recipients=[parse_recipient(t) for t in to],
+                                     priority=priority, lifetime=lifetime)
+        if payload is not None:
+            req.payload = payload
+        else:
+            req.size = int(size or 0)
+        r = self._call(self.submit.Send, req)
+        return SendResult(r.accepted, r.msg_id, r.reason)
+
+    def mailbox(self, user: str = "", include_payload: bool = False) -> list[submit_pb2.MailItem]:
+        return list(self._call(self.submit.ListMailbox,
+                               submit_pb2.MailboxRequest(user=user, include_payload=include_payload)).items)
+
+    def delete_mail(self, msg_ids: list[str], user: str = "") -> int:
+        return self._call(self.submit.DeleteMail, submit_pb2.DeleteMailRequest(user=user, msg_ids=msg_ids)).deleted
+
+    def status(self, msg_id: str) -> submit_pb2.StatusReply:
+        return self._call(self.submit.Status, submit_pb2.StatusRequest(msg_id=msg_id))
+
+    def stats(self) -> dict:
+        return json.loads(self._call(self.control.Stats, control_pb2.StatsRequest(), metadata=self._md).json)
+
+    def health(self, timeout: float = 2.0) -> bool:
+        try:
+            return self.control.Health(control_pb2.HealthRequest(), timeout=timeout, metadata=self._md).ready
+        except grpc.RpcError:
+            return False
+
+    def drain(self, timeout: float) -> control_pb2.DrainReply:
+        return self._call(self.control.Drain, control_pb2.DrainRequest(timeout=timeout), metadata=self._md,
+                          timeout=timeout + 10)
+
+    def set_routes(self, routes: dict[str, str]) -> int:
+        req = control_pb2.SetRoutesRequest(routes=[control_pb2.Route(destination=d, next_hop=h) for d, h in routes.items()])
+        return self._call(self.control.SetRoutes, req, metadata=self._md).installed

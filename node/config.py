@@ -1,0 +1,217 @@
+"""Node configuration: dataclasses and the YAML loader (unknown keys are errors).
+
+A node's config file (the testbed writes one per host; it can also be written by hand):
+
+    name: n2                        # this node's name (required)
+    data_listen: "10.0.0.2:7000"    # Link service (neighbour sessions) (required)
+    mgmt_listen: "0.0.0.0:7001"     # Submit and Control services (required); "unix:/path" also works
+    neighbours: {n1: "10.0.0.1:7000", n3: "10.0.0.3:7000"}
+    routes: {n4: n3, n5: n3}        # static next-hop table; neighbours route to themselves
+    mode: fragmenting               # or non-fragmenting
+    fragment_size: 1000             # F, bytes per fragment (fragmenting mode)
+    wire_chunk: 65536               # bytes per frame in non-fragmenting mode (whole message stored per hop)
+    spool: /var/lib/wanbed/n2.db    # SQLite file (WAL); default <records_dir>/spool.db
+    records_dir: runs/x/nodes/n2    # submissions.jsonl, deliveries.jsonl, metrics.jsonl, node.log
+    metrics_interval: 1.0           # seconds between metrics.jsonl lines
+    default_lifetime: 3600          # seconds, when a submission gives none
+    reassembly_timeout: 60          # seconds without a new fragment before a partial message is aborted
+    control_token: ""               # when set, Control calls need metadata authorization=<token>
+    local_users: []                 # users with a mailbox here; empty accepts any user
+    batch: {max_frames: 512, max_bytes: 1048576, min_bytes: 16384, target_delay: 0.01, commit_window: 0.002, max_commit: 4096, window_frames: 8192}
+    session: {keepalive: 1.0, hold_time: 5.0, backoff_min: 0.1, backoff_max: 5.0}
+    limits: {max_message_size: 67108864, max_frame_bytes: 1048576, max_recipients: 64, max_hops: 64}
+
+Which end dials: the node whose name sorts first dials its neighbour; the other
+only accepts. So every pair has exactly one session and no tie-break is needed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed.errors import UserError
+
+MODES = ("fragmenting", "non-fragmenting")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_ADDR = re.compile(r"^(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+
+
+class ConfigError(UserError):
+    """The node configuration is invalid."""
+
+
+@dataclass
+class BatchConfig:
+    max_frames: int = 512          # frames per gRPC message on a Link stream
+    # Payload bytes per gRPC message adapt to the link: about target_delay seconds of the acked rate,
+    # between min_bytes and max_bytes. A hop stores (then forwards) a whole gRPC message of frames, so a
+    # batch is the pipelining unit on slow links, while fast links need big batches for throughput.
+    max_bytes: int = 1 << 20
+    min_bytes: int = 16384
+    target_delay: float = 0.01
+    commit_window: float = 0.002   # seconds the spool writer waits to gather more work into one fsync
+    max_commit: int = 4096         # operations per transaction at most
+    window_frames: int = 8192      # unacknowledged frames in flight per neighbour
+
+
+@dataclass
+class SessionConfig:
+    keepalive: float = 1.0         # seconds between keepalives on an idle session
+    hold_time: float = 5.0         # seconds without any frame before the session is declared dead
+    backoff_min: float = 0.1       # first reconnect delay, doubled per failure
+    backoff_max: float = 5.0
+
+
+@dataclass
+class LimitsConfig:
+    max_message_size: int = 64 << 20
+    max_frame_bytes: int = 1 << 20
+    max_recipients: int = 64
+    max_hops: int = 64
+    max_priority: int = 15
+
+
+@dataclass
+class NodeConfig:
+    name: str
+    data_listen: str
+    mgmt_listen: str
+    neighbours: dict[str, str] = field(default_factory=dict)
+    routes: dict[str, str] = field(default_factory=dict)
+    mode: str = "fragmenting"
+    fragment_size: int = 1000
+    wire_chunk: int = 65536
+    spool: str = ""
+    records_dir: str = "."
+    metrics_interval: float = 1.0
+    default_lifetime: float = 3600.0
+    reassembly_timeout: float = 60.0
+    control_token: str = ""
+    local_users: list[str] = field(default_factory=list)
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    session: SessionConfig = field(default_factory=SessionConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+
+    @property
+    def spool_path(self) -> Path:
+        return Path(self.spool) if self.spool else Path(self.records_dir) / "spool.db"
+
+    @property
+    def chunk_size(self) -> int:
+        """Bytes per stored piece: F when fragmenting, the wire chunk otherwise."""
+        return self.fragment_size if self.mode == "fragmenting" else self.wire_chunk
+
+    def validate(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ConfigError(f"node name {self.name!r} is not a valid name (letters, digits, _ . -).")
+        for key in ("data_listen", "mgmt_listen"):
+            _check_addr(key, getattr(self, key))
+        for peer, addr in self.neighbours.items():
+            if not isinstance(peer, str) or not _NAME.match(peer) or peer == self.name:
+                raise ConfigError(f"neighbour name {peer!r} is invalid (or is this node itself).")
+            _check_addr(f"neighbours.{peer}", addr)
+        for dst, hop in self.routes.items():
+            if hop not in self.neighbours:
+                raise ConfigError(f"route to {dst!r} goes via {hop!r}, which is not a neighbour.")
+        if self.mode not in MODES:
+            raise ConfigError(f"mode {self.mode!r} is not one of {', '.join(MODES)}.")
+        if not (16 <= self.fragment_size <= self.limits.max_frame_bytes):
+            raise ConfigError(f"fragment_size {self.fragment_size} must be between 16 and limits.max_frame_bytes.")
+        if not (16 <= self.wire_chunk <= self.limits.max_frame_bytes):
+            raise ConfigError(f"wire_chunk {self.wire_chunk} must be between 16 and limits.max_frame_bytes.")
+        for key in ("metrics_interval", "default_lifetime", "reassembly_timeout"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"{key} must be positive.")
+        if self.session.hold_time <= self.session.keepalive:
+            raise ConfigError("session.hold_time must be longer than session.keepalive.")
+        if self.batch.max_frames < 1 or self.batch.window_frames < 1 or self.batch.max_commit < 1:
+            raise ConfigError("batch sizes must be at least 1.")
+        if not (1 <= self.batch.min_bytes <= self.batch.max_bytes) or self.batch.target_delay <= 0:
+            raise ConfigError("batch needs 1 <= min_bytes <= max_bytes and a positive target_delay.")
+
+
+def _check_addr(key: str, value: Any) -> None:
+    if isinstance(value, str) and value.startswith("unix:/") and len(value) > 6:
+        return       # a Unix socket (reaches a daemon inside a network namespace through the file system)
+    m = _ADDR.match(value) if isinstance(value, str) else None
+    if not m or not (0 < int(m.group(2)) < 65536):
+        raise ConfigError(f"{key} must be \"host:port\" or \"unix:/path\", got {value!r}.")
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    """Instantiate a config dataclass from a mapping, refusing unknown keys and wrong types."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'the config'} must be a mapping.")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown key {where + '.' if where else ''}{unknown[0]} in node config "
+                          f"(known: {', '.join(sorted(fields))}).")
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        f = fields[name]
+        sub = {"batch": BatchConfig, "session": SessionConfig, "limits": LimitsConfig}.get(name) if cls is NodeConfig else None
+        key = f"{where}.{name}" if where else name
+        if sub is not None:
+            kwargs[name] = _build(sub, value or {}, key)
+            continue
+        kwargs[name] = _coerce(key, f, value)
+    missing = [n for n, f in fields.items() if n not in kwargs
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"node config is missing required key {missing[0]!r}.")
+    return cls(**kwargs)
+
+
+def _coerce(key: str, f: dataclasses.Field, value: Any) -> Any:
+    if f.default is not dataclasses.MISSING:
+        default: Any = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        default = f.default_factory()
+    else:
+        default = ""   # required fields are all strings
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, dict):
+        ok = isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+    elif isinstance(default, list):
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    else:  # str (including required strings without default)
+        ok = isinstance(value, str)
+    if not ok:
+        raise ConfigError(f"{key} has the wrong type ({type(value).__name__}: {value!r}).")
+    return value
+
+
+def from_dict(data: Any) -> NodeConfig:
+    cfg = _build(NodeConfig, data, "")
+    cfg.validate()
+    return cfg
+
+
+def load(path: str | Path) -> NodeConfig:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read node config {p}: {exc.strerror}.") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"node config {p} is not valid YAML ({str(exc).splitlines()[0]}).") from None
+    return from_dict(data)
+
+
+def dump(cfg: NodeConfig) -> str:
+    """The YAML text of a config (what the testbed writes for a host)."""
+    return yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False)

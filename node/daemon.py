@@ -1,0 +1,97 @@
+"""One node daemon: spool + engine + neighbour sessions + gRPC servers + periodic jobs."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+import grpc
+
+from node.config import ConfigError, NodeConfig
+from node.link import GRPC_OPTIONS, LinkManager, LinkService
+from node.mta import Engine, make_engine
+from node.records import Records
+from node.rpc import control_pb2_grpc, link_pb2_grpc, submit_pb2_grpc
+from node.services import ControlService, SubmitService
+from node.spool import Spool
+
+log = logging.getLogger("node.daemon")
+
+
+class NodeDaemon:
+    def __init__(self, cfg: NodeConfig) -> None:
+        self.cfg = cfg
+        self.spool = Spool(cfg.spool_path, cfg.batch.commit_window, cfg.batch.max_commit)
+        self.records = Records(cfg.records_dir, cfg.name)
+        self.engine: Engine | None = None
+        self.links: LinkManager | None = None
+        self._servers: list[grpc.aio.Server] = []
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self) -> None:
+        self.spool.open()
+        self.engine = make_engine(self.cfg, self.spool, self.records)
+        await self.engine.recover()
+        self.links = LinkManager(self.cfg, self.engine)
+        # no SO_REUSEPORT: a second daemon on the same port must fail, not silently share it
+        server_opts = GRPC_OPTIONS + [("grpc.so_reuseport", 0)]
+        data = grpc.aio.server(options=server_opts)
+        link_pb2_grpc.add_LinkServicer_to_server(LinkService(self.links), data)
+        mgmt = grpc.aio.server(options=server_opts)
+        submit_pb2_grpc.add_SubmitServicer_to_server(SubmitService(self.engine), mgmt)
+        control_pb2_grpc.add_ControlServicer_to_server(ControlService(self.engine, self.cfg.control_token), mgmt)
+        for server, addr in ((data, self.cfg.data_listen), (mgmt, self.cfg.mgmt_listen)):
+            try:
+                port = server.add_insecure_port(addr)
+            except RuntimeError:
+                port = 0
+            if port == 0:
+                raise ConfigError(f"cannot listen on {addr} (address in use or not local).")
+            await server.start()
+            self._servers.append(server)
+        self.links.start()
+        self._tasks = [asyncio.ensure_future(self._every(self.cfg.metrics_interval, self._metrics)),
+                       asyncio.ensure_future(self._every(0.5, self.engine.sweep)),
+                       asyncio.ensure_future(self._every(30.0, self.engine.prune))]
+        log.info("node %s up: data %s, management %s, mode %s", self.cfg.name, self.cfg.data_listen,
+                 self.cfg.mgmt_listen, self.cfg.mode)
+
+    async def _metrics(self) -> None:
+        self.records.write("metrics", **self.engine.snapshot())
+
+    async def _every(self, interval: float, job) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await job()
+            except Exception:
+                log.exception("periodic job %s failed", getattr(job, "__name__", job))
+
+    async def stop(self) -> None:
+        """Clean shutdown: stop sessions and servers, finish spool work, flush records."""
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.links is not None:
+            await self.links.stop()
+        for s in self._servers:
+            await s.stop(grace=0.5)
+        if self.engine is not None:
+            await self.engine.settle()
+            self.records.write("metrics", **self.engine.snapshot())
+        self.spool.close()
+        self.records.close()
+        log.info("node %s stopped", self.cfg.name)
+
+    async def serve(self) -> None:
+        """Run until SIGTERM or SIGINT."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()

@@ -1,0 +1,324 @@
+"""Neighbour sessions: one long-lived bidirectional Link stream per adjacent pair.
+
+Who dials: the node whose name sorts first dials, the other accepts — so each
+pair has exactly one session and no tie-break is needed. The dialer sends OPEN
+(its name, the name it believes it is calling, version, session id, hold time);
+the acceptor checks that the caller is a configured neighbour, that the OPEN
+names this node, and that the caller is the side that dials, and answers with
+its own OPEN; the dialer checks that answer names the expected neighbour.
+A mismatch ends that one stream with a clear gRPC status; other sessions go on.
+
+After OPEN both directions carry FrameBatch messages with many frames each:
+fragments (each with a per-session sequence number), ACKs (sequence numbers
+the receiver has stored DURABLY), REFUSEs and KEEPALIVEs. The sender keeps a
+window of unacknowledged frames; when a session ends they go back to the front
+of the queue and are sent again on the next session (the receiver drops the
+duplicates by message id and byte range). Silence longer than the hold time
+ends a session; the dialer reconnects with exponential backoff.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from typing import Any, Awaitable, Callable
+
+import grpc
+
+from node.config import NodeConfig
+from node.mta import Engine, frame_from_piece, piece_from_frame
+from node.rpc import link_pb2, link_pb2_grpc
+from node.spool import Piece
+
+log = logging.getLogger("node.link")
+
+VERSION = 1
+GRPC_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+STORE_PARALLEL = 4     # batches of a session being stored at once (bounds memory, keeps the spool busy)
+
+
+class SessionError(Exception):
+    """The session set-up or the stream failed in a way worth one log line."""
+
+
+def _open_batch(me: str, peer: str, session_id: int, hold: float) -> link_pb2.FrameBatch:
+    return link_pb2.FrameBatch(frames=[link_pb2.Frame(open=link_pb2.Open(
+        node=me, peer=peer, version=VERSION, session_id=session_id, hold_time=hold))])
+
+
+class LinkSession:
+    """One live stream with one neighbour: a reader, a writer, the window of unacknowledged frames."""
+
+    def __init__(self, peer: str, engine: Engine, cfg: NodeConfig,
+                 write: Callable[[Any], Awaitable[None]], read: Callable[[], Awaitable[Any]],
+                 abort: Callable[[], Any] | None = None) -> None:
+        self.peer = peer
+        self._abort = abort            # ends the gRPC call, so no read or write can stay blocked on a dead peer
+        self.engine = engine
+        self.cfg = cfg
+        self._write = write
+        self._read = read
+        self.inflight: dict[int, Piece] = {}
+        self.seq = 0
+        self.ack_seqs: list[int] = []
+        self.refuses: list[link_pb2.Refuse] = []
+        self._stores: set[asyncio.Task] = set()
+        self._task: asyncio.Task | None = None
+        self.acked_bytes = 0
+        self._rate = 0.0                      # acked bytes per second, smoothed
+        self._rate_mark = (0.0, 0)            # (time, acked_bytes) of the last rate sample
+
+    def batch_limit(self) -> int:
+        """Bytes for the next gRPC message: about target_delay seconds of the link's acked rate."""
+        b = self.cfg.batch
+        now = asyncio.get_running_loop().time()
+        t0, n0 = self._rate_mark
+        if now - t0 >= 0.1:
+            if self.acked_bytes > n0 and t0 > 0:   # only sample while data flows, so idle time does not count
+                sample = (self.acked_bytes - n0) / (now - t0)
+                self._rate = sample if self._rate == 0 else 0.5 * self._rate + 0.5 * sample
+            self._rate_mark = (now, self.acked_bytes)
+        return int(min(b.max_bytes, max(b.min_bytes, self._rate * b.target_delay)))
+
+    async def run(self) -> None:
+        st = self.engine.stats[self.peer]
+        st.up = True
+        self._task = asyncio.current_task()
+        reader = asyncio.ensure_future(self._reader())
+        writer = asyncio.ensure_future(self._writer())
+        try:
+            done, _pending = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                if not t.cancelled() and t.exception() is not None:
+                    raise t.exception()
+        finally:
+            if self._abort is not None:
+                self._abort()
+            for t in (reader, writer, *self._stores):
+                t.cancel()
+            # never wait forever on a task stuck in a gRPC call (flow control towards a dead peer)
+            await asyncio.wait({reader, writer, *self._stores}, timeout=2.0)
+            st.up = False
+            pieces = [self.inflight[s] for s in sorted(self.inflight)]
+            self.inflight.clear()
+            st.inflight = 0
+            self.engine.requeue(self.peer, pieces)
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _writer(self) -> None:
+        b = self.cfg.batch
+        wake = self.engine.wake[self.peer]
+        queue = self.engine.queues[self.peer]
+        st = self.engine.stats[self.peer]
+        while True:
+            frames: list[link_pb2.Frame] = []
+            if self.ack_seqs:
+                frames.append(link_pb2.Frame(ack=link_pb2.Ack(seqs=self.ack_seqs)))
+                self.ack_seqs = []
+            for r in self.refuses:
+                frames.append(link_pb2.Frame(refuse=r))
+            self.refuses = []
+            room = b.window_frames - len(self.inflight)
+            if room > 0:
+                for p in self.engine.take(self.peer, min(room, b.max_frames), self.batch_limit()):
+                    self.seq += 1
+                    self.inflight[self.seq] = p
+                    frames.append(frame_from_piece(p, self.seq))
+            if frames:
+                st.inflight = len(self.inflight)
+                await self._write(link_pb2.FrameBatch(frames=frames))
+                continue
+            wake.clear()
+            if self.ack_seqs or self.refuses or (room > 0 and len(queue)):
+                continue
+            try:
+                await asyncio.wait_for(wake.wait(), self.cfg.session.keepalive)
+            except asyncio.TimeoutError:
+                await self._write(link_pb2.FrameBatch(frames=[link_pb2.Frame(keepalive=link_pb2.Keepalive(
+                    ts=asyncio.get_running_loop().time()))]))
+
+    async def _reader(self) -> None:
+        sem = asyncio.Semaphore(STORE_PARALLEL)
+        wake = self.engine.wake[self.peer]
+        while True:
+            pending = asyncio.ensure_future(self._read())
+            done, _ = await asyncio.wait({pending}, timeout=self.cfg.session.hold_time)
+            if not done:
+                pending.cancel()      # not awaited: a read on a dead stream may not end promptly
+                raise SessionError(f"no frame from {self.peer} for {self.cfg.session.hold_time:g} s (hold time)")
+            batch = pending.result()
+            if batch is grpc.aio.EOF:
+                raise SessionError(f"{self.peer} closed the session")
+            frags: list[tuple[int, Piece]] = []
+            for fr in batch.frames:
+                kind = fr.WhichOneof("kind")
+                if kind == "fragment":
+                    p = piece_from_frame(fr.fragment, self.cfg)
+                    if isinstance(p, str):
+                        log.warning("refusing a frame from %s: %s", self.peer, p)
+                        self.refuses.append(link_pb2.Refuse(seq=fr.fragment.seq, reason=p))
+                        self.engine.stats[self.peer].refused_in += 1
+                    else:
+                        frags.append((fr.fragment.seq, p))
+                elif kind == "ack":
+                    acked = [self.inflight.pop(s) for s in fr.ack.seqs if s in self.inflight]
+                    self.acked_bytes += sum(len(p.data) for p in acked)
+                    self.engine.acked(self.peer, acked)
+                elif kind == "refuse":
+                    p = self.inflight.pop(fr.refuse.seq, None)
+                    if p is not None:
+                        self.engine.refused(self.peer, p, fr.refuse.reason)
+                elif kind == "keepalive":
+                    pass
+                elif kind == "open":
+                    raise SessionError(f"{self.peer} sent a second OPEN on an open session")
+                else:
+                    log.warning("ignoring an empty frame from %s", self.peer)
+            self.engine.stats[self.peer].inflight = len(self.inflight)
+            if frags:
+                await sem.acquire()
+                t = asyncio.ensure_future(self._store(frags, sem))
+                self._stores.add(t)
+                t.add_done_callback(self._stores.discard)
+            wake.set()
+
+    async def _store(self, frags: list[tuple[int, Piece]], sem: asyncio.Semaphore) -> None:
+        try:
+            results = await self.engine.receive(self.peer, [p for _s, p in frags])
+            for (seq, _p), reason in zip(frags, results):
+                if reason is None:
+                    self.ack_seqs.append(seq)
+                else:
+                    self.refuses.append(link_pb2.Refuse(seq=seq, reason=reason))
+            self.engine.wake[self.peer].set()
+        finally:
+            sem.release()
+
+
+class LinkManager:
+    """Dials the neighbours this node is responsible for and accepts the others."""
+
+    def __init__(self, cfg: NodeConfig, engine: Engine) -> None:
+        self.cfg = cfg
+        self.engine = engine
+        self.sessions: dict[str, LinkSession] = {}
+        self._dialers: list[asyncio.Task] = []
+        self._accepting: set[asyncio.Task] = set()
+
+    def dials(self, peer: str) -> bool:
+        return self.cfg.name < peer
+
+    def start(self) -> None:
+        for peer in sorted(self.cfg.neighbours):
+            if self.dials(peer):
+                self._dialers.append(asyncio.ensure_future(self._dial_loop(peer)))
+
+    async def stop(self) -> None:
+        for t in self._dialers:
+            t.cancel()
+        for s in list(self.sessions.values()):
+            s.close()
+        await asyncio.gather(*self._dialers, return_exceptions=True)
+
+    async def _dial_loop(self, peer: str) -> None:
+        s = self.cfg.session
+        backoff = s.backoff_min
+        addr = self.cfg.neighbours[peer]
+        st = self.engine.stats[peer]
+        first = True
+        while True:
+            channel = grpc.aio.insecure_channel(addr, options=GRPC_OPTIONS)
+            established = False
+            try:
+                call = link_pb2_grpc.LinkStub(channel).Session()
+                sid = secrets.randbits(63)
+                await call.write(_open_batch(self.cfg.name, peer, sid, s.hold_time))
+                reply = await asyncio.wait_for(call.read(), s.hold_time)
+                if reply is grpc.aio.EOF or not reply.frames or reply.frames[0].WhichOneof("kind") != "open":
+                    raise SessionError(f"{peer} at {addr} did not answer OPEN")
+                o = reply.frames[0].open
+                if o.node != peer or o.peer != self.cfg.name:
+                    raise SessionError(f"the node at {addr} says it is {o.node!r} (talking to {o.peer!r}), "
+                                       f"expected {peer!r}: refusing the session")
+                established = True
+                if not first:
+                    st.reconnects += 1
+                first = False
+                backoff = s.backoff_min
+                log.info("session with %s up (dialled %s)", peer, addr)
+                session = LinkSession(peer, self.engine, self.cfg, call.write, call.read, call.cancel)
+                self.sessions[peer] = session
+                await session.run()
+            except asyncio.CancelledError:
+                await channel.close(grace=None)
+                raise
+            except grpc.aio.AioRpcError as exc:
+                log.log(logging.INFO if not established else logging.WARNING,
+                        "session with %s: %s %s", peer, exc.code().name, exc.details())
+            except (SessionError, asyncio.TimeoutError, OSError) as exc:
+                log.warning("session with %s: %s", peer, exc or type(exc).__name__)
+            except asyncio.InvalidStateError:    # grpc.aio: a write raced with the peer ending the call
+                log.warning("session with %s: the stream ended", peer)
+            except Exception:   # whatever else breaks one session must not end the dialling for good
+                log.exception("session with %s failed unexpectedly", peer)
+            finally:
+                if self.sessions.get(peer) is not None and established:
+                    self.sessions.pop(peer, None)
+            await channel.close(grace=None)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, s.backoff_max)
+
+    async def accept(self, context: grpc.aio.ServicerContext) -> None:
+        """Server side of Session: check OPEN, answer it, run the session."""
+        try:
+            first = await asyncio.wait_for(context.read(), self.cfg.session.hold_time)
+        except asyncio.TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no OPEN within the hold time")
+            return
+        if first is grpc.aio.EOF:
+            return
+        if not first.frames or first.frames[0].WhichOneof("kind") != "open":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first frame of a Link session must be OPEN")
+        o = first.frames[0].open
+        me = self.cfg.name
+        if o.node not in self.cfg.neighbours:
+            log.warning("refused a session from %r (%s): not a neighbour", o.node, context.peer())
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{o.node!r} is not a neighbour of {me}")
+        if o.peer != me:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"this is node {me!r}, not {o.peer!r}")
+        if not o.node < me:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"{me} dials {o.node} (the name that sorts first dials), not the other way round")
+        if o.version != VERSION:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"Link version {o.version} unsupported (want {VERSION})")
+        await context.write(_open_batch(me, o.node, o.session_id, self.cfg.session.hold_time))
+        old = self.sessions.get(o.node)
+        if old is not None:
+            log.info("a new session from %s replaces the old one", o.node)
+            old.close()
+            self.engine.stats[o.node].reconnects += 1
+        elif self.engine.stats[o.node].frags_in or self.engine.stats[o.node].frags_out:
+            self.engine.stats[o.node].reconnects += 1
+        session = LinkSession(o.node, self.engine, self.cfg, context.write, context.read)
+        self.sessions[o.node] = session
+        log.info("session with %s up (accepted)", o.node)
+        try:
+            await session.run()
+        except (SessionError, asyncio.CancelledError) as exc:
+            log.info("session with %s ended: %s", o.node, exc or "replaced")
+        except Exception as exc:  # a broken stream: log and end this one only
+            log.warning("session with %s failed: %r", o.node, exc)
+        finally:
+            if self.sessions.get(o.node) is session:
+                del self.sessions[o.node]
+
+
+class LinkService(link_pb2_grpc.LinkServicer):
+    def __init__(self, manager: LinkManager) -> None:
+        self.manager = manager
+
+    async def Session(self, request_iterator, context):  # noqa: N802 (gRPC name)
+        await self.manager.accept(context)

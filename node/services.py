@@ -1,0 +1,106 @@
+"""The Submit and Control gRPC services (the management address of a node)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+import grpc
+
+from node.config import _NAME
+from node.mta import Engine
+from node.rpc import control_pb2, control_pb2_grpc, submit_pb2, submit_pb2_grpc
+from node.spool import Spool
+
+log = logging.getLogger("node.services")
+
+
+class SubmitService(submit_pb2_grpc.SubmitServicer):
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def Send(self, request: submit_pb2.SendRequest, context) -> submit_pb2.SendReply:  # noqa: N802
+        body = request.WhichOneof("body")
+        if body is None:
+            return submit_pb2.SendReply(accepted=False, reason="a message needs a payload or a size")
+        if request.originator and not _NAME.match(request.originator):
+            return submit_pb2.SendReply(accepted=False, reason=f"invalid originator {request.originator!r}")
+        recipients = [(r.node, r.user) for r in request.recipients]
+        ok, msg_id, reason = await self.engine.submit(
+            request.originator, recipients, request.payload if body == "payload" else None,
+            request.size if body == "size" else None, request.priority, request.lifetime)
+        return submit_pb2.SendReply(accepted=ok, msg_id=msg_id, reason=reason)
+
+    async def Status(self, request: submit_pb2.StatusRequest, context) -> submit_pb2.StatusReply:  # noqa: N802
+        info = await self.engine.spool.run(Spool.op_status(request.msg_id))
+        states, done = info["states"], info["done"]
+        if info["mailbox"]:
+            state = "delivered"
+        elif info["ndr"]:
+            state = "not-delivered"
+        elif "orphan" in states:
+            state = "orphan"
+        elif "queued" in states or "held" in states:
+            state = "queued"
+        elif "part" in states:
+            state = "reassembling"
+        elif any(v == "aborted" for v in done.values()):
+            state = "aborted"
+        elif info["origin"] is not None:
+            state = "forwarded"
+        else:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no message {request.msg_id!r} at {self.engine.me}")
+        return submit_pb2.StatusReply(msg_id=request.msg_id, state=state, detail=json.dumps(info, default=str))
+
+    async def ListMailbox(self, request: submit_pb2.MailboxRequest, context) -> submit_pb2.MailboxReply:  # noqa: N802
+        rows = await self.engine.spool.run(Spool.op_mailbox(request.user, request.include_payload))
+        items = [submit_pb2.MailItem(msg_id=r["msg_id"], src=r["src"], size=r["size"], submit_ts=r["submit_ts"],
+                                     deliver_ts=r["deliver_ts"], hops=r["hops"], payload=r.get("payload") or b"",
+                                     kind=r["kind"], user=r["user"], fragments=r["fragments"]) for r in rows]
+        return submit_pb2.MailboxReply(items=items)
+
+    async def DeleteMail(self, request: submit_pb2.DeleteMailRequest, context) -> submit_pb2.DeleteMailReply:  # noqa: N802
+        n = await self.engine.spool.run(Spool.op_delete_mail(request.user, list(request.msg_ids)))
+        return submit_pb2.DeleteMailReply(deleted=n)
+
+
+class ControlService(control_pb2_grpc.ControlServicer):
+    """Management calls; with a configured token they need metadata authorization=<token>."""
+
+    def __init__(self, engine: Engine, token: str) -> None:
+        self.engine = engine
+        self.token = token
+
+    async def _check(self, context) -> None:
+        if not self.token:
+            return
+        got = dict(context.invocation_metadata() or ()).get("authorization", "")
+        if got not in (self.token, f"Bearer {self.token}"):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong control token")
+
+    async def Stats(self, request, context) -> control_pb2.StatsReply:  # noqa: N802
+        await self._check(context)
+        rec = {"ts": time.time(), "node": self.engine.me, **self.engine.snapshot()}
+        return control_pb2.StatsReply(json=json.dumps(rec))
+
+    async def Drain(self, request: control_pb2.DrainRequest, context) -> control_pb2.DrainReply:  # noqa: N802
+        """Wait (up to timeout seconds) until this node has handed on everything it holds for others."""
+        await self._check(context)
+        deadline = time.monotonic() + max(0.0, min(request.timeout or 10.0, 3600.0))
+        while self.engine.outstanding() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        left = self.engine.outstanding()
+        return control_pb2.DrainReply(empty=left == 0, remaining=left)
+
+    async def SetRoutes(self, request: control_pb2.SetRoutesRequest, context) -> control_pb2.SetRoutesReply:  # noqa: N802
+        await self._check(context)
+        routes = {r.destination: r.next_hop for r in request.routes}
+        bad = [h for h in routes.values() if h not in self.engine.cfg.neighbours]
+        if bad:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"next hop {bad[0]!r} is not a neighbour")
+        return control_pb2.SetRoutesReply(installed=self.engine.set_routes(routes))
+
+    async def Health(self, request, context) -> control_pb2.HealthReply:  # noqa: N802
+        await self._check(context)
+        return control_pb2.HealthReply(node=self.engine.me, ready=True)

@@ -1,0 +1,53 @@
+"""Suite-wide guard: a test run must leave nothing of the testbed's behind.
+
+At the end of the session every namespace or interface carrying the testbed
+prefix is checked against the run registry. One that belongs to no registered
+run, to a run whose owner is dead, or to a run owned by this very pytest
+process is a leak, and the session fails — a leak here is a leak on a user's
+machine. Resources of runs owned by other live processes (a parallel test
+session, a user's `testbed up`) are left alone.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from testbed import registry
+
+
+def _netns_names() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _link_names() -> list[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    names = []
+    for line in out.splitlines():
+        parts = line.split(": ")
+        if len(parts) > 1:
+            names.append(parts[1].split("@")[0])
+    return names
+
+
+def leaked_resources(owner_pid: int) -> list[str]:
+    leaks = []
+    for name in _netns_names() + _link_names():
+        run_id = registry.run_id_of(name)
+        if run_id is None:
+            continue
+        record = registry.load(run_id)
+        if record is None or not registry.pid_alive(record.owner_pid) or record.owner_pid == owner_pid:
+            leaks.append(name)
+    return leaks
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.geteuid() != 0 or hasattr(session.config, "workerinput"):
+        return
+    leaks = leaked_resources(os.getpid())
+    if leaks:
+        print("\nLEAK: the test run left testbed resources behind: " + ", ".join(sorted(leaks)))
+        session.exitstatus = 1

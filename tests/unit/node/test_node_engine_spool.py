@@ -1,0 +1,201 @@
+"""The engine over a real SQLite spool: reassembly (out of order, duplicates), dedup, crash recovery."""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from node import config, schema
+from node.mta import make_engine, split
+from node.records import Records
+from node.spool import Piece, Spool
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def cfg_for(tmp: Path, name: str = "n3", mode: str = "fragmenting", **kw) -> config.NodeConfig:
+    return config.from_dict({"name": name, "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2",
+                             "neighbours": {"n2": "127.0.0.1:3", "n4": "127.0.0.1:4"}, "routes": {"n5": "n4", "n1": "n2"},
+                             "mode": mode, "fragment_size": 100, "wire_chunk": 100, "records_dir": str(tmp),
+                             **kw})
+
+
+def pieces_of(payload: bytes, msg: str = "m1", dst: str = "n3", hops: int = 2, chunk: int = 100,
+              expires: float = 0.0) -> list[Piece]:
+    n = len(payload)
+    return [Piece(msg, dst, o, n, hops, "n1", "alice", ["bob"], 1, time.time(), expires or time.time() + 60, "",
+                  len(split(n, chunk)), payload[o:o + ln]) for o, ln in split(n, chunk)]
+
+
+async def _engine(tmp: Path, **kw):
+    cfg = cfg_for(tmp, **kw)
+    spool = Spool(cfg.spool_path, 0.001)
+    spool.open()
+    eng = make_engine(cfg, spool, Records(tmp, cfg.name))
+    await eng.recover()
+    return eng
+
+
+async def _close(eng) -> None:
+    await eng.settle()
+    eng.spool.close()
+    eng.records.close()
+
+
+def _deliveries(tmp: Path) -> list[dict]:
+    f = tmp / "deliveries.jsonl"
+    return [json.loads(line) for line in f.read_text().splitlines()] if f.exists() else []
+
+
+def test_out_of_order_and_duplicate_fragments_reassemble_once(tmp_path: Path) -> None:
+    payload = bytes(random.Random(1).randbytes(1050))
+
+    async def go() -> list[dict]:
+        eng = await _engine(tmp_path)
+        ps = pieces_of(payload)
+        shuffled = ps[::-1] + ps[3:6]            # reverse order, then duplicates
+        random.Random(2).shuffle(shuffled)
+        results = []
+        for i in range(0, len(shuffled), 4):
+            results += await eng.receive("n2", shuffled[i:i + 4])
+        assert results == [None] * len(shuffled)  # duplicates are acked (the sender may drop them) too
+        await eng.settle()
+        assert eng.stats["n2"].duplicates_in == 3
+        # a late duplicate after delivery is dropped as well
+        await eng.receive("n2", ps[:1])
+        await eng.settle()
+        rows = await eng.spool.run(Spool.op_mailbox("", True))
+        await _close(eng)
+        return rows
+
+    rows = asyncio.run(go())
+    assert len(rows) == 1 and rows[0]["payload"] == payload and rows[0]["user"] == "bob"
+    dl = _deliveries(tmp_path)
+    assert len(dl) == 1 and dl[0]["fragments"] == 11 and dl[0]["size"] == 1050
+    assert schema.validate("delivery", dl[0]) == []
+
+
+def test_transit_fragment_is_queued_at_once_when_fragmenting_but_held_when_not(tmp_path: Path) -> None:
+    async def go(mode: str, d: Path) -> tuple[int, int]:
+        eng = await _engine(d, mode=mode)
+        ps = pieces_of(b"y" * 300, dst="n5")
+        await eng.receive("n2", ps[:2])
+        await eng.settle()
+        early = len(eng.queues["n4"])
+        await eng.receive("n2", ps[2:])
+        await eng.settle()
+        late = len(eng.queues["n4"])
+        await _close(eng)
+        return early, late
+
+    (tmp_path / "f").mkdir()
+    (tmp_path / "n").mkdir()
+    assert asyncio.run(go("fragmenting", tmp_path / "f")) == (2, 3)       # pipelined
+    assert asyncio.run(go("non-fragmenting", tmp_path / "n")) == (0, 3)   # store whole, then forward
+
+
+def test_recovery_requeues_unacked_and_dedup_survives_restart(tmp_path: Path) -> None:
+    ps = pieces_of(b"z" * 250, dst="n5")
+
+    async def first() -> None:
+        eng = await _engine(tmp_path)
+        await eng.receive("n2", ps)
+        taken = eng.take("n4", 10, 1 << 20)   # "sent" but never acknowledged
+        assert len(taken) == 3
+        eng.spool.close()                     # stop without acks: as if the process died here
+
+    async def second() -> None:
+        eng = await _engine(tmp_path)
+        assert len(eng.queues["n4"]) == 3     # unacknowledged work is queued again
+        assert await eng.receive("n2", ps) == [None] * 3
+        assert eng.stats["n2"].duplicates_in == 3 and len(eng.queues["n4"]) == 3
+        got = eng.take("n4", 10, 1 << 20)
+        eng.acked("n4", got)
+        await _close(eng)
+
+    async def third() -> None:
+        eng = await _engine(tmp_path)
+        assert len(eng.queues["n4"]) == 0     # acked copies are gone for good
+        await _close(eng)
+
+    asyncio.run(first())
+    asyncio.run(second())
+    asyncio.run(third())
+
+
+def test_crash_between_durable_write_and_ack_loses_nothing(tmp_path: Path) -> None:
+    """A real process stores fragments, then dies with os._exit before it could ack or close."""
+    script = textwrap.dedent(f"""
+        import asyncio, os, sys
+        sys.path[:0] = [{str(ROOT)!r}, {str(Path(__file__).parent)!r}]
+        from test_node_engine_spool import _engine, pieces_of
+        from pathlib import Path
+        async def go():
+            eng = await _engine(Path({str(tmp_path)!r}))
+            await eng.receive("n2", pieces_of(b"q" * 500, dst="n5") + pieces_of(b"r" * 150, msg="m2"))
+            os._exit(9)
+        asyncio.run(go())
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, timeout=60, capture_output=True, text=True)
+    assert out.returncode == 9, out.stderr
+
+    async def after() -> tuple[int, int]:
+        eng = await _engine(tmp_path)
+        await eng.settle()
+        n = len(eng.queues["n4"])
+        rows = await eng.spool.run(Spool.op_mailbox("", False))
+        await _close(eng)
+        return n, len(rows)
+
+    assert asyncio.run(after()) == (5, 1)   # 5 transit fragments back in the queue, m2 delivered at recovery
+
+
+def test_submission_refusals_are_recorded_with_reasons(tmp_path: Path) -> None:
+    async def go() -> list:
+        eng = await _engine(tmp_path, local_users=["bob"])
+        out = [await eng.submit("alice", [("n9", "")], b"x", None),
+               await eng.submit("alice", [("n3", "eve")], b"x", None),
+               await eng.submit("alice", [("n5", "")], None, 10**12),
+               await eng.submit("alice", [], b"x", None),
+               await eng.submit("alice", [("n5", "")], b"x", None, priority=99),
+               await eng.submit("alice", [("n5", "")], b"x", None, lifetime=-1)]
+        await _close(eng)
+        return out
+
+    out = asyncio.run(go())
+    assert [ok for ok, _m, _r in out] == [False] * 6
+    reasons = [r for _ok, _m, r in out]
+    assert "no route to n9" in reasons[0] and "unknown recipient eve@n3" in reasons[1]
+    assert "exceeds" in reasons[2] and "no recipients" in reasons[3] and "priority" in reasons[4]
+    assert "lifetime" in reasons[5]
+    lines = [json.loads(x) for x in (tmp_path / "submissions.jsonl").read_text().splitlines()]
+    assert len(lines) == 6 and all(schema.validate("submission", x) == [] and not x["accepted"] for x in lines)
+
+
+def test_reassembly_inactivity_timeout_aborts_and_reports(tmp_path: Path) -> None:
+    async def go() -> tuple:
+        eng = await _engine(tmp_path, reassembly_timeout=0.2)
+        ps = pieces_of(b"w" * 300)
+        await eng.receive("n2", ps[:2])
+        await asyncio.sleep(0.3)            # > reassembly_timeout
+        await eng.sweep()
+        await eng.settle()
+        late = await eng.receive("n2", ps[2:])   # the straggler is acked but not delivered
+        await eng.settle()
+        rows = await eng.spool.run(Spool.op_mailbox("", False))
+        q = len(eng.queues["n2"])           # the report travels back towards n1 via n2
+        await _close(eng)
+        return late, rows, q
+
+    late, rows, q = asyncio.run(go())
+    assert late == [None] and rows == [] and q >= 1
+    reports = [json.loads(x) for x in (tmp_path / "reports.jsonl").read_text().splitlines()]
+    assert any("timed out" in r["reason"] for r in reports)
+    assert all(schema.validate("report", r) == [] for r in reports)
