@@ -3,16 +3,23 @@ from __future__ import annotations
 
 import argparse
 
-from testbed.errors import NotAvailableYet
-
 
 def _build(args: argparse.Namespace) -> int:
-    raise NotAvailableYet("image build", 8)
+    from testbed.image import BuildOptions, build
+    mode = "online" if args.online else "offline" if args.offline else "auto"
+    res = build(BuildOptions(mode=mode, force=args.force), progress=lambda s: print(s, flush=True))
+    how = "cache hit, nothing rebuilt" if res.cached else f"built ({res.mode})"
+    print(f"{res.image}: {how} in {res.seconds:.1f} s (content {res.content_hash[:12]})")
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("image", help="the node container image")
     isub = p.add_subparsers(dest="image_command", metavar="ACTION")
     b = isub.add_parser("build", help="build the node image (online or offline), cached")
+    g = b.add_mutually_exclusive_group()
+    g.add_argument("--online", action="store_true", help="FROM python:3.11-slim (needs a registry)")
+    g.add_argument("--offline", action="store_true", help="debootstrap base + host-downloaded wheels")
+    b.add_argument("--force", action="store_true", help="rebuild even when the content hash matches")
     b.set_defaults(handler=_build)
     p.set_defaults(handler=lambda a: p.print_help() or 2)

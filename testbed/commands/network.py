@@ -1,39 +1,351 @@
-"""Network commands: up, down, status, exec, link, partition, heal, clean."""
+"""Network commands: up, down, status, exec, link, partition, heal, clean.
+
+`up` leaves a supervisor process (testbed/netsupervisor.py) holding the network and
+returns; every other command finds that run in the registry (kind "up") and
+acts on the state it recorded (testbed/netstate.py). `down` signals the
+supervisor by its pid and waits for the teardown to finish.
+"""
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
 
-from testbed.errors import NotAvailableYet
+from testbed import netstate, registry
+from testbed.scenario import units
+from testbed.errors import UserError
+
+UP_TIMEOUT = 300.0        # seconds `up` waits for the supervisor's report (100 hosts take well under 30)
+DOWN_TIMEOUT = 60.0
 
 
-def _pending(name: str):
-    def handler(args: argparse.Namespace) -> int:
-        raise NotAvailableYet(name, 4)
-    return handler
+# ---- units: the scenario loader's parsers, so "25ms" means the same on the CLI as in a file ----
+
+def _parse(fn: Callable[[str], float], text: str, what: str) -> float:
+    try:
+        return float(fn(text))
+    except units.UnitError as e:
+        raise UserError(f"{what}: {str(e).rstrip('.')}.") from None
+
+
+def parse_duration(text: str, what: str) -> float:
+    return _parse(units.parse_duration, text, what)
+
+
+def parse_rate(text: str, what: str) -> float:
+    value = _parse(units.parse_rate, text, what)
+    if value <= 0:
+        raise UserError(f"{what}: expected a positive rate like \"10Mbit\", got {text!r}.")
+    return value
+
+
+def parse_percent(text: str, what: str) -> float:
+    return _parse(units.parse_percent, text, what)
+
+
+# ---- up / down -----------------------------------------------------------------------------
+
+def _up(args: argparse.Namespace) -> int:
+    if os.geteuid() != 0:
+        raise UserError("the testbed must run as root to create network namespaces and interfaces.")
+    if not Path(args.scenario).is_file():
+        raise UserError(f"scenario file {args.scenario} does not exist.")
+    live = netstate.running()
+    if live:
+        raise UserError(f"network {live[0].run_id} is already up; run `testbed down` first.")
+    run_id = registry.new_run_id()
+    run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / "up" / registry.prefix(run_id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rfd, wfd = os.pipe()
+    argv = [sys.executable, "-m", "testbed.netsupervisor", str(Path(args.scenario).resolve()), "--run-id", run_id,
+            "--run-dir", str(run_dir.resolve()), "--report-fd", str(wfd)]
+    if args.runtime:
+        argv += ["--runtime", args.runtime]
+    if args.shaper:
+        argv += ["--shaper", args.shaper]
+    if args.factory:
+        argv += ["--factory", args.factory]
+    with open(run_dir / "supervisor.log", "ab") as logf:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                                pass_fds=(wfd,), start_new_session=True)
+    os.close(wfd)
+    report = _read_report(rfd, proc, UP_TIMEOUT)
+    if not report.get("ok"):
+        raise UserError(report.get("error") or f"the network did not come up; see {run_dir / 'supervisor.log'}.")
+    rec = registry.load(run_id)
+    if rec is None:
+        raise UserError(f"the network came up but its state is gone; see {run_dir / 'supervisor.log'}.")
+    net = netstate.attach(rec)
+    _print_tables(net.describe(), run_dir)
+    return 0
+
+
+def _read_report(fd: int, proc: subprocess.Popen, timeout: float) -> dict[str, Any]:
+    buf = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                buf += chunk
+            elif proc.poll() is not None and not buf:
+                break
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGTERM)     # our own child, by pid: it tears down what it built
+        proc.wait(DOWN_TIMEOUT)
+        raise
+    finally:
+        os.close(fd)
+    if not buf:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(DOWN_TIMEOUT)
+            return {"ok": False, "error": f"the network did not come up within {timeout:.0f} s."}
+        return {"ok": False, "error": ""}
+    try:
+        return json.loads(buf.decode().splitlines()[0])
+    except (json.JSONDecodeError, IndexError):
+        return {"ok": False, "error": ""}
+
+
+def _print_tables(desc: dict[str, Any], run_dir: Path | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"network [bold]{desc['run_id']}[/bold] ({desc['topology']}): runtime {desc['runtime']}, "
+                  f"{desc.get('shaper_message') or 'shaper ' + desc['shaper']}"
+                  + (f", run dir {run_dir}" if run_dir else ""))
+    t = Table(title="hosts")
+    for col in ("host", "management", "data (loopback)", "interfaces"):
+        t.add_column(col)
+    for h in desc["hosts"]:
+        ifs = " ".join(f"{i['ifname']}={i['address']}" for i in h["interfaces"] if i["link"] != "mgmt")
+        t.add_row(h["name"], h["mgmt_address"], h["data_address"], ifs)
+    console.print(t)
+    t = Table(title="links")
+    for col in ("link", "state", "a→b", "b→a"):
+        t.add_column(col)
+    for l in desc["links"]:
+        t.add_row(l["name"], l["state"], _fmt_dir(l["a_to_b"]), _fmt_dir(l["b_to_a"]))
+    console.print(t)
+    if desc.get("partitions"):
+        for a, b in desc["partitions"]:
+            console.print(f"partition: {','.join(a)} | {','.join(b)}")
+
+
+def _fmt_dir(d: dict[str, Any]) -> str:
+    parts = [f"delay {d['delay'] * 1e3:g}ms"]
+    if d.get("jitter"):
+        parts.append(f"jitter {d['jitter'] * 1e3:g}ms")
+    if d.get("loss"):
+        parts.append(f"loss {d['loss'] * 100:g}%")
+    if d.get("gilbert"):
+        parts.append("gilbert-elliott")
+    parts.append(f"rate {d['rate'] / 1e6:g}Mbit" if d.get("rate") else "rate unlimited")
+    return ", ".join(parts)
+
+
+def _down(args: argparse.Namespace) -> int:
+    rec = _current_any()
+    try:
+        os.kill(rec.owner_pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + DOWN_TIMEOUT
+    while registry.pid_alive(rec.owner_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if registry.pid_alive(rec.owner_pid):
+        raise UserError(f"network {rec.run_id} did not stop within {DOWN_TIMEOUT:.0f} s (supervisor pid "
+                        f"{rec.owner_pid}); try again or kill that pid and run `testbed clean`.")
+    if registry.load(rec.run_id) is not None:     # the supervisor died without finishing: finish for it
+        from testbed import cleanup
+        cleanup.clean(only=[rec.run_id])
+    print(f"network {rec.run_id} is down")
+    return 0
+
+
+def _current_any() -> registry.RunRecord:
+    """The running network even while it is still being built (for down)."""
+    runs = netstate.running()
+    if not runs:
+        dead = [r.run_id for r in registry.all_runs() if r.kind == netstate.UP_KIND]
+        if dead:
+            raise UserError(f"no network is up, but network {dead[0]} died without tearing down; "
+                            "run `testbed clean`.")
+        raise UserError("no network is up (start one with `testbed up SCENARIO`).")
+    return runs[0]
+
+
+# ---- queries and changes -----------------------------------------------------------------
+
+def _status(args: argparse.Namespace) -> int:
+    rec = netstate.current()
+    net = netstate.attach(rec)
+    desc = net.describe()
+    if args.json:
+        print(json.dumps(desc, indent=1))
+    else:
+        _print_tables(desc, Path(rec.state.get("run_dir", "")))
+    return 0
+
+
+def _exec(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UserError("no command given: testbed exec NODE -- CMD [ARGS...].")
+    rec = netstate.current()
+    ns = rec.state.get("netns", {}).get(args.node)
+    if not ns:
+        raise UserError(f"no host named {args.node!r} in the running network {rec.run_id}.")
+    try:
+        return subprocess.run(["ip", "netns", "exec", ns, *cmd]).returncode
+    except KeyboardInterrupt:
+        return 130
+
+
+def _link(args: argparse.Namespace) -> int:
+    if args.down and args.up:
+        raise UserError("--down and --up exclude each other.")
+    params: dict[str, Any] = {}
+    if args.delay is not None:
+        params["delay"] = parse_duration(args.delay, "--delay")
+    if args.jitter is not None:
+        params["jitter"] = parse_duration(args.jitter, "--jitter")
+    if args.loss is not None:
+        params["loss"] = parse_percent(args.loss, "--loss")
+    if args.rate is not None:
+        params["rate"] = None if args.rate.lower() in ("unlimited", "none", "0") else parse_rate(args.rate, "--rate")
+    if not params and not args.down and not args.up:
+        raise UserError("nothing to change: give --delay, --jitter, --loss, --rate, --down or --up.")
+    rec = netstate.current()
+    with netstate.locked(rec.run_id):
+        net = netstate.attach(registry.load(rec.run_id) or rec)
+        if params:
+            unlimited = "rate" in params and params["rate"] is None
+            if unlimited:
+                params.pop("rate")
+            if params:
+                net.set_link(args.a, args.b, direction=args.direction, **params)
+            if unlimited:
+                _set_unlimited(net, args.a, args.b, args.direction)
+        if args.down:
+            net.link_down(args.a, args.b)
+        if args.up:
+            net.link_up(args.a, args.b)
+    link = net.topology.link(args.a, args.b)
+    print(f"link {link.name}: {'up' if link.up else 'down'}; {link.a}→{link.b} {_fmt_dir(vars_of(link.a_to_b))}; "
+          f"{link.b}→{link.a} {_fmt_dir(vars_of(link.b_to_a))}")
+    return 0
+
+
+def _set_unlimited(net: Any, a: str, b: str, direction: str) -> None:
+    # set_link drops None values (meaning "unchanged"), so lift the rate limit explicitly.
+    import dataclasses
+    link, reverse = net._link(a, b)
+    fwd, back = direction in ("both", "a_to_b"), direction in ("both", "b_to_a")
+    if reverse:
+        fwd, back = back, fwd
+    ab = dataclasses.replace(link.a_to_b, rate=None) if fwd else None
+    ba = dataclasses.replace(link.b_to_a, rate=None) if back else None
+    net._need_shaper().set_params(link.name, ab, ba)
+    link.a_to_b, link.b_to_a = ab or link.a_to_b, ba or link.b_to_a
+    net.record_event("link_set", link.name, direction=direction, rate=None)
+    net._save_state()
+
+
+def vars_of(d: Any) -> dict[str, Any]:
+    import dataclasses
+    return dataclasses.asdict(d)
+
+
+def _side(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise UserError(f"a partition side must name at least one host, got {text!r}.")
+    return names
+
+
+def _partition(args: argparse.Namespace) -> int:
+    a, b = _side(args.side_a), _side(args.side_b)
+    rec = netstate.current()
+    with netstate.locked(rec.run_id):
+        net = netstate.attach(registry.load(rec.run_id) or rec)
+        net.partition(a, b)
+    print(f"partitioned {','.join(a)} from {','.join(b)}")
+    return 0
+
+
+def _heal(args: argparse.Namespace) -> int:
+    rec = netstate.current()
+    with netstate.locked(rec.run_id):
+        net = netstate.attach(registry.load(rec.run_id) or rec)
+        n = len(net.partitions)
+        net.heal()
+    print(f"healed {n} partition(s)")
+    return 0
+
+
+def _clean(args: argparse.Namespace) -> int:
+    if os.geteuid() != 0:
+        raise UserError("`testbed clean` must run as root to remove namespaces and interfaces.")
+    from testbed import cleanup
+    if args.run_id and registry.is_live(args.run_id):
+        raise UserError(f"run {args.run_id} is live (its owner is running); stop it instead of cleaning it.")
+    removed = cleanup.clean(only=[args.run_id] if args.run_id else None)
+    for r in removed:
+        print(f"removed {r}")
+    print(f"testbed clean: removed {len(removed)} item(s)" if removed else "testbed clean: nothing to remove")
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("up", help="build the emulated WAN of a scenario and keep it up")
     p.add_argument("scenario", help="scenario YAML file")
-    p.set_defaults(handler=_pending("up"))
+    p.add_argument("--runtime", choices=("netns", "docker"), help="host runtime (default: the scenario's)")
+    p.add_argument("--shaper", choices=("auto", "netem", "wire"), help="link shaping backend (default: the scenario's)")
+    p.add_argument("--run-dir", help="where topology.json, events.jsonl and logs go (default: runs/up/<run>)")
+    p.add_argument("--factory", help=argparse.SUPPRESS)   # MODULE:FUNCTION building the Network (tests)
+    p.set_defaults(handler=_up)
     p = sub.add_parser("down", help="tear down the running network")
-    p.set_defaults(handler=_pending("down"))
+    p.set_defaults(handler=_down)
     p = sub.add_parser("status", help="hosts, links and their state")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(handler=_pending("status"))
-    p = sub.add_parser("exec", help="run a command inside a host")
+    p.set_defaults(handler=_status)
+    p = sub.add_parser("exec", help="run a command inside a host: testbed exec NODE -- CMD...")
     p.add_argument("node")
     p.add_argument("cmd", nargs=argparse.REMAINDER)
-    p.set_defaults(handler=_pending("exec"))
+    p.set_defaults(handler=_exec)
     p = sub.add_parser("link", help="change a link's parameters or state")
     p.add_argument("a")
     p.add_argument("b")
-    p.set_defaults(handler=_pending("link"))
-    p = sub.add_parser("partition", help="cut two sets of hosts apart")
+    p.add_argument("--delay", help="one-way delay, e.g. 25ms")
+    p.add_argument("--jitter", help="delay variation, e.g. 5ms")
+    p.add_argument("--loss", help="random loss, e.g. 1%% or 0.01")
+    p.add_argument("--rate", help="bandwidth, e.g. 10Mbit, or 'unlimited'")
+    p.add_argument("--direction", choices=("both", "a_to_b", "b_to_a"), default="both",
+                   help="a_to_b = frames sent by A as named here (default: both)")
+    p.add_argument("--down", action="store_true", help="take the link down (drops everything)")
+    p.add_argument("--up", action="store_true", help="bring the link back up")
+    p.set_defaults(handler=_link)
+    p = sub.add_parser("partition", help="cut two sets of hosts apart: testbed partition A,B C,D")
     p.add_argument("side_a")
     p.add_argument("side_b")
-    p.set_defaults(handler=_pending("partition"))
+    p.set_defaults(handler=_partition)
     p = sub.add_parser("heal", help="undo partitions")
-    p.set_defaults(handler=_pending("heal"))
+    p.set_defaults(handler=_heal)
     p = sub.add_parser("clean", help="remove everything a crashed testbed left behind (its prefix only)")
-    p.set_defaults(handler=_pending("clean"))
+    p.add_argument("--run-id", help="only this run id (refused while it is live)")
+    p.set_defaults(handler=_clean)

@@ -118,9 +118,11 @@ class Fault:
     """One timeline entry. `at` is model seconds after the workload begins.
 
     action: link_down | link_up | link_set | partition | heal | kill | restart | pause | resume
-    target: link "a-b" (link_*), node name (kill/restart/pause/resume), or [[side A], [side B]] (partition)
+    target: link "a-b" (link_*; the loader stores the topology's own link name, swapping
+            params["direction"] when the file named it "b-a"), node name (kill/restart/pause/resume), or [[side A], [side B]] (partition)
     params: for link_set, the new Direction fields (delay, jitter, loss, rate, ...) and optional
-            "direction": "both" | "a_to_b" | "b_to_a"
+            "direction": "both" | "a_to_b" | "b_to_a" (values parsed: seconds, bit/s, fractions;
+            loss_model as "random" or {type: gilbert, p, r, loss_good, loss_bad})
     """
 
     at: float
@@ -156,4 +158,4 @@ class Scenario:
     faults: list[Fault] = field(default_factory=list)
     sweep: SweepSpec = field(default_factory=SweepSpec)
     quick: dict[str, Any] = field(default_factory=dict)      # dotted key -> value, applied by --quick
-    source: str = ""                     # the file it was loaded from (for messages)
+    source: str = field(default="", compare=False)  # the file it was loaded from (for messages; not compared)

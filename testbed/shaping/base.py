@@ -53,6 +53,10 @@ class Shaper(ABC):
     def counters(self, link_id: str) -> tuple[DirectionCounters, DirectionCounters]:
         """(a_to_b, b_to_a) counters since the link was created."""
 
+    def state(self) -> dict:
+        """JSON-serialisable state from which testbed.shaping.attach() rebuilds this shaper in another process."""
+        return {}
+
     @abstractmethod
     def close(self) -> None:
         """Remove every interface and process this shaper created. Idempotent."""

@@ -1,0 +1,193 @@
+"""Building the node image, online or offline, with a content-hash cache.
+
+Online: FROM python:3.11-slim (pulled). Offline (no registry reachable): a
+bookworm base made with debootstrap from the machine's Debian mirror and
+`docker import`ed. Python packages always come from wheels downloaded on the
+host, so the Dockerfile build step needs no network either way. The content
+hash of the Dockerfile, the node requirements and the node sources is stored as
+an image label; an unchanged tree is a cache hit and no build runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from testbed import PREFIX, __version__
+from testbed.docker_engine import docker, require_engine
+from testbed.errors import UserError
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parent.parent
+IMAGE_DIR = REPO / "images" / "node"
+NODE_REQUIREMENTS = IMAGE_DIR / "requirements-node.txt"
+IMAGE = f"{PREFIX}-node:{__version__}"
+ONLINE_BASE = "python:3.11-slim"
+OFFLINE_BASE = f"{PREFIX}-base:bookworm"
+HASH_LABEL = "wanbed.content-hash"
+# testbed modules the node imports (node -> testbed.errors, testbed.registry).
+TESTBED_FILES = ["__init__.py", "errors.py", "registry.py"]
+BASE_PACKAGES = ["python3", "python3-venv", "python3-pip", "iproute2", "iputils-ping",
+                 "tcpdump", "iperf3", "procps"]
+MIRROR_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
+
+
+@dataclass
+class BuildOptions:
+    mode: str = "auto"                 # "auto" | "online" | "offline"
+    force: bool = False
+    build_dir: Path = REPO / "build"   # wheels and the debootstrap root live here
+    image: str = IMAGE
+
+
+@dataclass
+class BuildResult:
+    image: str
+    cached: bool
+    mode: str                          # "cache" | "online" | "offline"
+    seconds: float
+    content_hash: str
+
+
+def _sources() -> list[Path]:
+    files = [IMAGE_DIR / "Dockerfile", NODE_REQUIREMENTS]
+    files += sorted(p for p in (REPO / "node").rglob("*") if p.is_file() and _shipped(p))
+    files += [REPO / "testbed" / f for f in TESTBED_FILES]
+    return files
+
+
+def _shipped(p: Path) -> bool:
+    return "__pycache__" not in p.parts and p.suffix != ".pyc"
+
+
+def content_hash() -> str:
+    """sha256 over the relative path and bytes of every file that goes into the image."""
+    h = hashlib.sha256()
+    for f in _sources():
+        h.update(str(f.relative_to(REPO)).encode() + b"\0")
+        h.update(f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def image_label(image: str, label: str) -> str | None:
+    res = docker(["image", "inspect", "--format", f'{{{{index .Config.Labels "{label}"}}}}', image], check=False)
+    return res.stdout.strip() if res.returncode == 0 else None
+
+
+def image_exists(image: str) -> bool:
+    return docker(["image", "inspect", image], check=False).returncode == 0
+
+
+def debian_mirror() -> str:
+    """The machine's own Debian mirror (first URIs line of the deb822 sources)."""
+    if MIRROR_SOURCES.exists():
+        for line in MIRROR_SOURCES.read_text().splitlines():
+            if line.startswith("URIs:"):
+                return line.split()[1]
+    return "http://deb.debian.org/debian"
+
+
+def _run_step(argv: list[str], what: str, progress: Callable[[str], None], timeout: float) -> None:
+    """Run a long step, echoing its output lines as progress."""
+    progress(f"{what} ...")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tail: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        tail = (tail + [line.rstrip()])[-10:]
+        if line.startswith(("I: Retrieving", "I: Extracting", "I: Configuring", "I: Base system", "Step ",
+                            "Successfully", "Saved ")):
+            progress(f"  {line.rstrip()}")
+        if time.monotonic() - t0 > timeout:
+            proc.kill()
+    if proc.wait() != 0:
+        raise RuntimeError(f"{what} failed: " + " | ".join(tail[-5:]))
+    progress(f"{what} done in {time.monotonic() - t0:.0f} s")
+
+
+def make_offline_base(build_dir: Path, progress: Callable[[str], None]) -> None:
+    """debootstrap a minimal bookworm (python3.11, the host's ABI) and import it as OFFLINE_BASE."""
+    if shutil.which("debootstrap") is None:
+        raise UserError("offline image build needs debootstrap (apt-get install debootstrap).")
+    rootfs = build_dir / "rootfs"
+    if not (rootfs / "usr" / "bin" / "python3").exists():
+        shutil.rmtree(rootfs, ignore_errors=True)
+        _run_step(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
+                   "bookworm", str(rootfs), debian_mirror()], "debootstrap bookworm (takes minutes)",
+                  progress, timeout=1800)
+    progress(f"importing {rootfs} as {OFFLINE_BASE} ...")
+    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+    imp = subprocess.run(["docker", "import", "-", OFFLINE_BASE], stdin=tar.stdout, capture_output=True, text=True)
+    tar.wait()
+    if imp.returncode != 0:
+        raise RuntimeError(f"docker import failed: {imp.stderr.strip()}")
+
+
+def download_wheels(build_dir: Path, progress: Callable[[str], None]) -> Path:
+    """cp311 manylinux wheels for the node requirements (host and image share Python 3.11)."""
+    wheels = build_dir / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    _run_step([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--python-version", "3.11",
+               "-d", str(wheels), "-r", str(NODE_REQUIREMENTS)], "downloading node wheels", progress, timeout=600)
+    return wheels
+
+
+def _stage_context(wheels: Path, ctx: Path) -> None:
+    shutil.copy2(IMAGE_DIR / "Dockerfile", ctx / "Dockerfile")
+    shutil.copytree(wheels, ctx / "wheels")
+    shutil.copy2(NODE_REQUIREMENTS, ctx / "wheels" / "requirements-node.txt")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "node", ctx / "src" / "node", ignore=ignore)
+    (ctx / "src" / "testbed").mkdir(parents=True)
+    for f in TESTBED_FILES:
+        shutil.copy2(REPO / "testbed" / f, ctx / "src" / "testbed" / f)
+
+
+def _online_base_available() -> bool:
+    if image_exists(ONLINE_BASE):
+        return True
+    try:
+        return docker(["pull", ONLINE_BASE], check=False, timeout=60).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def build(opts: BuildOptions, progress: Callable[[str], None] = print) -> BuildResult:
+    """Build the node image unless an image with the same content hash exists (opts.force rebuilds)."""
+    require_engine()
+    t0 = time.monotonic()
+    digest = content_hash()
+    if not opts.force and image_label(opts.image, HASH_LABEL) == digest:
+        return BuildResult(opts.image, True, "cache", time.monotonic() - t0, digest)
+    if opts.mode == "online" or (opts.mode == "auto" and _online_base_available()):
+        if opts.mode == "online" and not _online_base_available():
+            raise UserError(f"cannot pull {ONLINE_BASE}: no registry reachable; use --offline.")
+        mode, base = "online", ONLINE_BASE
+    else:
+        mode, base = "offline", OFFLINE_BASE
+        if opts.force or not image_exists(OFFLINE_BASE):
+            make_offline_base(opts.build_dir, progress)
+    wheels = download_wheels(opts.build_dir, progress)
+    with tempfile.TemporaryDirectory(prefix=f"{PREFIX}-image-") as tmp:
+        ctx = Path(tmp)
+        _stage_context(wheels, ctx)
+        _run_step(["env", "DOCKER_BUILDKIT=0", "docker", "build", "--build-arg", f"BASE={base}",
+                   "--build-arg", f"VERSION={__version__}", "--build-arg", f"CONTENT_HASH={digest}",
+                   "-t", opts.image, str(ctx)], f"docker build {opts.image} ({mode})", progress, timeout=1200)
+    return BuildResult(opts.image, False, mode, time.monotonic() - t0, digest)
+
+
+def ensure_image(image: str = IMAGE) -> str:
+    """The image name, building it first when missing (used by the docker runtime)."""
+    if not image_exists(image):
+        build(BuildOptions(image=image), progress=lambda s: log.info("%s", s))
+    return image

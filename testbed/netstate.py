@@ -1,0 +1,216 @@
+"""The state of a running network, kept so later processes (the CLI) can find and change it.
+
+The state lives in the run's registry record (`state`): topology, address plan,
+link state, partitions, the shaper's own reattach state, the run directory. A
+`testbed link` call in another shell attaches a Network to it, applies the
+change through the shaper's attach() and writes the state back. Changes are
+serialised with a lock file so two CLI calls cannot lose each other's update.
+
+`testbed up` registers its run with kind "up"; that is "the running network"
+the CLI commands act on (API users and tests use other kinds and never clash).
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from testbed import registry
+from testbed.errors import UserError
+from testbed.topology.model import (AddressPlan, Direction, GilbertElliott, Interface, Lan, Link, Node, Route,
+                                    Topology)
+
+if TYPE_CHECKING:
+    from testbed.network import Network
+
+UP_KIND = "up"
+DEFAULT_MGMT_PORT = 7001        # the node daemon's mgmt_listen port unless the run records another
+
+
+def state_path(run_id: str) -> Path:
+    """The big part of the state (topology, plan): its own compact file beside the registry record."""
+    return registry.REGISTRY_DIR / f"{registry.prefix(run_id)}.state.json"
+
+
+def save(net: "Network", ready: bool | None = None) -> None:
+    rec = registry.load(net.run_id)
+    if rec is None:
+        return          # torn down meanwhile
+    state = dict(rec.state)
+    shaper_state: Any = None
+    if net.shaper is not None and hasattr(net.shaper, "state"):
+        try:
+            shaper_state = net.shaper.state()
+        except Exception:       # the shaper's reattach state is optional for a network that stays in-process
+            shaper_state = None
+    big = {"topology": topology_to_dict(net.topology),
+           "plan": plan_to_dict(net.plan) if net.plan is not None else None,
+           "link_state": net.link_state, "partitions": net.partitions,
+           "partitioned_hosts": sorted(net.partitioned_hosts)}
+    path = state_path(net.run_id)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(big, separators=(",", ":")))    # compact: the C encoder, fast at 100 hosts
+    tmp.replace(path)
+    state.update({
+        "component": "network",
+        "run_dir": str(Path(net.run_dir).resolve()) if net.run_dir else "",
+        "runtime": getattr(net.runtime, "name", "") or str(net._runtime_choice),
+        "shaper": net.shaper_name,
+        "shaper_message": net.shaper_message,
+        "shaper_state": shaper_state if shaper_state is not None else state.get("shaper_state"),
+        "netns": {n: h.netns for n, h in net.hosts.items()},
+        "pools": list(net.pools),
+        "state_file": str(path),
+    })
+    if ready is not None:
+        state["ready"] = ready
+    rec.state = state
+    registry.save(rec)
+
+
+def load_state(record: registry.RunRecord) -> dict[str, Any]:
+    """The registry state merged with the big state file."""
+    st = dict(record.state)
+    try:
+        st.update(json.loads(state_path(record.run_id).read_text()))
+    except (FileNotFoundError, json.JSONDecodeError):
+        raise UserError(f"the state of network {record.run_id} is missing; it may be shutting down.") from None
+    return st
+
+
+def running(kind: str = UP_KIND) -> list[registry.RunRecord]:
+    """Live runs of this kind (normally zero or one `testbed up`)."""
+    return [r for r in registry.all_runs() if r.kind == kind and registry.pid_alive(r.owner_pid)]
+
+
+def current(kind: str = UP_KIND) -> registry.RunRecord:
+    runs = running(kind)
+    if not runs:
+        raise UserError("no network is up (start one with `testbed up SCENARIO`).")
+    if len(runs) > 1:
+        raise UserError("more than one network is up: " + ", ".join(r.run_id for r in runs) + ".")
+    if not runs[0].state.get("ready"):
+        raise UserError(f"network {runs[0].run_id} is still being built; try again in a moment.")
+    return runs[0]
+
+
+@contextmanager
+def locked(run_id: str) -> Iterator[None]:
+    registry.REGISTRY_DIR.mkdir(parents=True, exist_ok=True)
+    path = registry.REGISTRY_DIR / f"{registry.prefix(run_id)}.lock"
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _direction(d: dict[str, Any]) -> Direction:
+    d = dict(d)
+    if d.get("gilbert"):
+        d["gilbert"] = GilbertElliott(**d["gilbert"])
+    return Direction(**d)
+
+
+def topology_from_dict(d: dict[str, Any]) -> Topology:
+    return Topology(
+        name=d["name"],
+        nodes=[Node(**n) for n in d["nodes"]],
+        links=[Link(a=l["a"], b=l["b"], a_to_b=_direction(l["a_to_b"]), b_to_a=_direction(l["b_to_a"]),
+                    name=l["name"], up=l["up"]) for l in d["links"]],
+        lans=[Lan(name=x["name"], members=x["members"], params=_direction(x["params"])) for x in d.get("lans", [])],
+    )
+
+
+def _dir_to_dict(d: Direction) -> dict[str, Any]:
+    out = dict(vars(d))
+    if d.gilbert is not None:
+        out["gilbert"] = dict(vars(d.gilbert))
+    return out
+
+
+def topology_to_dict(t: Topology) -> dict[str, Any]:
+    return {"name": t.name,
+            "nodes": [{"name": n.name, "role": n.role, "attrs": dict(n.attrs)} for n in t.nodes],
+            "links": [{"a": l.a, "b": l.b, "name": l.name, "up": l.up, "a_to_b": _dir_to_dict(l.a_to_b),
+                       "b_to_a": _dir_to_dict(l.b_to_a)} for l in t.links],
+            "lans": [{"name": x.name, "members": list(x.members), "params": _dir_to_dict(x.params)} for x in t.lans]}
+
+
+def plan_to_dict(plan: AddressPlan) -> dict[str, Any]:
+    # Interfaces and routes are flat: vars() is much cheaper than asdict() for tens of thousands of routes.
+    return {"interfaces": {n: [dict(vars(i)) for i in v] for n, v in plan.interfaces.items()},
+            "routes": {n: [dict(vars(r)) for r in v] for n, v in plan.routes.items()},
+            "mgmt_address": dict(plan.mgmt_address), "mgmt_subnet": plan.mgmt_subnet, "loopback": dict(plan.loopback)}
+
+
+def plan_from_dict(d: dict[str, Any]) -> AddressPlan:
+    return AddressPlan(
+        interfaces={n: [Interface(**i) for i in v] for n, v in d["interfaces"].items()},
+        routes={n: [Route(**r) for r in v] for n, v in d["routes"].items()},
+        mgmt_address=dict(d["mgmt_address"]), mgmt_subnet=d.get("mgmt_subnet", ""),
+        loopback=dict(d.get("loopback", {})),
+    )
+
+
+def attach(record: registry.RunRecord) -> "Network":
+    """A Network object for a network another process holds: queries and runtime changes, never stop()."""
+    from testbed.network import Network
+    from testbed.runtime.netns import NetnsHost
+
+    st = load_state(record)
+    net = Network(topology_from_dict(st["topology"]), plan_from_dict(st["plan"]), run_dir=st["run_dir"],
+                  run_id=record.run_id, pools=tuple(st.get("pools") or ()), kind=record.kind,  # type: ignore[arg-type]
+                  handle_signals=False)
+    net._attached = True
+    net._started = True
+    net.link_state = st.get("link_state", {})
+    net.partitions = st.get("partitions", [])
+    net.partitioned_hosts = set(st.get("partitioned_hosts", []))
+    net.shaper_name = st.get("shaper", "")
+    net.shaper_message = st.get("shaper_message", "")
+    net.runtime = _AttachedRuntime(st.get("runtime", "netns"), {
+        n: NetnsHost(n, ns, Path(st["run_dir"]) / "nodes" / n) for n, ns in st.get("netns", {}).items()})
+    net.shaper = _attach_shaper(st)
+    return net
+
+
+def _attach_shaper(st: dict[str, Any]) -> Any:
+    if st.get("shaper_state") is None:
+        return None
+    hook = st["shaper_state"].get("attach") if isinstance(st["shaper_state"], dict) else None
+    if isinstance(hook, str) and ":" in hook:
+        # A shaper outside testbed.shaping (a test's) names its own reattach function.
+        import importlib
+        mod, _, fn = hook.partition(":")
+        return getattr(importlib.import_module(mod), fn)(st["shaper_state"])
+    try:
+        from testbed.shaping import attach as shaping_attach  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return shaping_attach(st["shaper_state"])
+
+
+class _AttachedRuntime:
+    """Just enough of a Runtime for queries and exec: the hosts by name. Closing is the owner's job."""
+
+    def __init__(self, name: str, hosts: dict[str, Any]) -> None:
+        self.name = name
+        self.hosts = hosts
+
+    def close(self) -> None:
+        pass
+
+
+def mgmt_address(node: str) -> str:
+    """HOST:PORT of a node's management service in the running `testbed up` network (for `testbed send`)."""
+    rec = current()
+    addr = load_state(rec).get("plan", {}).get("mgmt_address", {}).get(node)
+    if not addr:
+        raise UserError(f"no node named {node!r} in the running network {rec.run_id}.")
+    port = int(rec.state.get("mgmt_port", os.environ.get("WANBED_MGMT_PORT", DEFAULT_MGMT_PORT)))
+    return f"{addr.split('/')[0]}:{port}"

@@ -1,0 +1,108 @@
+"""The process that holds a `testbed up` network after the command has returned.
+
+`testbed up` starts `python -m testbed.netsupervisor SCENARIO ...` in a session of
+its own. It registers the run (kind "up", owner = itself), builds the network,
+reports success or the error sentence on a pipe the parent reads, then sleeps
+until SIGTERM/SIGINT (`testbed down`) and tears everything down. A kill -9 of
+it leaves resources whose owner is dead: exactly what `testbed clean` removes.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from testbed import netstate, registry
+from testbed.errors import UserError
+
+log = logging.getLogger("testbed.netsupervisor")
+
+
+def _report(fd: int, payload: dict) -> None:
+    if fd < 0:
+        return
+    try:
+        os.write(fd, (json.dumps(payload) + "\n").encode())
+        os.close(fd)
+    except OSError:
+        pass     # the parent went away; the network still stays up until `testbed down`
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m testbed.netsupervisor")
+    p.add_argument("scenario")
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--runtime")
+    p.add_argument("--shaper")
+    p.add_argument("--report-fd", type=int, default=-1)
+    p.add_argument("--factory", help="MODULE:FUNCTION returning an unstarted Network (tests; replaces the loader)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)    # the user's terminal closing must not take the network down
+
+    net = None
+    try:
+        from testbed.network import Network
+        kw = {}
+        if args.runtime:
+            kw["runtime"] = args.runtime
+        if args.shaper:
+            kw["shaper"] = args.shaper
+        scenario = None
+        if args.factory:
+            mod, _, fn = args.factory.partition(":")
+            net = getattr(importlib.import_module(mod), fn)(run_id=args.run_id, run_dir=Path(args.run_dir),
+                                                           kind=netstate.UP_KIND, handle_signals=False)
+        else:
+            try:
+                from testbed.scenario import load  # type: ignore[attr-defined]
+            except ImportError:
+                raise UserError("the scenario loader (testbed.scenario.load) is not installed yet.") from None
+            scenario = load(args.scenario)
+            net = Network.from_scenario(scenario, Path(args.run_dir), run_id=args.run_id, kind=netstate.UP_KIND,
+                                        handle_signals=False, **kw)
+        net.start()
+        # A concurrent `up` may have slipped past the parent's check: the older one wins.
+        others = [r for r in netstate.running() if r.run_id != args.run_id and r.started <= registry.load(
+            args.run_id).started]
+        if others:
+            raise UserError(f"network {others[0].run_id} is already up; run `testbed down` first.")
+        try:
+            if scenario is None:
+                raise LookupError("no scenario")
+            from testbed.scenario import dump_resolved  # type: ignore[attr-defined]
+            (Path(args.run_dir) / "scenario.yaml").write_text(dump_resolved(scenario))
+        except Exception:
+            log.warning("could not write the resolved scenario", exc_info=True)
+    except BaseException as exc:
+        msg = str(exc) if isinstance(exc, UserError) else f"building the network failed: {exc!r}"
+        log.error("%s", msg, exc_info=not isinstance(exc, UserError))
+        if net is not None:
+            net.stop()
+        registry.unregister(args.run_id)
+        _report(args.report_fd, {"ok": False, "error": msg})
+        return 2
+    _report(args.report_fd, {"ok": True, "run_id": args.run_id})
+    if stop.is_set():
+        log.info("stop requested during set-up")
+    while not stop.wait(3600):
+        pass
+    log.info("tearing down network %s", args.run_id)
+    net.stop()
+    log.info("network %s is down", args.run_id)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
