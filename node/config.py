@@ -77,6 +77,38 @@ class LimitsConfig:
 
 
 @dataclass
+class ResourcesConfig:
+    """Issue-6 resource settings; key names are a fixed contract with the experiment runner."""
+    buffer_classes: bool = True          # false = single shared pool (store-and-forward deadlock possible)
+    transit_buffers: int = 100           # per MTA, fragment units (non-fragmenting: largest-message units)
+    input_pool: int = 50                 # class 0 (submissions), fragment units
+    class_min: int = 2
+    adjust_every: int = 50               # buffer releases between expression-5.1 recomputations
+    stream_allocation: int = 1           # max buffers per message stream per hop
+    recipient_pool: int = 200            # fragment units
+    recipient_single_share: float = 0.25
+    removal_interval: float = 1.0        # seconds (mean); 0 = only real mailbox reads
+    reservation_timeout: float = 60.0    # seconds
+    rbsad: float = 0.0                   # mean allocation delay in seconds; 0 = off
+    rbsad_probability: float = 0.1
+    hybrid_window: int = 20
+
+    def validate(self) -> None:
+        for key in ("transit_buffers", "input_pool", "class_min", "adjust_every",
+                    "stream_allocation", "recipient_pool", "hybrid_window"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"resources.{key} must be at least 1.")
+        for key in ("removal_interval", "rbsad"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"resources.{key} must not be negative.")
+        if self.reservation_timeout <= 0:
+            raise ConfigError("resources.reservation_timeout must be positive.")
+        for key in ("recipient_single_share", "rbsad_probability"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                raise ConfigError(f"resources.{key} must be between 0 and 1.")
+
+
+@dataclass
 class NodeConfig:
     name: str
     data_listen: str
@@ -96,6 +128,7 @@ class NodeConfig:
     batch: BatchConfig = field(default_factory=BatchConfig)
     session: SessionConfig = field(default_factory=SessionConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
 
     @property
     def spool_path(self) -> Path:
@@ -133,6 +166,7 @@ class NodeConfig:
             raise ConfigError("batch sizes must be at least 1.")
         if not (1 <= self.batch.min_bytes <= self.batch.max_bytes) or self.batch.target_delay <= 0:
             raise ConfigError("batch needs 1 <= min_bytes <= max_bytes and a positive target_delay.")
+        self.resources.validate()
 
 
 def _check_addr(key: str, value: Any) -> None:
@@ -155,7 +189,8 @@ def _build(cls: type, data: Any, where: str) -> Any:
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         f = fields[name]
-        sub = {"batch": BatchConfig, "session": SessionConfig, "limits": LimitsConfig}.get(name) if cls is NodeConfig else None
+        sub = {"batch": BatchConfig, "session": SessionConfig, "limits": LimitsConfig,
+               "resources": ResourcesConfig}.get(name) if cls is NodeConfig else None
         key = f"{where}.{name}" if where else name
         if sub is not None:
             kwargs[name] = _build(sub, value or {}, key)

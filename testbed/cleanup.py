@@ -151,4 +151,8 @@ def clean(only: Iterable[str] | None = None) -> list[str]:
                       else []):
             stray.unlink(missing_ok=True)
             removed.append(f"state file {stray.name}")
+    if only is None:
+        # Containers of the Docker runtime carry their run id in a label; an engine that is not running has none.
+        from testbed.runtime.docker import clean_orphans
+        removed += [f"container {name}" for name in clean_orphans(registry.is_live)]
     return removed

@@ -93,3 +93,16 @@ def test_daemon_port_in_use_exits_2_with_one_sentence(tmp_path: Path) -> None:
         out = subprocess.run([sys.executable, "-m", "node", "--config", str(p)], capture_output=True, text=True,
                              cwd=ROOT, timeout=30)
     assert out.returncode == 2 and "cannot listen" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_resources_section_loads_and_validates() -> None:
+    import pytest
+    from node import config as node_config
+    base = {"name": "a", "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2"}
+    cfg = node_config.from_dict({**base, "resources": {"rbsad": 4, "buffer_classes": False}})
+    assert cfg.resources.rbsad == 4.0 and cfg.resources.buffer_classes is False
+    assert cfg.resources.transit_buffers == 100
+    with pytest.raises(node_config.ConfigError):
+        node_config.from_dict({**base, "resources": {"rbsad_probability": 1.5}})
+    with pytest.raises(node_config.ConfigError):
+        node_config.from_dict({**base, "resources": {"no_such_key": 1}})
