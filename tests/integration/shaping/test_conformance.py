@@ -21,7 +21,7 @@ from shaping_rig import B_IP, LinkRig
 pytestmark = pytest.mark.timeout(90)
 
 # Processing slack of the userspace path (Python relay + namespace stack) per one-way trip: generous sanity bound.
-SLACK = 0.003
+SLACK = 0.010  # per trip: CPU scheduling slack on a busy 2-core host; bench_wire.py measures the real p99 error (~0.3 ms)
 
 
 def binomial_99(n: int, p: float) -> tuple[float, float]:

@@ -1,0 +1,69 @@
+"""Find the runs under a run directory (DESIGN.md section 6)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.errors import UserError
+
+
+@dataclass(frozen=True)
+class Run:
+    path: Path
+    cell: str
+    rep: str
+    params: dict = field(default_factory=dict)
+    summary: dict | None = None
+
+    @property
+    def mode(self) -> str | None:
+        return self.params.get("nodes.all.mode")
+
+    @property
+    def fragment_size(self) -> int:
+        return int(self.params.get("nodes.all.fragment_size", 1000) or 1000)
+
+    def files(self, name: str) -> list[Path]:
+        return sorted((self.path / "nodes").glob(f"*/{name}"))
+
+
+def _summary(path: Path) -> dict | None:
+    f = path / "summary.json"
+    try:
+        return json.loads(f.read_text()) if f.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _cells(root: Path) -> dict[str, dict]:
+    """Cell id -> params from root/experiment.json (empty when absent)."""
+    cells: dict[str, dict] = {}
+    exp = root / "experiment.json"
+    if exp.is_file():
+        try:
+            data = json.loads(exp.read_text())
+        except ValueError as e:
+            raise UserError(f"{exp} is not valid JSON ({e}).") from None
+        for c in data.get("cells", []):
+            cells[str(c.get("id"))] = dict(c.get("params") or {})
+    return cells
+
+
+def find_runs(directory: str | Path) -> list[Run]:
+    """All runs in an experiment directory, or the single run when DIR is itself a run."""
+    root = Path(str(directory).removeprefix("file://"))
+    if not root.is_dir():
+        raise UserError(f"run directory {root} does not exist.")
+    if (root / "nodes").is_dir():
+        cell = root.parent.name or "run"
+        return [Run(root, cell, root.name, _cells(root.parent.parent).get(cell, {}), _summary(root))]
+    cells = _cells(root)
+    runs = []
+    for nodes in sorted(root.glob("*/*/nodes")):
+        rep_dir = nodes.parent
+        cell = rep_dir.parent.name
+        runs.append(Run(rep_dir, cell, rep_dir.name, cells.get(cell, {}), _summary(rep_dir)))
+    if not runs:
+        raise UserError(f"no runs found in {root} (expected <cell>/<rep>/nodes/ or nodes/).")
+    return runs

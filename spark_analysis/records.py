@@ -1,0 +1,80 @@
+"""Read the JSON-lines records of runs with Spark, after checking each line against node/schema.py."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (BooleanType, DoubleType, LongType, StringType, StructField, StructType)
+
+from node.schema import validate
+from testbed.errors import UserError
+
+from .layout import Run
+
+FILES = {"submission": "submissions.jsonl", "delivery": "deliveries.jsonl", "metrics": "metrics.jsonl"}
+
+SCHEMAS = {
+    "delivery": StructType([
+        StructField("ts", DoubleType()), StructField("node", StringType()),
+        StructField("msg_id", StringType()), StructField("src", StringType()),
+        StructField("dst", StringType()), StructField("size", LongType()),
+        StructField("fragments", LongType()), StructField("mode", StringType()),
+        StructField("submit_ts", DoubleType()), StructField("deliver_ts", DoubleType()),
+        StructField("hops", LongType()),
+    ]),
+    "submission": StructType([
+        StructField("ts", DoubleType()), StructField("node", StringType()),
+        StructField("msg_id", StringType()), StructField("src", StringType()),
+        StructField("dst", StringType()),  # str or list: a list arrives as its JSON text
+        StructField("size", LongType()), StructField("accepted", BooleanType()),
+        StructField("reason", StringType()),
+    ]),
+    "metrics": StructType([
+        StructField("ts", DoubleType()), StructField("node", StringType()),
+        StructField("spool_messages", LongType()), StructField("spool_bytes", LongType()),
+        StructField("delivered", LongType()),
+    ]),
+}
+
+
+def check_file(kind: str, path: Path) -> None:
+    """Raise UserError naming the file and line of the first record that breaks the schema."""
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as e:
+                raise UserError(f"{path}:{lineno}: not valid JSON ({e}).") from None
+            problems = validate(kind, record)
+            if problems:
+                raise UserError(f"{path}:{lineno}: {kind} record does not match node/schema.py: "
+                                f"{'; '.join(problems)}.")
+
+
+def read(spark: SparkSession, runs: list[Run], kind: str) -> DataFrame:
+    """One DataFrame of all `kind` records of the runs, with columns cell, rep, run_mode, frag_size added."""
+    frames = []
+    for run in runs:
+        files = [p for p in run.files(FILES[kind]) if p.stat().st_size > 0]
+        for p in files:
+            check_file(kind, p)
+        if not files:
+            continue
+        df = spark.read.schema(SCHEMAS[kind]).json([str(p) for p in files])
+        frames.append(df.withColumn("cell", F.lit(run.cell)).withColumn("rep", F.lit(run.rep))
+                      .withColumn("run_mode", F.lit(run.mode).cast("string"))
+                      .withColumn("frag_size", F.lit(run.fragment_size)))
+    if not frames:
+        extra = StructType(SCHEMAS[kind].fields + [StructField("cell", StringType()), StructField("rep", StringType()),
+                                                   StructField("run_mode", StringType()),
+                                                   StructField("frag_size", LongType())])
+        # built in the JVM: an empty Python-side DataFrame needs Python workers for nothing
+        return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in extra.fields])
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out

@@ -1,0 +1,140 @@
+"""spark_analysis report on a synthetic run tree: numbers, HTML, errors."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from spark_analysis.__main__ import main, report
+from testbed.errors import UserError
+
+from .runtree import MODES, make_tree, mean_ci2
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def built(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs") / "synthetic"
+    expected = make_tree(root, messages=100, lose={("frag", "2"): 3}, dup={("frag", "2"): 2, ("nofrag", "1"): 1})
+    out = root.parent / "out"
+    page = report(str(root), str(out), spark=spark)
+    return expected, out, page
+
+
+def test_per_run_figures_match(built):
+    expected, out, _ = built
+    runs = pd.read_csv(out / "runs.csv", dtype={"rep": str})
+    assert len(runs) == 4
+    for row in runs.itertuples():
+        exp = expected[(row.cell, row.rep)]
+        assert row.mode == exp["mode"]
+        for k in ("submitted", "accepted", "delivered", "lost", "duplicates"):
+            assert getattr(row, k) == exp[k], (row.cell, row.rep, k)
+        assert row.throughput_multi == pytest.approx(exp["throughput_multi"], rel=1e-9)
+
+
+def test_loss_and_duplicates_detected(built):
+    expected, out, _ = built
+    runs = pd.read_csv(out / "runs.csv", dtype={"rep": str}).set_index(["cell", "rep"])
+    assert runs.loc[("frag", "2"), "lost"] == 3
+    assert runs.loc[("frag", "2"), "duplicates"] == 2
+    assert runs.loc[("nofrag", "1"), "duplicates"] == 1
+    assert runs.loc[("nofrag", "2"), ["lost", "duplicates"]].tolist() == [0, 0]
+
+
+def test_summary_means_and_ci(built):
+    expected, out, _ = built
+    summary = pd.read_csv(out / "summary.csv")
+    for cell in MODES:
+        for metric in ("delivered", "lost", "duplicates", "throughput_multi"):
+            row = summary[(summary.cell == cell) & (summary.metric == metric)].iloc[0]
+            m, ci = mean_ci2(expected[(cell, "1")][metric], expected[(cell, "2")][metric])
+            assert row["n"] == 2
+            assert row["mean"] == pytest.approx(m, rel=1e-9)
+            assert row["ci95"] == pytest.approx(ci, rel=1e-9, abs=1e-12)
+
+
+def test_delay_by_bucket(built):
+    expected, out, _ = built
+    delays = pd.read_csv(out / "delay_by_size.csv", dtype={"bucket": str})
+    assert set(delays["bucket"]) == {"1", "2-10", "11-20", "21-50", "51+"}
+    assert len(delays) == 10
+    for row in delays.itertuples():
+        m, ci = mean_ci2(expected[(row.cell, "1")]["delay"][row.bucket], expected[(row.cell, "2")]["delay"][row.bucket])
+        assert row.n == 2
+        assert row.mean_delay_s == pytest.approx(m, rel=1e-9)
+        assert row.ci95 == pytest.approx(ci, rel=1e-9)
+    # fragmenting was generated 1.5x slower per fragment: visible in the largest bucket
+    big = delays[delays.bucket == "51+"].set_index("mode")["mean_delay_s"]
+    assert big["fragmenting"] > big["non-fragmenting"]
+
+
+def test_html_self_contained(built):
+    _, out, page = built
+    text = Path(page).read_text()
+    for section in ('id="summary"', 'id="delay"', 'id="runs"'):
+        assert section in text
+    assert "data:image/png;base64,iVBOR" in text
+    assert "<td>fragmenting</td>" in text and "<th>n</th>" in text
+    assert (out / "delay_by_size.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_cli_single_run_dir(spark, tmp_path, capsys):
+    make_tree(tmp_path / "exp", messages=20)
+    assert main(["report", str(tmp_path / "exp" / "frag" / "1"), "--out", str(tmp_path / "o")]) == 0
+    runs = pd.read_csv(tmp_path / "o" / "runs.csv")
+    assert runs[["cell", "mode", "delivered"]].values.tolist() == [["frag", "fragmenting", 20]]
+    assert "report written to" in capsys.readouterr().out
+
+
+def test_schema_violation_names_file_and_line(spark, tmp_path):
+    make_tree(tmp_path / "exp", messages=10)
+    f = tmp_path / "exp" / "nofrag" / "2" / "nodes" / "b" / "deliveries.jsonl"
+    lines = f.read_text().splitlines()
+    lines[4] = lines[4].replace('"hops": 2', '"hops": "two"')
+    f.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError) as err:
+        report(str(tmp_path / "exp"), str(tmp_path / "o"), spark=spark)
+    msg = str(err.value)
+    assert f"{f}:5:" in msg and "'hops'" in msg
+
+
+def test_missing_dir_exits_2_with_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "spark_analysis", "report", str(tmp_path / "nope")],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_no_runs_exits_2(tmp_path):
+    assert main(["report", str(tmp_path)]) == 2
+
+
+def test_mean_ci_student_t():
+    from spark_analysis.compare import mean_ci, t975
+
+    assert t975(1) == 12.706 and t975(4) == 2.776 and t975(1000) == 1.960
+    m, ci, n = mean_ci([1.0, 2.0, 3.0])
+    assert (m, n) == (2.0, 3) and ci == pytest.approx(4.303 * 1.0 / 3 ** 0.5)
+    assert mean_ci([5.0])[2] == 1 and mean_ci([])[2] == 0
+
+
+def test_list_dst_and_integer_ts_are_read(spark, tmp_path):
+    make_tree(tmp_path / "exp", messages=10)
+    f = tmp_path / "exp" / "frag" / "1" / "nodes" / "a" / "submissions.jsonl"
+    f.write_text(f.read_text() + '{"ts": 1700000100, "node": "a", "msg_id": "multi", "src": "a", '
+                 '"dst": ["b", "c"], "size": 10, "accepted": true, "reason": ""}\n')
+    report(str(tmp_path / "exp" / "frag" / "1"), str(tmp_path / "o"), spark=spark)
+    row = pd.read_csv(tmp_path / "o" / "runs.csv").iloc[0]
+    assert (row["submitted"], row["accepted"], row["delivered"], row["lost"]) == (12, 11, 10, 1)
+
+
+def test_runs_without_records_is_a_user_error(spark, tmp_path):
+    (tmp_path / "exp" / "c" / "1" / "nodes" / "a").mkdir(parents=True)
+    with pytest.raises(UserError, match="no submission or delivery records"):
+        report(str(tmp_path / "exp"), spark=spark)
