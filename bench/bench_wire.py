@@ -71,9 +71,11 @@ def iperf(pairs: list[tuple[str, str, str]], seconds: int, reverse: bool = False
 
 
 def line(what: str, measured: float, bound: float, unit: str, scale: float, lower_is_better: bool = False) -> None:
-    ratio = (bound / measured if measured else float("inf")) if lower_is_better else measured / bound
-    print(f"{what}: measured {measured / scale:.3f} {unit} / bound {bound / scale:.3f} {unit} = ratio {ratio:.2f}",
-          flush=True)
+    # Always measured / bound, as every bench prints; the suffix says which side of 1 meets the bound.
+    ratio = measured / bound
+    meets = "(<= 1 meets the bound)" if lower_is_better else "(>= 1 meets the bound)"
+    print(f"{what}: measured {measured / scale:.3f} {unit} / bound {bound / scale:.3f} {unit} = ratio {ratio:.2f} "
+          f"{meets}", flush=True)
 
 
 def bench_throughput() -> None:
