@@ -10,31 +10,17 @@ session, a user's `testbed up`) are left alone.
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
 from testbed import registry
-
-
-def _netns_names() -> list[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
-
-
-def _link_names() -> list[str]:
-    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    names = []
-    for line in out.splitlines():
-        parts = line.split(": ")
-        if len(parts) > 1:
-            names.append(parts[1].split("@")[0])
-    return names
+from testbed.cleanup import root_links
+from testbed.runtime.netns import list_netns
 
 
 def leaked_resources(owner_pid: int) -> list[str]:
     leaks = []
-    for name in _netns_names() + _link_names():
+    for name in list_netns() + root_links():
         run_id = registry.run_id_of(name)
         if run_id is None:
             continue
