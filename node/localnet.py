@@ -9,6 +9,7 @@ started.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -26,10 +27,31 @@ from testbed import registry
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(taken: set[int] | None = None) -> int:
+    """A free TCP port BELOW the kernel's ephemeral range.
+
+    A port the kernel hands out for bind(0) is an ephemeral one: between our check and the node's bind, any
+    outgoing connection (another node dialling a neighbour) may take it as its source port. Ports below
+    ip_local_port_range are never chosen by the kernel on its own, so the check stays true.
+    """
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    pick = random.SystemRandom()
+    for _ in range(200):
+        port = pick.randrange(max(1024, low - 12000), low)
+        if taken is not None and port in taken:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        if taken is not None:
+            taken.add(port)
+        return port
+    raise RuntimeError("no free TCP port below the ephemeral range")
 
 
 def shortest_routes(name: str, edges: list[tuple[str, str]]) -> dict[str, str]:
@@ -131,9 +153,10 @@ class LocalNet:
         """Addresses for every node: loopback ports, or namespaces + shaped veth pairs."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         if netns is None:
-            ports = {n: free_port() for n in names}
+            taken: set[int] = set()   # ports are only checked, not held: never hand one out twice
+            ports = {n: free_port(taken) for n in names}
             return {"data": {n: f"127.0.0.1:{ports[n]}" for n in names},
-                    "mgmt": {n: f"127.0.0.1:{free_port()}" for n in names},
+                    "mgmt": {n: f"127.0.0.1:{free_port(taken)}" for n in names},
                     "neigh": {**{(a, b): f"127.0.0.1:{ports[b]}" for a, b in edges},
                               **{(b, a): f"127.0.0.1:{ports[a]}" for a, b in edges}}}
         if os.geteuid() != 0:
