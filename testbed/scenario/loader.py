@@ -35,8 +35,9 @@ FAULT_ACTIONS = ("link_down", "link_up", "link_set", "partition", "heal", "kill"
 INTERARRIVALS = ("normal", "exponential", "constant", "piecewise")
 SIZE_DISTS = ("thesis", "fixed", "empirical")
 RECIPIENT_CHOICES = ("uniform", "fixed", "weighted")
-TOP_KEYS = ("name", "seed", "duration", "time_scale", "topology", "link_defaults", "links", "runtime", "shaper",
-            "capture", "nodes", "workload", "faults", "sweep", "quick")
+ROUTINGS = ("auto", "shortest", "unidirectional", "delay")
+TOP_KEYS = ("name", "seed", "duration", "time_scale", "topology", "link_defaults", "links", "runtime", "routing",
+            "shaper", "capture", "nodes", "workload", "faults", "sweep", "quick")
 
 
 class ScenarioError(UserError):
@@ -528,6 +529,7 @@ def _validate(c: _Check, data: Any) -> Scenario:
                for i, l in enumerate(c.sequence(("links",), top.get("links")))]
     s.runtime = c.choice(("runtime",), top.get("runtime", s.runtime), RUNTIMES)
     s.shaper = c.choice(("shaper",), top.get("shaper", s.shaper), SHAPERS)
+    s.routing = c.choice(("routing",), top.get("routing", s.routing), ROUTINGS)
 
     # the topology itself: generator constraints, then cross references
     try:
@@ -710,7 +712,7 @@ def to_plain(s: Scenario) -> dict[str, Any]:
                      "data_pool": t.data_pool, "loopback_pool": t.loopback_pool, "mgmt_pool": t.mgmt_pool},
         "link_defaults": _direction_plain(s.link_defaults),
         "links": [_link_plain(l) for l in s.links],
-        "runtime": s.runtime, "shaper": s.shaper,
+        "runtime": s.runtime, "routing": s.routing, "shaper": s.shaper,
         "capture": {"links": copy.deepcopy(s.capture.links), "snaplen": s.capture.snaplen},
         "nodes": nodes,
         "workload": {"warmup": s.workload.warmup, "drain": s.workload.drain, "generators": gens},

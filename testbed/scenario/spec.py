@@ -151,6 +151,9 @@ class Scenario:
     link_defaults: Direction = field(default_factory=Direction)
     links: list[LinkOverride] = field(default_factory=list)   # per-link overrides (generated topologies)
     runtime: str = "netns"               # netns | docker
+    # auto | shortest | unidirectional | delay: how node routing tables are computed from the topology
+    # (auto: shortest paths with a seeded random tie-break; unidirectional: one way round a ring)
+    routing: str = "auto"
     shaper: str = "auto"                 # auto | netem | wire
     capture: CaptureSpec = field(default_factory=CaptureSpec)
     nodes: NodesSpec = field(default_factory=NodesSpec)

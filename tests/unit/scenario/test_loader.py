@@ -245,3 +245,12 @@ def test_link_set_params_and_reversed_names():
     assert s.faults[0].params == {"rate": 1e6, "direction": "b_to_a"} and s.faults[0].target == "n1-n2"
     assert s.capture.links == ["n2-n3"]
     assert load_text(dump_resolved(s)) == s
+
+
+def test_routing_policy_key():
+    s = load_text("topology: {generator: ring, params: {n: 4}}\nrouting: unidirectional\n")
+    assert s.routing == "unidirectional"
+    assert load_text("topology: {generator: ring}\n").routing == "auto"
+    assert load_text(dump_resolved(s)).routing == "unidirectional"
+    with pytest.raises(ScenarioError, match="routing"):
+        load_text("routing: clockwise\n")

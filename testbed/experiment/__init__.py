@@ -1,0 +1,1 @@
+"""Experiments: turn a scenario into run directories (workload, faults, sweeps, summaries)."""

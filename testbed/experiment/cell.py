@@ -1,0 +1,241 @@
+"""One repetition of one cell: from an empty machine to a complete run directory.
+
+build network -> write node configs -> start daemons -> wait healthy -> host
+monitor -> warm-up -> workload + fault timeline for the duration -> drain ->
+stop daemons -> tear down -> summary.json (and `.complete` when it all ran).
+
+Teardown always happens (finally). A stop request (Ctrl-C in the runner) ends
+the current phase promptly; what was collected stays and the summary says the
+run is incomplete. The scenario given is in model units; everything that is
+scheduled is converted once with timescale.to_wall.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import UserError
+from testbed.experiment import nodeconfig, summary, timescale, workload
+from testbed.experiment.daemons import NodeDaemons
+from testbed.experiment.driver import WorkloadDriver
+from testbed.experiment.faults import Timeline
+from testbed.experiment.hostmon import HostMonitor
+from testbed.experiment.progress import Progress
+from testbed.network import Network
+from testbed.scenario.loader import dump_resolved
+from testbed.scenario.spec import Scenario
+
+log = logging.getLogger(__name__)
+
+HEALTH_TIMEOUT = 60.0     # wall seconds for every daemon to answer Health (Python start-up on a loaded host)
+SESSION_TIMEOUT = 30.0    # wall seconds for neighbour sessions to come up before the workload starts
+TICK = 1.0                # wall seconds between progress updates
+COMPLETE_MARKER = ".complete"
+
+
+@dataclass
+class CellResult:
+    complete: bool
+    reason: str
+    summary: dict = field(default_factory=dict)
+
+
+class _Stopped(Exception):
+    """The stop event was set: unwind to teardown."""
+
+
+def run_cell(scenario: Scenario, rep_dir: Path, progress: Progress, stop: threading.Event) -> CellResult:
+    """Run one repetition into rep_dir (see the module docstring)."""
+    rep_dir = Path(rep_dir)
+    rep_dir.mkdir(parents=True, exist_ok=True)
+    (rep_dir / COMPLETE_MARKER).unlink(missing_ok=True)
+    run = _CellRun(scenario, rep_dir, progress, stop)
+    return run.run()
+
+
+class _CellRun:
+    def __init__(self, scenario: Scenario, rep_dir: Path, progress: Progress, stop: threading.Event) -> None:
+        self.model = scenario
+        self.wall = timescale.to_wall(scenario)
+        self.rep_dir = rep_dir
+        self.progress = progress
+        self.stop = stop
+        self.cell = rep_dir.parent.name
+        try:
+            self.rep = int(rep_dir.name)
+        except ValueError:
+            self.rep = 1
+        self.network: Network | None = None
+        self.daemons: NodeDaemons | None = None
+        self.hostmon: HostMonitor | None = None
+        self.driver: WorkloadDriver | None = None
+        self.timeline: Timeline | None = None
+        self.drain: dict[str, Any] | None = None
+        self.delivered = 0
+
+    def phase(self, name: str) -> None:
+        log.info("%s rep %d: %s", self.cell, self.rep, name)
+        self.progress.phase(self.cell, self.rep, name)
+        if self.stop.is_set():
+            raise _Stopped()
+
+    def run(self) -> CellResult:
+        complete, reason = False, ""
+        error: BaseException | None = None
+        try:
+            self._run()
+            complete = not self.stop.is_set()
+            reason = "" if complete else "interrupted"
+        except _Stopped:
+            reason = "interrupted"
+        except UserError as exc:
+            reason = str(exc).splitlines()[0]
+            error = exc
+        except Exception as exc:  # noqa: BLE001 - recorded in the summary, then re-raised
+            reason = f"internal error: {exc!r}"
+            error = exc
+        finally:
+            self._teardown()
+        if self.stop.is_set() and not reason:
+            complete, reason = False, "interrupted"
+        result = summary.write_summary(self.rep_dir, self.model, complete=complete, reason=reason, drain=self.drain)
+        if complete:
+            (self.rep_dir / COMPLETE_MARKER).write_text(f"{time.time()}\n")
+        if error is not None:
+            raise error
+        return CellResult(complete, reason, result)
+
+    # ---- the phases ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        wall = self.wall
+        (self.rep_dir / "scenario.yaml").write_text(dump_resolved(self.model))
+        self.phase("building")
+        # Signals belong to the runner (it sets `stop`); the network must not install its own.
+        self.network = Network.from_scenario(wall, run_dir=self.rep_dir, kind="run", handle_signals=False)
+        self.network.start()
+        configs = nodeconfig.node_configs(wall, self.network, self.rep_dir)
+        paths = nodeconfig.write_configs(configs, self.rep_dir)
+        schedule = workload.schedule(self.model, self.network.topology.node_names())
+
+        self.phase("starting")
+        self.daemons = NodeDaemons(self.network, paths, docker=wall.runtime == "docker")
+        self.daemons.start_all()
+        self.daemons.wait_healthy(HEALTH_TIMEOUT, self.stop)
+        missing = self.daemons.wait_sessions(SESSION_TIMEOUT, self.stop)
+        if missing:
+            self.progress.event(f"neighbour sessions of {', '.join(missing)} not all up after "
+                                f"{SESSION_TIMEOUT:.0f} s; starting anyway")
+        self.hostmon = HostMonitor(self.rep_dir / "host.jsonl", self.daemons.pids)
+        self.hostmon.start()
+
+        if wall.workload.warmup > 0:
+            self.phase("warmup")
+            self._wait(wall.workload.warmup)
+
+        self.phase("workload")
+        self.driver = WorkloadDriver(self.network, schedule, self.model.time_scale, self.rep_dir,
+                                     address=lambda n: nodeconfig.mgmt_target(self.network, n),
+                                     reachable=self.daemons.reachable)
+        self.timeline = Timeline(self.network, self.daemons, wall.faults, on_event=self.progress.event)
+        t0 = time.monotonic()
+        self.driver.start(t0)
+        self.timeline.start(t0)
+        try:
+            self._wait(wall.duration, t0)
+        finally:
+            self.driver.stop()
+            self.timeline.stop()
+        self.network.record_event("workload_end", "all", planned=self.driver.planned,
+                                  submitted=self.driver.submitted, accepted=self.driver.accepted,
+                                  refused=self.driver.refused, unreachable=self.driver.unreachable)
+
+        self.phase("drain")
+        self.drain = self._drain(wall.workload.drain)
+        if not self.drain["empty"]:
+            self.progress.event(f"drain ended after {self.drain['seconds']:.1f} s with messages still held: "
+                                f"{self.drain['remaining']}")
+        self.phase("collect")
+
+    def _wait(self, seconds: float, t0: float | None = None) -> None:
+        """Sleep `seconds` of wall time from t0, ticking progress; a stop request cuts it short."""
+        t0 = time.monotonic() if t0 is None else t0
+        last_poll = 0.0
+        while True:
+            elapsed = time.monotonic() - t0
+            if elapsed >= seconds:
+                break
+            if time.monotonic() - last_poll >= 2 * TICK:
+                self._poll_delivered()
+                last_poll = time.monotonic()
+            submitted = self.driver.submitted if self.driver else 0
+            self.progress.tick(elapsed, seconds, submitted, self.delivered)
+            if self.stop.wait(min(TICK, seconds - elapsed)):
+                raise _Stopped()
+
+    def _poll_delivered(self) -> None:
+        assert self.daemons is not None
+        total = 0
+        for n in self.daemons.config_paths:
+            if not self.daemons.reachable(n):
+                continue
+            try:
+                with self.daemons.client(n, timeout=2.0) as c:
+                    total += int(c.stats().get("delivered", 0))
+            except UserError:
+                pass
+        self.delivered = max(self.delivered, total)
+
+    def _drain(self, bound: float) -> dict[str, Any]:
+        """Poll every node until all spools are empty or `bound` wall seconds passed."""
+        assert self.daemons is not None
+        t0 = time.monotonic()
+        remaining: dict[str, Any] = {}
+        while True:
+            remaining = {}
+            delivered = 0
+            for n in self.daemons.config_paths:
+                if not self.daemons.reachable(n):
+                    remaining[n] = f"daemon {self.daemons.state.get(n)}"
+                    continue
+                try:
+                    with self.daemons.client(n, timeout=5.0) as c:
+                        st = c.stats()
+                except UserError as exc:
+                    remaining[n] = f"unreachable: {exc}"
+                    continue
+                delivered += int(st.get("delivered", 0))
+                held = int(st.get("spool_messages", 0))
+                if held:
+                    remaining[n] = held
+            elapsed = time.monotonic() - t0
+            submitted = self.driver.submitted if self.driver else 0
+            self.delivered = max(self.delivered, delivered)
+            self.progress.tick(elapsed, bound, submitted, self.delivered)
+            if not remaining or elapsed >= bound:
+                break
+            if self.stop.wait(min(TICK, bound - elapsed)):
+                raise _Stopped()
+        in_flight = sum(v for v in remaining.values() if isinstance(v, int))
+        return {"empty": not remaining, "remaining": remaining, "in_flight": in_flight,
+                "seconds": round(time.monotonic() - t0, 3), "bound": bound}
+
+    def _teardown(self) -> None:
+        """Stop everything this cell started, in order; never raises."""
+        try:
+            self.progress.phase(self.cell, self.rep, "teardown")
+        except Exception:  # noqa: BLE001 - a broken console must not block teardown
+            pass
+        for what, fn in (("driver", lambda: self.driver and self.driver.stop()),
+                         ("fault timeline", lambda: self.timeline and self.timeline.stop()),
+                         ("host monitor", lambda: self.hostmon and self.hostmon.stop()),
+                         ("daemons", lambda: self.daemons and self.daemons.stop_all()),
+                         ("network", lambda: self.network and self.network.stop())):
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("teardown of the %s failed: %s", what, exc)

@@ -1,0 +1,190 @@
+"""The node daemons of one run: start, health, kill/restart/pause/resume, stop.
+
+Each daemon is `python -m node --config nodes/<name>/node.yaml` started in its
+host through the runtime (so it lives in the host's network namespace or
+container) and is only ever signalled through the pid the runtime gave back.
+A restarted daemon reuses its config and spool: that is the point of the
+kill -9 drills.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from node.client import NodeClient
+from testbed.errors import UserError
+from testbed.experiment import nodeconfig
+from testbed.network import Network
+from testbed.runtime.base import Process
+
+log = logging.getLogger(__name__)
+
+TERM_GRACE = 10.0     # seconds a daemon gets to flush its records after SIGTERM
+LOG_TAIL = 15         # lines of a failed daemon's log shown in the error
+
+
+class NodeDaemons:
+    """The set of node daemons of one network."""
+
+    def __init__(self, network: Network, config_paths: dict[str, Path], docker: bool = False) -> None:
+        self.network = network
+        self.config_paths = config_paths
+        self.docker = docker
+        self.procs: dict[str, Process] = {}
+        self.state: dict[str, str] = {}          # node -> running | killed | paused | stopped
+        self._lock = threading.Lock()
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def _argv(self, node: str) -> list[str]:
+        if self.docker:
+            return ["python3", "-m", "node", "--config", f"{nodeconfig.CONTAINER_WORKDIR}/node.yaml"]
+        return [sys.executable, "-m", "node", "--config", str(self.config_paths[node].resolve())]
+
+    def start(self, node: str) -> None:
+        proc = self.network.host(node).start("daemon", self._argv(node))
+        with self._lock:
+            self.procs[node] = proc
+            self.state[node] = "running"
+        log.debug("node %s started: pid %d", node, proc.pid)
+
+    def start_all(self) -> None:
+        for node in self.config_paths:
+            self.start(node)
+
+    def client(self, node: str, timeout: float = 10.0) -> NodeClient:
+        return NodeClient(nodeconfig.mgmt_target(self.network, node), timeout=timeout)
+
+    def wait_healthy(self, timeout: float, stop: threading.Event | None = None) -> None:
+        """Every daemon answers Health within `timeout`; else one UserError naming a node that did not."""
+        deadline = time.monotonic() + timeout
+        pending = list(self.config_paths)
+        clients = {n: self.client(n) for n in pending}
+        try:
+            while pending:
+                if stop is not None and stop.is_set():
+                    return
+                for n in list(pending):
+                    if self._exited(n):
+                        raise UserError(f"node {n} exited during start-up; end of its log:\n{self.log_tail(n)}")
+                    if clients[n].health(timeout=1.0):
+                        pending.remove(n)
+                if pending and time.monotonic() > deadline:
+                    n = pending[0]
+                    raise UserError(f"node {n} did not become healthy within {timeout:.0f} s "
+                                    f"({len(pending)} node(s) not ready); end of its log:\n{self.log_tail(n)}")
+                if pending:
+                    time.sleep(0.1)
+        finally:
+            for c in clients.values():
+                c.close()
+
+    def wait_sessions(self, timeout: float, stop: threading.Event | None = None) -> list[str]:
+        """Wait until every neighbour session is up; returns the nodes still missing one at the deadline."""
+        deadline = time.monotonic() + timeout
+        pending = list(self.config_paths)
+        while pending and time.monotonic() < deadline and not (stop is not None and stop.is_set()):
+            for n in list(pending):
+                try:
+                    with self.client(n, timeout=2.0) as c:
+                        if all(v.get("up") for v in c.stats()["neighbours"].values()):
+                            pending.remove(n)
+                except UserError:
+                    pass
+            if pending:
+                time.sleep(0.2)
+        return pending
+
+    def _exited(self, node: str) -> bool:
+        p = self.procs.get(node)
+        return p is not None and p.popen is not None and p.popen.poll() is not None and not self.docker
+
+    def log_tail(self, node: str) -> str:
+        lines: list[str] = []
+        d = self.config_paths[node].parent
+        for name in ("node.log", "daemon.log"):
+            f = d / name
+            if f.exists():
+                text = f.read_text(errors="replace").splitlines()
+                if text:
+                    lines += [f"  [{name}] {line}" for line in text[-LOG_TAIL:]]
+        return "\n".join(lines) or "  (the log is empty)"
+
+    def pids(self) -> dict[str, int]:
+        """Host pids of running daemons (for the host monitor); docker pids are container-local, so none."""
+        if self.docker:
+            return {}
+        with self._lock:
+            return {n: p.pid for n, p in self.procs.items() if self.state.get(n) in ("running", "paused")}
+
+    # ---- faults ----------------------------------------------------------------------------
+
+    def _signal(self, node: str, sig: int) -> None:
+        proc = self.procs.get(node)
+        if proc is None:
+            raise UserError(f"no daemon was started on {node}.")
+        self.network.host(node).signal(proc, sig)
+
+    def kill(self, node: str) -> None:
+        """kill -9: the daemon gets no chance to clean up (what the durability guarantees are about)."""
+        if self.state.get(node) == "paused":
+            self._signal(node, signal.SIGCONT)
+        self._signal(node, signal.SIGKILL)
+        proc = self.procs[node]
+        if proc.popen is not None:
+            try:
+                proc.popen.wait(timeout=5)
+            except Exception:  # noqa: BLE001 - the runtime's teardown reaps it later
+                pass
+        self.state[node] = "killed"
+
+    def restart(self, node: str) -> None:
+        """Start the daemon again with the same config and spool (killing it first if it still runs)."""
+        if self.state.get(node) in ("running", "paused"):
+            self.kill(node)
+        self.start(node)
+
+    def pause(self, node: str) -> None:
+        if self.state.get(node) == "running":
+            self._signal(node, signal.SIGSTOP)
+            self.state[node] = "paused"
+
+    def resume(self, node: str) -> None:
+        if self.state.get(node) == "paused":
+            self._signal(node, signal.SIGCONT)
+            self.state[node] = "running"
+
+    def reachable(self, node: str) -> bool:
+        return self.state.get(node) == "running"
+
+    # ---- stop ------------------------------------------------------------------------------
+
+    def stop_all(self, grace: float = TERM_GRACE) -> list[str]:
+        """SIGTERM every daemon (resuming paused ones first), SIGKILL after `grace`; returns nodes killed hard."""
+        live = {n: p for n, p in self.procs.items() if self.state.get(n) in ("running", "paused")}
+        for n in live:
+            if self.state[n] == "paused":
+                self._signal(n, signal.SIGCONT)
+            self._signal(n, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        hard: list[str] = []
+        for n, p in live.items():
+            if p.popen is None:
+                continue
+            try:
+                p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired
+                hard.append(n)
+                self._signal(n, signal.SIGKILL)
+                try:
+                    p.popen.wait(timeout=5)
+                except Exception:  # noqa: BLE001
+                    pass
+            self.state[n] = "stopped"
+        if hard:
+            log.warning("daemons %s did not stop within %.0f s of SIGTERM and were killed", ", ".join(hard), grace)
+        return hard

@@ -1,0 +1,115 @@
+"""The workload driver: submits the planned messages at their wall times.
+
+One thread per submitting node, so a node that hangs (paused) or is gone
+(killed) delays only its own submissions. The node's own submissions.jsonl is
+the record of what it accepted or refused; the driver adds to workload.jsonl
+only the submissions that never reached a node (it was down, paused, or did
+not answer), so `offered = accepted + refused + unreachable` holds.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+from node.client import NodeClient
+from testbed.errors import UserError
+
+log = logging.getLogger(__name__)
+
+SEND_TIMEOUT = 10.0     # wall seconds a submission may take before the node counts as unreachable
+
+
+class Planned(Protocol):
+    """What the driver needs of a planned submission (testbed.experiment.workload.PlannedSubmission)."""
+
+    at: float
+    node: str
+    recipients: tuple[str, ...]
+    size: int
+    priority: int
+
+
+class WorkloadDriver:
+    """Submit `schedule` (model seconds after the workload begins) at `at * time_scale` wall seconds."""
+
+    def __init__(self, network: Any, schedule: Sequence[Planned], time_scale: float, rep_dir: Path,
+                 address: Callable[[str], str] | None = None,
+                 reachable: Callable[[str], bool] | None = None) -> None:
+        self.network = network
+        self.schedule = list(schedule)
+        self.time_scale = time_scale
+        self.path = Path(rep_dir) / "workload.jsonl"
+        self._address = address or (lambda n: f"{network.mgmt_address(n)}:7001")
+        self._reachable = reachable or (lambda n: True)
+        self.submitted = 0
+        self.accepted = 0
+        self.refused = 0
+        self.unreachable = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._t0 = 0.0
+
+    @property
+    def planned(self) -> int:
+        return len(self.schedule)
+
+    def start(self, t0: float | None = None) -> None:
+        """Begin at monotonic time t0 (now by default): schedule time 0 is t0."""
+        self._t0 = time.monotonic() if t0 is None else t0
+        by_node: dict[str, list[Planned]] = {}
+        for p in sorted(self.schedule, key=lambda p: p.at):
+            by_node.setdefault(p.node, []).append(p)
+        for node, plan in by_node.items():
+            t = threading.Thread(target=self._run_node, args=(node, plan), name=f"driver-{node}", daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def stop(self, timeout: float = SEND_TIMEOUT + 5) -> None:
+        """Stop submitting (what is due later is not offered) and wait for the node threads."""
+        self._stop.set()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def _run_node(self, node: str, plan: list[Planned]) -> None:
+        client = NodeClient(self._address(node), timeout=SEND_TIMEOUT)
+        try:
+            for p in plan:
+                due = self._t0 + p.at * self.time_scale
+                if self._stop.wait(max(0.0, due - time.monotonic())):
+                    return
+                self._submit(client, p)
+        finally:
+            client.close()
+
+    def _submit(self, client: NodeClient, p: Planned) -> None:
+        with self._lock:
+            self.submitted += 1
+        if not self._reachable(p.node):
+            self._unreachable(p, "node unreachable: its daemon is down or paused")
+            return
+        try:
+            r = client.send(list(p.recipients), size=p.size, priority=p.priority)
+        except UserError as exc:
+            self._unreachable(p, f"node unreachable: {exc}")
+            return
+        with self._lock:
+            if r.accepted:
+                self.accepted += 1
+            else:
+                self.refused += 1
+
+    def _unreachable(self, p: Planned, reason: str) -> None:
+        rec = {"ts": time.time(), "node": p.node, "msg_id": "", "src": p.node, "dst": list(p.recipients),
+               "size": int(p.size), "accepted": False, "reason": reason, "priority": p.priority,
+               "planned_at": p.at}
+        with self._lock:
+            self.unreachable += 1
+            with open(self.path, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+        log.info("submission at %s not made: %s", p.node, reason)

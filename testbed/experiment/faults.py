@@ -1,0 +1,116 @@
+"""The fault timeline: applies a scenario's `faults:` at their times during the workload.
+
+Link faults go through the Network (which writes events.jsonl itself); node
+faults go through the daemons (kill -9, restart with the same spool, SIGSTOP,
+SIGCONT) and are recorded here with network.record_event. A fault that fails
+is reported and recorded as `fault_failed`; the run goes on, because a drill
+that stops at its first hiccup tells the operator nothing about the rest.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from testbed.scenario.spec import Fault
+from testbed.topology.model import GilbertElliott
+
+log = logging.getLogger(__name__)
+
+
+class Timeline:
+    """Apply `faults` (times in wall seconds after the workload begins) in a background thread."""
+
+    def __init__(self, network: Any, daemons: Any, events: list[Fault],
+                 on_event: Callable[[str], None] | None = None) -> None:
+        self.network = network
+        self.daemons = daemons
+        self.events = sorted(events, key=lambda f: f.at)
+        self.on_event = on_event or (lambda text: None)
+        self.applied: list[tuple[float, str]] = []
+        self.failed: list[tuple[str, str]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, t0: float | None = None) -> None:
+        t0 = time.monotonic() if t0 is None else t0
+        if not self.events:
+            return
+        self._thread = threading.Thread(target=self._run, args=(t0,), name="fault-timeline", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Faults not yet due are not applied; one being applied finishes first."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self, t0: float) -> None:
+        for fault in self.events:
+            if self._stop.wait(max(0.0, t0 + fault.at - time.monotonic())):
+                return
+            self.apply(fault)
+
+    def apply(self, fault: Fault) -> None:
+        what = describe(fault)
+        try:
+            self._apply(fault)
+        except Exception as exc:  # noqa: BLE001 - a failed fault is data about the drill, not a crash
+            log.warning("fault %s failed: %s", what, exc)
+            self.failed.append((what, str(exc)))
+            self.network.record_event("fault_failed", _target(fault), action=fault.action, error=str(exc))
+            self.on_event(f"fault {what} FAILED: {exc}")
+            return
+        self.applied.append((fault.at, what))
+        self.on_event(f"fault {what}")
+
+    def _apply(self, fault: Fault) -> None:
+        action, target = fault.action, fault.target
+        if action in ("link_down", "link_up", "link_set"):
+            a, b = self._ends(target)
+            if action == "link_down":
+                self.network.link_down(a, b)
+            elif action == "link_up":
+                self.network.link_up(a, b)
+            else:
+                params = dict(fault.params)
+                direction = params.pop("direction", "both")
+                if "loss_model" in params:      # the scenario's spelling -> the link model's field
+                    params["gilbert"] = _gilbert(params.pop("loss_model"))
+                self.network.set_link(a, b, direction=direction, **params)
+        elif action == "partition":
+            side_a, side_b = target
+            self.network.partition(side_a, side_b)
+        elif action == "heal":
+            self.network.heal()
+        elif action in ("kill", "restart", "pause", "resume"):
+            {"kill": self.daemons.kill, "restart": self.daemons.restart,
+             "pause": self.daemons.pause, "resume": self.daemons.resume}[action](target)
+            self.network.record_event(action, target)
+        else:
+            raise ValueError(f"unknown fault action {action!r}")
+
+    def _ends(self, link_name: str) -> tuple[str, str]:
+        for link in self.network.topology.links:
+            if link.name == link_name:
+                return link.a, link.b
+        raise ValueError(f"no link named {link_name!r}")
+
+
+def _gilbert(plain: Any) -> GilbertElliott | None:
+    if not isinstance(plain, dict):
+        return None       # "random": plain Bernoulli loss
+    return GilbertElliott(**{k: v for k, v in plain.items() if k != "type"})
+
+
+def _target(fault: Fault) -> Any:
+    return fault.target if fault.target is not None else "all"
+
+
+def describe(fault: Fault) -> str:
+    target = fault.target
+    if fault.action == "partition" and isinstance(target, (list, tuple)) and len(target) == 2:
+        target = f"{','.join(target[0])} | {','.join(target[1])}"
+    params = "".join(f" {k}={v}" for k, v in fault.params.items())
+    return f"{fault.action} {target if target is not None else ''}{params}".strip()
