@@ -1,0 +1,85 @@
+"""A 1 MB message over 3 and 5 hops of the emulated WAN (wire shaper: delay d, rate B), both modes.
+
+Expected end-to-end delay for M bytes over H hops with fragment size F:
+  fragmenting      M/B + (H-1)·F/B + H·d     (fragments pipeline through the hops)
+  non-fragmenting  H·M/B + H·d               (every hop stores the whole message first)
+Tolerances come from the configuration: bytes on the wire per payload byte
+(frame header per fragment or chunk, TCP/IP headers), the batch a hop stores
+before forwarding (batch.min_bytes or target_delay·B), the commit window per
+hop, and the TCP handshake-free but ack-clocked start (a few RTTs of 2·d).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from conftest import wan_with_daemons
+
+pytestmark = [pytest.mark.root, pytest.mark.timeout(240)]
+
+RATE_MBIT = 8.0
+B = RATE_MBIT * 1e6 / 8          # bytes per second
+D = 0.020                        # one-way delay per link, seconds
+M = 1_000_000
+F = 1000
+CHUNK = 65536
+FRAME_HEADER = 90                # Fragment fields besides the data
+TCPIP = 1 + 66 / 1448            # Ethernet+IP+TCP headers per full segment (the emulator's rate counts them)
+COMMIT = 0.002
+TARGET = 0.01
+MIN_BATCH = 16384
+BATCH_BYTES = max(MIN_BATCH, B * TARGET)
+
+SCENARIO = """
+topology: {{generator: linear, params: {{n: {n}}}}}
+shaper: wire
+link_defaults: {{delay: {d}s, rate: {rate}Mbit, queue: 2000}}
+nodes:
+  all:
+    mode: {mode}
+    fragment_size: {f}
+    wire_chunk: {chunk}
+    batch: {{commit_window: {commit}, min_bytes: {min_batch}, target_delay: {target}}}
+    session: {{keepalive: 0.3, hold_time: 1.5, backoff_min: 0.05, backoff_max: 0.5}}
+"""
+
+
+def one_message_delay(hops: int, mode: str) -> tuple[float, dict]:
+    text = SCENARIO.format(n=hops + 1, d=D, rate=RATE_MBIT, mode=mode, f=F, chunk=CHUNK, commit=COMMIT,
+                           min_batch=MIN_BATCH, target=TARGET)
+    with wan_with_daemons(text) as (net, daemons):
+        last = f"n{hops + 1}"
+        with daemons.client("n1") as c:
+            assert c.send([last], size=M).accepted
+        deadline = time.monotonic() + 60
+        with daemons.client(last) as c:
+            while c.stats()["delivered"] < 1:
+                assert time.monotonic() < deadline, "the message did not arrive within 60 s"
+                time.sleep(0.05)
+        first = (net.run_dir / "nodes" / last / "deliveries.jsonl").read_text().splitlines()[0]
+        d = json.loads(first)
+    assert d["hops"] == hops and d["size"] == M
+    return d["deliver_ts"] - d["submit_ts"], d
+
+
+@pytest.mark.parametrize("hops", [3, 5])
+def test_delay_close_to_the_bounds_in_both_modes(hops: int) -> None:
+    frag, _ = one_message_delay(hops, "fragmenting")
+    whole, _ = one_message_delay(hops, "non-fragmenting")
+    bound_frag = M / B + (hops - 1) * F / B + hops * D
+    bound_whole = hops * M / B + hops * D
+    wire_frag = (1 + FRAME_HEADER / F) * TCPIP
+    wire_whole = (1 + FRAME_HEADER / CHUNK) * TCPIP
+    # each later hop waits for a whole batch; commits per hop; TCP slow start costs a few RTTs per hop
+    slack = 0.3 + hops * 10 * COMMIT + (hops - 1) * 2 * BATCH_BYTES / B + hops * 4 * 2 * D
+    print(f"H={hops}: fragmenting {frag:.3f} s (bound {bound_frag:.3f}), "
+          f"non-fragmenting {whole:.3f} s (bound {bound_whole:.3f})")
+    # nothing beats the wire: the link rate and the propagation delay
+    assert frag >= 0.95 * (M / B + hops * D)
+    assert whole >= 0.95 * bound_whole
+    # close to the bounds: inflated by the wire overhead, 25% for processing, plus the fixed slack
+    assert frag <= bound_frag * wire_frag * 1.25 + slack
+    assert whole <= bound_whole * wire_whole * 1.25 + slack
+    assert frag < whole
