@@ -2,18 +2,8 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Iterator
 
 import pytest
-
-from testbed.experiment import nodeconfig
-from testbed.experiment.daemons import NodeDaemons
-from testbed.network import Network
-from testbed.scenario.loader import load_text
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -23,27 +13,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "integration/wan_node" in str(item.fspath):
             item.add_marker(skip)
-
-
-@contextmanager
-def wan_with_daemons(text: str) -> Iterator[tuple[Network, NodeDaemons]]:
-    """Build the scenario's network, start a node daemon in every host, wait for sessions; tear all down."""
-    scenario = load_text(text, "wan_node.yaml")
-    # Not pytest's tmp_path: a concurrent pytest session may prune it under running daemons.
-    run_dir = Path(tempfile.mkdtemp(prefix="wanbed-wan-node-"))
-    net = Network.from_scenario(scenario, run_dir=run_dir, handle_signals=False)
-    daemons: NodeDaemons | None = None
-    try:
-        net.start()
-        paths = nodeconfig.write_configs(nodeconfig.node_configs(scenario, net, run_dir), run_dir)
-        daemons = NodeDaemons(net, paths)
-        daemons.start_all()
-        daemons.wait_healthy(60)
-        missing = daemons.wait_sessions(30)
-        assert not missing, f"sessions of {missing} did not come up"
-        yield net, daemons
-    finally:
-        if daemons is not None:
-            daemons.stop_all()
-        net.stop()
-        shutil.rmtree(run_dir, ignore_errors=True)

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import wan_with_daemons
+from wan_node_support import wan_with_daemons
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240)]
 
