@@ -19,7 +19,9 @@ never partitioned: it is the control plane the testbed itself needs.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
+import fcntl
 import ipaddress
 import json
 import logging
@@ -30,7 +32,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from testbed import registry
 from testbed.errors import UserError
@@ -199,18 +201,23 @@ class Network:
         t0 = time.monotonic()
         try:
             self._install_signal_handlers()
-            if self.plan is None:
-                self.plan = self._make_plan()
-            self._check_plan()
-            self._check_pools()
-            self.runtime = self._make_runtime()
-            names = self.topology.node_names()
-            if hasattr(self.runtime, "add_hosts"):
-                self.runtime.add_hosts(names)
-            else:
-                for n in names:
-                    self.runtime.add_host(n)
-            self._build_mgmt()
+            with _mgmt_lock():
+                # Picking a free management subnet and claiming it (the bridge's route) is one step:
+                # two runs starting at once must not both take the same one.
+                if self.plan is None:
+                    if self.pools[2] == DEFAULT_POOLS[2]:
+                        self.pools = (self.pools[0], self.pools[1], self._free_mgmt_subnet())
+                    self.plan = self._make_plan()
+                self._check_plan()
+                self._check_pools()
+                self.runtime = self._make_runtime()
+                names = self.topology.node_names()
+                if hasattr(self.runtime, "add_hosts"):
+                    self.runtime.add_hosts(names)
+                else:
+                    for n in names:
+                        self.runtime.add_host(n)
+                self._build_mgmt()
             self.shaper = self._make_shaper()
             self.shaper_name = getattr(self.shaper, "name", "") or type(self.shaper).__name__
             self._build_links()
@@ -339,6 +346,19 @@ class Network:
             if str(addr) not in used:
                 return str(addr)
         raise UserError(f"the management subnet {self._mgmt_network()} has no address left for the testbed itself.")
+
+    def _free_mgmt_subnet(self) -> str:
+        """With the default management pool, the first subnet of it (just big enough) no route uses yet,
+        so several runs (a user's experiment and a test suite) can share the machine."""
+        pool = ipaddress.ip_network(DEFAULT_POOLS[2])
+        need = len(self.topology.node_names()) + 3          # hosts + network, bridge, broadcast
+        prefix = min(24, 32 - max(need - 1, 1).bit_length())
+        taken = [ipaddress.ip_network(d, strict=False) for d in _root_routes()]
+        for subnet in pool.subnets(new_prefix=prefix):
+            if not any(subnet.overlaps(t) for t in taken):
+                return str(subnet)
+        raise UserError(f"every management subnet in {pool} is in use by other runs; stop one "
+                        f"(testbed status) or set topology.mgmt_pool in the scenario.")
 
     def _check_pools(self) -> None:
         """Refuse pools that overlap a route the machine already has (another run, the LAN, a VPN)."""
@@ -688,6 +708,27 @@ class Network:
         tmp.replace(self.run_dir / "topology.json")
         from testbed import netstate
         netstate.save(self, ready=ready)
+
+
+def _root_routes() -> list[str]:
+    """Destinations of the root namespace's IPv4 routes (not the default route)."""
+    out = subprocess.run(["ip", "-j", "-4", "route", "show"], capture_output=True, text=True).stdout
+    try:
+        routes = json.loads(out or "[]")
+    except json.JSONDecodeError:
+        return []
+    return [r.get("dst", "") for r in routes if r.get("dst", "") not in ("default", "") and ":" not in r["dst"]]
+
+
+@contextlib.contextmanager
+def _mgmt_lock() -> Iterator[None]:
+    registry.REGISTRY_DIR.mkdir(parents=True, exist_ok=True)
+    with open(registry.REGISTRY_DIR / "mgmt.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _check_kernel() -> None:

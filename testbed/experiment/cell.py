@@ -11,12 +11,14 @@ scheduled is converted once with timescale.to_wall.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from testbed.errors import UserError
 from testbed.experiment import nodeconfig, summary, timescale, workload
@@ -42,6 +44,21 @@ class CellResult:
     complete: bool
     reason: str
     summary: dict = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ignore SIGINT/SIGTERM while tearing down (main thread only): half a teardown leaves leftovers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, lambda *_: log.warning("still tearing down; please wait"))
+           for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 class _Stopped(Exception):
@@ -225,7 +242,11 @@ class _CellRun:
                 "seconds": round(time.monotonic() - t0, 3), "bound": bound}
 
     def _teardown(self) -> None:
-        """Stop everything this cell started, in order; never raises."""
+        """Stop everything this cell started, in order; never raises, and a further Ctrl-C cannot cut it short."""
+        with _signals_held():
+            self._teardown_steps()
+
+    def _teardown_steps(self) -> None:
         try:
             self.progress.phase(self.cell, self.rep, "teardown")
         except Exception:  # noqa: BLE001 - a broken console must not block teardown
