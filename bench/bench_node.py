@@ -42,10 +42,11 @@ def preload(net: LocalNet, n: int, dst: str) -> None:
     spool.close()
 
 
-def hop_rate(mode: str, hops: int = 1) -> float:
+def hop_rate(mode: str, hops: int = 1, resources: dict | None = None) -> float:
     last = f"n{hops + 1}"
+    extra = {"resources": resources} if resources is not None else {}
     with tempfile.TemporaryDirectory(prefix="bench_node_") as tmp:
-        with LocalNet.chain(Path(tmp), hops, mode=mode, batch=BATCH, metrics_interval=5.0) as net:
+        with LocalNet.chain(Path(tmp), hops, mode=mode, batch=BATCH, metrics_interval=5.0, **extra) as net:
             preload(net, N, last)
             net.start(*[f"n{i}" for i in range(1, hops + 2)])
             deadline = time.monotonic() + 300
@@ -55,6 +56,25 @@ def hop_rate(mode: str, hops: int = 1) -> float:
             ts = sorted(d["deliver_ts"] for d in net.records(last, "delivery"))
             assert len(ts) == N, f"only {len(ts)} of {N} delivered"
             return (N - 1) / (ts[-1] - ts[0])
+
+
+def stream_rate(messages: int = 20, fragments: int = 100, allocation: int = 16) -> float:
+    """Fragments per second of long messages on message streams (credits per hop) over a 3-hop chain."""
+    res = {"stream_allocation": allocation, "recipient_pool": 100_000, "removal_interval": 0.0, "transit_buffers": 10_000,
+           "input_pool": messages * fragments}
+    with tempfile.TemporaryDirectory(prefix="bench_node_") as tmp:
+        with LocalNet.chain(Path(tmp), 3, batch=BATCH, metrics_interval=5.0, resources=res) as net:
+            net.start()
+            t0 = time.monotonic()
+            with net.client("n1") as c:
+                for _ in range(messages):
+                    assert c.send(["n4"], size=fragments * SIZE).accepted
+            with net.client("n4") as c:
+                while c.stats()["delivered"] < messages and time.monotonic() - t0 < 300:
+                    time.sleep(0.05)
+            got = net.records("n4", "delivery")
+            assert len(got) == messages
+            return messages * fragments / (max(d["deliver_ts"] for d in got) - min(d["submit_ts"] for d in got))
 
 
 def submit_rate(n: int = 5000, parallel: int = 64) -> float:
@@ -104,6 +124,19 @@ def main() -> int:
     r = hop_rate("fragmenting", hops=2)
     print(f"node 2-hop chain 1kB durable msgs/s (fragmenting, transit through n2, 3 processes on 2 cores): "
           f"measured {r:,.0f}/s / bound 10,000/s = ratio {r / 10000:.2f}")
+    # issue 6: the same hops with resource management on (buffer classes, recipient pool big enough for the
+    # whole preload, no removal process); single-fragment messages, so no streams
+    managed = {"recipient_pool": 4 * N, "removal_interval": 0.0, "transit_buffers": 10_000}
+    for mode in ("fragmenting", "non-fragmenting"):
+        r = hop_rate(mode, resources=managed)
+        print(f"node hop 1kB durable msgs/s ({mode}, loopback, resources on): measured {r:,.0f}/s / "
+              f"bound 10,000/s = ratio {r / 10000:.2f}")
+    r = hop_rate("fragmenting", hops=2, resources=managed)
+    print(f"node 2-hop chain 1kB durable msgs/s (fragmenting, resources on): measured {r:,.0f}/s / "
+          f"bound 10,000/s = ratio {r / 10000:.2f}")
+    r = stream_rate()
+    print(f"node 3-hop stream 100x1kB message, allocation 16, resources on: measured {r:,.0f} fragments/s "
+          f"(no bound; informational)")
     r = submit_rate()
     print(f"node submit RPC 1kB durable msgs/s (64 concurrent calls): measured {r:,.0f}/s (no bound; informational)")
     if os.geteuid() != 0:

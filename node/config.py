@@ -20,6 +20,7 @@ A node's config file (the testbed writes one per host; it can also be written by
     batch: {max_frames: 512, max_bytes: 1048576, min_bytes: 16384, target_delay: 0.01, commit_window: 0.002, max_commit: 4096, window_frames: 8192}
     session: {keepalive: 1.0, hold_time: 5.0, backoff_min: 0.1, backoff_max: 5.0}
     limits: {max_message_size: 67108864, max_frame_bytes: 1048576, max_recipients: 64, max_hops: 64}
+    resources: {buffer_classes: true, transit_buffers: 100, ...}   # issue 6; see ResourcesConfig (absent = off)
 
 Which end dials: the node whose name sorts first dials its neighbour; the other
 only accepts. So every pair has exactly one session and no tie-break is needed.
@@ -78,7 +79,13 @@ class LimitsConfig:
 
 @dataclass
 class ResourcesConfig:
-    """Issue-6 resource settings; key names are a fixed contract with the experiment runner."""
+    """Issue-6 resource settings; key names are a fixed contract with the experiment runner.
+
+    `enabled` is true as soon as the config has a `resources:` section (even an empty one) and false
+    without it, so a plain network keeps the unmanaged behaviour (and speed) it always had; writing
+    `enabled: false` inside the section switches management off explicitly.
+    """
+    enabled: bool = False                # see above: set by the loader when the section is present
     buffer_classes: bool = True          # false = single shared pool (store-and-forward deadlock possible)
     transit_buffers: int = 100           # per MTA, fragment units (non-fragmenting: largest-message units)
     input_pool: int = 50                 # class 0 (submissions), fragment units
@@ -193,6 +200,8 @@ def _build(cls: type, data: Any, where: str) -> Any:
                "resources": ResourcesConfig}.get(name) if cls is NodeConfig else None
         key = f"{where}.{name}" if where else name
         if sub is not None:
+            if name == "resources" and isinstance(value, dict | None) and "enabled" not in (value or {}):
+                value = {**(value or {}), "enabled": True}     # a resources: section switches management on
             kwargs[name] = _build(sub, value or {}, key)
             continue
         kwargs[name] = _coerce(key, f, value)

@@ -54,11 +54,19 @@ class NodeDaemon:
         self._tasks = [asyncio.ensure_future(self._every(self.cfg.metrics_interval, self._metrics)),
                        asyncio.ensure_future(self._every(0.5, self.engine.sweep)),
                        asyncio.ensure_future(self._every(30.0, self.engine.prune))]
+        if self.engine.res is not None and self.engine.res.removal is not None:
+            self._tasks.append(asyncio.ensure_future(self._removal()))
         log.info("node %s up: data %s, management %s, mode %s", self.cfg.name, self.cfg.data_listen,
                  self.cfg.mgmt_listen, self.cfg.mode)
 
     async def _metrics(self) -> None:
         self.records.write("metrics", **self.engine.snapshot())
+
+    async def _removal(self) -> None:
+        """Synthetic mail readers (thesis 6.2.1): every Normal(mean) seconds, free a message's worth of recipient space."""
+        for gap, fragments in self.engine.res.removal_events():
+            await asyncio.sleep(gap)
+            self.engine.res.remove(fragments)
 
     async def _every(self, interval: float, job) -> None:
         while True:

@@ -83,6 +83,7 @@ class LinkSession:
     async def run(self) -> None:
         st = self.engine.stats[self.peer]
         st.up = True
+        self.engine.session_up(self.peer)
         self._task = asyncio.current_task()
         reader = asyncio.ensure_future(self._reader())
         writer = asyncio.ensure_future(self._writer())
@@ -121,6 +122,7 @@ class LinkSession:
             for r in self.refuses:
                 frames.append(link_pb2.Frame(refuse=r))
             self.refuses = []
+            frames.extend(self.engine.credit_frames(self.peer))
             room = b.window_frames - len(self.inflight)
             if room > 0:
                 for p in self.engine.take(self.peer, min(room, b.max_frames), self.batch_limit()):
@@ -132,7 +134,7 @@ class LinkSession:
                 await self._write(link_pb2.FrameBatch(frames=frames))
                 continue
             wake.clear()
-            if self.ack_seqs or self.refuses or (room > 0 and len(queue)):
+            if self.ack_seqs or self.refuses or self.engine.has_credits(self.peer) or (room > 0 and queue.has_ready()):
                 continue
             try:
                 await asyncio.wait_for(wake.wait(), self.cfg.session.keepalive)
@@ -170,7 +172,10 @@ class LinkSession:
                 elif kind == "refuse":
                     p = self.inflight.pop(fr.refuse.seq, None)
                     if p is not None:
-                        self.engine.refused(self.peer, p, fr.refuse.reason)
+                        self.engine.refused(self.peer, p, fr.refuse.reason, fr.refuse.retry_after)
+                elif kind == "credit":
+                    c = fr.credit
+                    self.engine.credited(self.peer, c.msg_id, c.dst, c.credits)
                 elif kind == "keepalive":
                     pass
                 elif kind == "open":
@@ -191,6 +196,8 @@ class LinkSession:
             for (seq, _p), reason in zip(frags, results):
                 if reason is None:
                     self.ack_seqs.append(seq)
+                elif isinstance(reason, tuple):      # not now: the sender keeps it and offers it again
+                    self.refuses.append(link_pb2.Refuse(seq=seq, reason=reason[0], retry_after=reason[1]))
                 else:
                     self.refuses.append(link_pb2.Refuse(seq=seq, reason=reason))
             self.engine.wake[self.peer].set()

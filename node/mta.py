@@ -11,11 +11,15 @@ Two engines behind one interface (`make_engine`):
                         there (today's e-mail). The only difference between the
                         engines is `transit_state` and `fragments_for`.
 
-Seams for resource management (issue 6): `Admission.admit` is asked for every
-arriving fragment with its hop count (buffer classes go there), `Scheduler` is
-the per-link outgoing queue object (prioritised round-robin replaces the FIFO
-per priority), `Router` is the route lookup (dynamic routing replaces it), and
-`Engine.take` is the one place frames leave for a link (stream credits gate it).
+Resource management (issue 6) is on when the config has a `resources:` section:
+`Engine.res` (node/resource_manager.py) then decides for every submission and
+every arriving piece (buffer classes, streams, recipient space; "not now"
+refusals are retried by the sender), and every link's queue is a
+`TransferQueue` (node/transfer_queue.py: prioritised round robin, stream
+credits, retry and RBSAD timers) instead of the plain FIFO `Scheduler`.
+Other seams: `Admission.admit` (asked for every arriving fragment), `Router`
+(the route lookup; dynamic routing replaces it) and `Engine.take` (the one
+place frames leave for a link).
 """
 from __future__ import annotations
 
@@ -31,8 +35,10 @@ from typing import Iterable, Protocol
 
 from node.config import NodeConfig, _NAME
 from node.records import Records
+from node.resource_manager import RETRY_CAP, ResourceManager
 from node.rpc import link_pb2
 from node.spool import Piece, Spool
+from node.transfer_queue import TransferQueue
 
 log = logging.getLogger("node.mta")
 
@@ -111,6 +117,9 @@ class Scheduler:
         if self._msgs[p.mkey] <= 0:
             del self._msgs[p.mkey]
 
+    def has_ready(self) -> bool:
+        return len(self) > 0
+
     def remove_if(self, pred) -> list[Piece]:
         out: list[Piece] = []
         for prio, d in self._q.items():
@@ -134,6 +143,10 @@ class NeighbourStats:
     reconnects: int = 0
     refused_in: int = 0
     refused_out: int = 0
+    deferred_in: int = 0       # "not now" refusals sent (no buffer / recipient space yet; the sender retries)
+    deferred_out: int = 0      # "not now" refusals received
+    credits_in: int = 0
+    credits_out: int = 0
     inflight: int = 0
     up: bool = False
 
@@ -200,9 +213,12 @@ class Engine:
         self.records = records
         self.router: Router = router or StaticRouter(cfg.neighbours, cfg.routes)
         self.admission = admission or Admission()
-        self.queues: dict[str, Scheduler] = {n: Scheduler() for n in cfg.neighbours}
         self.stats: dict[str, NeighbourStats] = {n: NeighbourStats() for n in cfg.neighbours}
         self.wake: dict[str, asyncio.Event] = {n: asyncio.Event() for n in cfg.neighbours}
+        # issue 6: with a `resources:` section the node manages buffers, streams and recipient space
+        self.res: ResourceManager | None = ResourceManager(cfg, self._wake_peer) if cfg.resources.enabled else None
+        self.queues: dict[str, Scheduler | TransferQueue] = {n: self._make_queue(n) for n in cfg.neighbours}
+        self.deferred = 0          # refused pieces waiting for their retry timer (legacy queue only)
         self.partial: dict[tuple[str, str], Pending] = {}
         self.held: dict[tuple[str, str], Pending] = {}
         self.orphans: dict[tuple[str, str, int], Piece] = {}
@@ -212,6 +228,19 @@ class Engine:
         self.expired = 0
         self.reports = 0
         self._bg: set[asyncio.Task] = set()
+
+    def _make_queue(self, peer: str) -> Scheduler | TransferQueue:
+        if self.res is None:
+            return Scheduler()
+        res = self.res
+        return TransferQueue(self.wake[peer].set, fifo_per_destination=self.mode == "non-fragmenting",
+                             is_stream=res.is_stream,
+                             gate=lambda p: res.gate(p) if p.dst == peer else 0.0)   # next-to-last MTA: RBSAD
+
+    def _wake_peer(self, peer: str) -> None:
+        ev = self.wake.get(peer)
+        if ev is not None:
+            ev.set()
 
     # -- the mode-specific part ------------------------------------------
     def transit_state(self) -> str:
@@ -225,6 +254,8 @@ class Engine:
         """Re-queue everything unacknowledged after a crash or restart."""
         pieces = await self.spool.run(Spool.op_load_pieces())
         for p in pieces:
+            if self.res is not None and p.state in ("queued", "held", "part"):
+                self.res.recover(p)
             if p.state == "queued":
                 self._enqueue(p)
             elif p.state == "held":
@@ -303,6 +334,13 @@ class Engine:
             for off, ln in split(n, self.cfg.chunk_size):
                 pieces.append(Piece(msg_id, dst, off, n, 0, self.me, originator, users, prio, now, expires,
                                     kind, frags, payload[off:off + ln], state))
+        if self.res is not None:
+            reason = self.res.admit_submission(pieces, frags, internal=kind == "ndr")
+            if reason:
+                self.refused_submissions += 1
+                self.records.write("submission", msg_id="", src=self.me, dst=dsts if len(dsts) > 1 else dsts[0],
+                                   size=n, accepted=False, reason=reason, originator=originator)
+                return False, "", reason
         origin = Spool.op_origin(msg_id, originator, dsts, n, prio, now, expires)
         insert = Spool.op_insert(pieces)
 
@@ -325,15 +363,22 @@ class Engine:
         return True, msg_id, ""
 
     # -- arrivals from neighbours ------------------------------------------------
-    async def receive(self, peer: str, pieces: list[Piece]) -> list[str | None]:
-        """Store pieces from `peer` durably; per piece None (ack it) or the reason to refuse it."""
+    async def receive(self, peer: str, pieces: list[Piece]) -> list[str | tuple[str, float] | None]:
+        """Store pieces from `peer` durably; per piece None (ack it), the reason to refuse it, or
+        (reason, retry_after) to refuse it for now (no buffer yet: the sender keeps it and retries)."""
         return await asyncio.shield(self._receive(peer, pieces))   # see submit: never half-done
 
-    async def _receive(self, peer: str, pieces: list[Piece]) -> list[str | None]:
+    async def _receive(self, peer: str, pieces: list[Piece]) -> list[str | tuple[str, float] | None]:
         st = self.stats[peer]
-        result: list[str | None] = [None] * len(pieces)
+        result: list[str | tuple[str, float] | None] = [None] * len(pieces)
         keep: list[Piece] = []
         for i, p in enumerate(pieces):
+            if self.res is not None:
+                verdict = self.res.admit(peer, p)
+                if verdict is not None:
+                    result[i] = verdict if verdict[1] > 0 else verdict[0]
+                    st.deferred_in += verdict[1] > 0
+                    continue
             reason = self.admission.admit(p, p.hops)
             if reason:
                 result[i] = reason
@@ -345,7 +390,7 @@ class Engine:
             else:
                 p.state = self.transit_state()
             keep.append(p)
-        st.refused_in += sum(1 for r in result if r)
+        st.refused_in += sum(1 for r in result if isinstance(r, str))     # not the "not now" ones
         if not keep:
             return result
         deliver_ts = time.time()
@@ -354,6 +399,8 @@ class Engine:
         for p, new in zip(keep, fresh):
             st.frags_in += 1
             st.bytes_in += len(p.data)
+            if self.res is not None:
+                self.res.stored(peer, p, bool(new))
             if not new:
                 st.duplicates_in += 1
                 continue
@@ -369,6 +416,8 @@ class Engine:
                 if pend.got >= pend.total:
                     self._spawn(self._release_held(p.mkey))
             elif p.state == "orphan":
+                if self.res is not None:
+                    self.res.dropped(p)       # an orphan waits for a route, not for a buffer
                 self.orphans[p.key] = p
                 self._spawn(self._report(p, f"no route from {self.me} to {p.dst}", event="orphan"))
             else:
@@ -442,6 +491,8 @@ class Engine:
             if p is None:
                 break
             if p.expires_ts and p.expires_ts < now:
+                if self.res is not None:
+                    self.res.dropped(p)
                 self._spawn(self._expire(p))
                 continue
             out.append(p)
@@ -457,10 +508,29 @@ class Engine:
             st.frags_out += 1
             st.bytes_out += len(p.data)
             self.admission.release(p)
+            if self.res is not None:
+                self.res.forwarded(p)
         self._spawn(self.spool.run(Spool.op_delete([p.key for p in pieces])))
 
-    def refused(self, peer: str, p: Piece, reason: str) -> None:
-        """The next hop will not take this piece: keep it as an orphan and report."""
+    def refused(self, peer: str, p: Piece, reason: str, retry_after: float = 0.0) -> None:
+        """The next hop will not take this piece: for now (retry_after > 0: offer it again later), or ever
+        (keep it as an orphan and report)."""
+        if retry_after > 0:
+            self.stats[peer].deferred_out += 1
+            p.retries += 1
+            delay = min(RETRY_CAP, retry_after * 2 ** min(p.retries - 1, 10))
+            q = self.queues[peer]
+            if isinstance(q, TransferQueue):
+                if self.res is not None and self.res.is_stream(p) and not reason.startswith("stream_full"):
+                    q.credit(p.mkey, 1)          # the refused fragment did not use its slot (an over-credit did)
+                p.not_before = time.monotonic() + delay
+                q.push(p, front=True)
+            else:
+                self.deferred += 1
+                asyncio.get_running_loop().call_later(delay, self._retry, peer, p)
+            return
+        if self.res is not None:
+            self.res.dropped(p)
         self.stats[peer].refused_out += 1
         log.warning("%s refused %s/%s@%d: %s", peer, p.msg_id, p.dst, p.off, reason)
         p.state = "orphan"
@@ -468,14 +538,56 @@ class Engine:
         self._spawn(self.spool.run(Spool.op_set_state(p.msg_id, p.dst, "orphan", p.off)))
         self._spawn(self._report(p, f"{peer} refused it: {reason}", event="orphan"))
 
+    def _retry(self, peer: str, p: Piece) -> None:
+        self.deferred -= 1
+        self.queues[peer].push(p, front=True)
+        self.wake[peer].set()
+
     def requeue(self, peer: str, pieces: list[Piece]) -> None:
         """A session ended with these unacknowledged: send them again first."""
         q = self.queues[peer]
         for p in reversed(pieces):
+            if isinstance(q, TransferQueue) and self.res is not None and self.res.is_stream(p):
+                q.credit(p.mkey, 1)       # its credit was spent on a send that may never have arrived
             q.push(p, front=True)
         self.stats[peer].retransmissions += len(pieces)
         if pieces:
             self.wake[peer].set()
+
+    # -- message-stream credits (issue 6) ------------------------------------------------------
+    def credit_frames(self, peer: str) -> list[link_pb2.Frame]:
+        """Credits this node owes `peer` for its streams, as frames for the next batch."""
+        if self.res is None:
+            return []
+        out = [link_pb2.Frame(credit=link_pb2.Credit(msg_id=m, dst=d, credits=n))
+               for (m, d), n in self.res.take_credits(peer)]
+        self.stats[peer].credits_out += len(out)
+        return out
+
+    def has_credits(self, peer: str) -> bool:
+        return self.res is not None and bool(self.res.out_credits.get(peer))
+
+    def credited(self, peer: str, msg_id: str, dst: str, n: int) -> None:
+        q = self.queues.get(peer)
+        if isinstance(q, TransferQueue) and not msg_id:
+            q.retry_now()                 # ROOM: the peer freed space, offer what it refused again now
+            return
+        if isinstance(q, TransferQueue) and n > 0:
+            self.stats[peer].credits_in += 1
+            q.credit((msg_id, dst), min(n, 1 << 16))
+
+    def session_up(self, peer: str) -> None:
+        if self.res is not None:
+            self.res.session_up(peer)
+        q = self.queues.get(peer)
+        if isinstance(q, TransferQueue):
+            q.session_up()
+
+    def mail_removed(self, msg_ids: list[str]) -> None:
+        """Messages were deleted from a mailbox: their recipient space is free again."""
+        if self.res is not None:
+            for m in msg_ids:
+                self.res.release_mail(m)
 
     def set_routes(self, routes: dict[str, str]) -> int:
         self.router.set_routes(routes)
@@ -493,17 +605,28 @@ class Engine:
         self.expired += 1
         await self.spool.run(Spool.op_drop(p.msg_id, p.dst))
         for q in self.queues.values():
-            q.remove_if(lambda x: x.mkey == p.mkey)
+            for x in q.remove_if(lambda x: x.mkey == p.mkey):
+                if self.res is not None:
+                    self.res.dropped(x)
         await self._report(p, f"lifetime expired at {self.me}")
 
     async def sweep(self) -> None:
         """Periodic: expire queued/held/partial copies, abort stalled reassemblies, prune the seen table."""
         now = time.time()
         mono = time.monotonic()
+        if self.res is not None:
+            self.res.sweep(idle=max(self.cfg.reassembly_timeout, self.cfg.resources.reservation_timeout),
+                           stream_idle=max(5.0, 2 * self.cfg.session.hold_time))
+            for q in self.queues.values():
+                if isinstance(q, TransferQueue):
+                    q.probe(after=max(2.0, 2 * self.cfg.session.hold_time))   # only for a credit that got lost
+                    q.prune(idle=120.0)
         for q in self.queues.values():
             expired = q.remove_if(lambda p: bool(p.expires_ts) and p.expires_ts < now)
             seen: set = set()
             for p in expired:
+                if self.res is not None:
+                    self.res.dropped(p)
                 if p.mkey not in seen:
                     seen.add(p.mkey)
                     await self._expire(p)
@@ -517,6 +640,11 @@ class Engine:
                     reason = f"reassembly at {self.me} timed out after {self.cfg.reassembly_timeout:g} s without a fragment"
                 if reason:
                     table.pop(mkey, None)
+                    if self.res is not None:
+                        for x in pend.pieces:
+                            self.res.dropped(x)
+                        if table is self.partial:
+                            self.res.release_mail(mkey[0])
                     await self.spool.run(Spool.op_abort(mkey[0], mkey[1], "aborted"))
                     self.expired += 1
                     await self._report(m, reason)
@@ -554,6 +682,11 @@ class Engine:
                              "frags_in": st.frags_in, "bytes_in": st.bytes_in, "duplicates_in": st.duplicates_in,
                              "retransmissions": st.retransmissions, "reconnects": st.reconnects,
                              "refused_in": st.refused_in, "refused_out": st.refused_out, "up": st.up}
+            if self.res is not None:
+                neighbours[n].update(deferred_in=st.deferred_in, deferred_out=st.deferred_out,
+                                     credits_in=st.credits_in, credits_out=st.credits_out)
+                if isinstance(q, TransferQueue):
+                    neighbours[n]["scheduler"] = q.snapshot()
             spool_bytes += q.bytes
             spool_frags += len(q) + st.inflight
             msgs.update(q._msgs)
@@ -565,11 +698,13 @@ class Engine:
                 "refused_submissions": self.refused_submissions, "partial_messages": len(self.partial),
                 "held_messages": len(self.held), "orphans": len(self.orphans), "expired": self.expired,
                 "reports": self.reports, "mode": self.mode, "spool_commits": self.spool.commits,
-                "spool_ops": self.spool.ops}
+                "spool_ops": self.spool.ops,
+                **({"resources": self.res.snapshot()} if self.res is not None else {})}
 
     def outstanding(self) -> int:
         """Pieces this node still has to hand on (queued or in flight)."""
-        return sum(len(q) + self.stats[n].inflight for n, q in self.queues.items()) + len(self.held)
+        return (sum(len(q) + self.stats[n].inflight for n, q in self.queues.items()) + len(self.held)
+                + self.deferred)
 
     # -- housekeeping ---------------------------------------------------------------------
     def _spawn(self, coro) -> None:

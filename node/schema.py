@@ -78,6 +78,31 @@ RECORDS: dict[str, tuple[Field, ...]] = {
 }
 
 
+# Optional fields: written only by some nodes (here: with resource management on, issue 6). Readers must
+# treat them as possibly absent; `validate_optional` checks their types when they are present.
+OPTIONAL: dict[str, tuple[Field, ...]] = {
+    "metrics": (
+        _f("resources", dict, "issue-6 resource management, present when the node config has a resources: "
+           "section: buffers{classes_enabled, usage[class], limits[class], free_pool, single_fragment_input_usage, "
+           "readjustments, refusals{'class:reason': n}}, streams{active, by_upstream{neighbour: n}, allocated_buffers, "
+           "held_fragments}, recipient{capacity{single, multi}, used{single, multi}, reserved, "
+           "reservation_queue_length, reservation_queue_fragments, granted, queued, expired, optimistic_ok, "
+           "optimistic_refused, removed_fragments}, rbsad{draws, delayed, total_delay}, refusals{reason: n} "
+           "(reasons: congested, class_full, stream_refused, stream_full, recipient_full, recipient_wait, "
+           "recipient_never_fits); per neighbour also deferred_in/out, credits_in/out and scheduler"
+           "{queued_by_priority, served_by_priority, transfers, ready, waiting_for_credit, waiting_for_timer, streams}"),
+    ),
+}
+
+
+def validate_optional(kind: str, record: object) -> list[str]:
+    """Type problems of the optional fields present in a record (absent ones are fine)."""
+    if not isinstance(record, dict):
+        return [f"expected a JSON object, got {type(record).__name__}"]
+    return [f"field {f.name!r}: expected {_names(f.types)}, got {type(record[f.name]).__name__}"
+            for f in OPTIONAL.get(kind, ()) if f.name in record and not isinstance(record[f.name], f.types)]
+
+
 def validate(kind: str, record: object) -> list[str]:
     """Problems with one record of the given kind; empty when it conforms."""
     if kind not in RECORDS:

@@ -62,6 +62,8 @@ class SubmitService(submit_pb2_grpc.SubmitServicer):
 
     async def DeleteMail(self, request: submit_pb2.DeleteMailRequest, context) -> submit_pb2.DeleteMailReply:  # noqa: N802
         n = await self.engine.spool.run(Spool.op_delete_mail(request.user, list(request.msg_ids)))
+        if n:
+            self.engine.mail_removed(list(request.msg_ids))     # issue 6: recipient space is free again
         return submit_pb2.DeleteMailReply(deleted=n)
 
 

@@ -71,6 +71,9 @@ class Piece:
     data: bytes
     state: str = "queued"
     retries: int = field(default=0, compare=False)
+    # in memory only (issue 6): the buffer this piece holds at this hop, and when it may be sent next
+    charge: tuple | None = field(default=None, compare=False, repr=False)
+    not_before: float = field(default=0.0, compare=False, repr=False)
 
     @property
     def key(self) -> tuple[str, str, int]:

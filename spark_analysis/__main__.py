@@ -12,40 +12,91 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m spark_analysis", description=__doc__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     r = sub.add_parser("report", help="ingest run directories and write the comparison report")
-    r.add_argument("dir", help="a run or a whole experiment directory (local path or file://)")
+    r.add_argument("dir", help="a run, a cell or a whole experiment directory (local path or file://)")
     r.add_argument("--out", help="report folder (default: DIR/report)")
     r.add_argument("--master", default="local[*]", help="Spark master URL (default: local[*])")
-    r.add_argument("--plots", default="png", help="plot formats (only png is implemented)")
+    r.add_argument("--plots", default="png", help="plot formats, comma-separated: png, svg (default: png)")
+    r.add_argument("--no-pcap", action="store_true", help="skip the packet captures")
+    r.add_argument("--chunk-mb", type=float, default=32.0, help="bytes per pcap parse task, in MiB (default 32)")
+    r.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return parser
 
 
-def report(directory: str, out: str | None = None, master: str = "local[*]", spark=None) -> Path:
-    """Build the report for DIR; returns the path of report.html. Raises UserError on bad input."""
-    from . import compare, records, report as rep
-    from .layout import find_runs
+STEPS = 6
 
+
+def report(directory: str, out: str | None = None, master: str = "local[*]", spark=None, plots: str = "png",
+           pcaps: bool = True, chunk_bytes: int = 32 << 20, quiet: bool = True) -> Path:
+    """Build the report for DIR; returns the path of report.html. Raises UserError on bad input."""
+    from . import report as rep
+    from .layout import find_runs
+    from .progress import StageProgress
+
+    formats = rep.parse_formats(plots)
+    if chunk_bytes < 4096:
+        raise UserError("--chunk-mb must be at least 0.004 (4 KiB per parse task).")
     runs = find_runs(directory)
+    out_dir = Path(out) if out else Path(str(directory).removeprefix("file://")) / "report"
+    progress = StageProgress(STEPS, enabled=not quiet)
     owned = False
     if spark is None:
         from pyspark.sql import SparkSession
 
         from .session import get_session
         owned = SparkSession.getActiveSession() is None  # never stop a session someone else made
-        spark = get_session(master)
+        with progress.step(f"starting Spark ({master})"):
+            spark = get_session(master)
+    else:
+        progress.step("Spark session given")
     try:
-        subs = records.read(spark, runs, "submission")
-        dels = records.read(spark, runs, "delivery")
-        per_run, delay = compare.per_run(subs, dels)
+        tables = _build(spark, runs, out_dir, progress, pcaps, chunk_bytes)
     finally:
         if owned:
             spark.stop()
-    if per_run.empty:
-        raise UserError(f"no submission or delivery records found under {directory}.")
-    summary, delays = compare.summarize(per_run, delay)
-    out_dir = Path(out) if out else Path(str(directory).removeprefix("file://")) / "report"
-    page = rep.write(out_dir, str(directory), per_run, summary, delays)
-    rep.console_summary(summary)
+    with progress.step("writing report"):
+        page = rep.write(out_dir, str(directory), tables, formats=formats)
+    rep.console_summary(tables.summary, tables.health)
     return page
+
+
+def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
+    from pyspark.sql import functions as F
+
+    from . import compare, pcap_ingest, records, traffic
+    from .report import ReportTables
+
+    with progress.step("reading node records (schema-checked)", spark):
+        subs = records.read(spark, runs, "submission")
+        dels = records.read(spark, runs, "delivery")
+        metrics = records.read(spark, runs, "metrics")
+        records.read(spark, runs, "report")
+        records.read(spark, runs, "event")
+        host = records.read(spark, runs, "host")
+        per_run, delay = compare.per_run(subs, dels, metrics)
+    if per_run.empty:
+        raise UserError("no submission or delivery records found under the given directory.")
+    with progress.step("delivery metrics and comparisons", spark):
+        summary, delays = compare.summarize(per_run, delay)
+        uniq = compare.unique_deliveries(dels)
+        tables = ReportTables(per_run, summary, delays, compare.comparison(summary, runs),
+                              compare.sweeps(summary, runs), compare.latency_cdf(uniq), compare.hop_counts(uniq))
+        tables.refusals = compare.refusals(subs)
+        tables.resources = compare.resources_over_time(metrics)
+        tables.buffer_classes = compare.buffer_class_usage(metrics)
+    caps = pcap_ingest.find_captures(runs) if pcaps else []
+    with progress.step(f"pcap ingestion ({len(caps)} captures) and flows", spark):
+        if caps:
+            parquet = out_dir / "parquet"
+            packets = pcap_ingest.ingest(spark, caps, pcap_ingest.uri(parquet / "packets"), chunk_bytes)
+            if packets is not None:
+                tt = traffic.derive(spark, packets, runs, pcap_ingest.uri(parquet / "tcp"))
+                tables.links = compare._to_pandas(tt.links.orderBy("cell", "rep", "link", "direction"))
+                tables.flows = compare._to_pandas(tt.flows.orderBy(F.desc("bytes")).limit(1000))
+                tables.utilisation = compare._to_pandas(tt.utilisation.orderBy("cell", "rep", "link", "direction",
+                                                                               "bin"))
+                tt.rtt.write.mode("overwrite").parquet(pcap_ingest.uri(parquet / "rtt"))
+    tables.health = compare.health(runs, per_run, tables.refusals, host, tables.links if caps else None)
+    return tables
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().print_help()
         return 2
     try:
-        page = report(args.dir, args.out, args.master)
+        page = report(args.dir, args.out, args.master, plots=args.plots, pcaps=not args.no_pcap,
+                      chunk_bytes=int(args.chunk_mb * (1 << 20)), quiet=args.quiet)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

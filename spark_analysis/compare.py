@@ -9,7 +9,8 @@ from pyspark.sql import functions as F
 
 BUCKETS = [(1, 1, "1"), (2, 10, "2-10"), (11, 20, "11-20"), (21, 50, "21-50"), (51, None, "51+")]
 BUCKET_ORDER = [b[2] for b in BUCKETS]
-RUN_METRICS = ["submitted", "accepted", "delivered", "lost", "duplicates", "throughput_multi"]
+RUN_METRICS = ["submitted", "accepted", "delivered", "lost", "duplicates", "throughput_multi", "delivery_prob",
+               "overhead_ratio", "latency_mean", "latency_p50", "hops_mean"]
 
 # two-sided 95% Student t quantiles (0.975) by degrees of freedom
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
@@ -50,8 +51,24 @@ def _to_pandas(df: DataFrame) -> pd.DataFrame:
     return pd.DataFrame([r.asDict() for r in df.collect()], columns=df.columns)
 
 
-def per_run(subs: DataFrame, dels: DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(one row per run with RUN_METRICS, one row per run and size bucket with mean delay)."""
+def _recipients(dst):
+    """Recipients of a submission: dst is a node name or the JSON text of a list of them."""
+    as_list = F.from_json(dst, "array<string>")
+    return F.when(dst.startswith("["), F.size(as_list)).otherwise(F.lit(1))
+
+
+def bytes_relayed(metrics: DataFrame) -> DataFrame:
+    """Per run: bytes every node sent to its neighbours (the largest value each counter reached)."""
+    per_nb = (metrics.select("cell", "rep", "node", F.explode_outer("neighbours").alias("nb", "c"))
+              .groupBy("cell", "rep", "node", "nb").agg(F.max("c.bytes_out").alias("bytes_out")))
+    return per_nb.groupBy("cell", "rep").agg(F.sum("bytes_out").alias("bytes_relayed"))
+
+
+def per_run(subs: DataFrame, dels: DataFrame, metrics: DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per run with RUN_METRICS, one row per run and size bucket with mean delay).
+
+    delivery_prob = unique (message, recipient) deliveries / accepted copies (submissions x recipients);
+    overhead_ratio = (bytes relayed on links - bytes delivered) / bytes delivered (null without metrics)."""
     keys = ["cell", "rep"]
     dels = dels.withColumn("mode", F.coalesce(F.col("mode"), F.col("run_mode")))
     dels = dels.withColumn("nfrag", F.greatest(F.col("fragments"),
@@ -63,27 +80,203 @@ def per_run(subs: DataFrame, dels: DataFrame) -> tuple[pd.DataFrame, pd.DataFram
     # one delivery per (message, recipient): the first; the rest are duplicates
     uniq = dels.groupBy(*keys, "msg_id", "dst").agg(
         F.min("deliver_ts").alias("deliver_ts"), F.first("submit_ts").alias("submit_ts"),
-        F.first("nfrag").alias("nfrag"), F.count(F.lit(1)).alias("copies"))
+        F.first("nfrag").alias("nfrag"), F.count(F.lit(1)).alias("copies"), F.min("hops").alias("hops"),
+        F.first("size").alias("size"))
     uniq = uniq.withColumn("delay", F.col("deliver_ts") - F.col("submit_ts"))
     d_agg = uniq.groupBy(keys).agg(
         F.countDistinct("msg_id").alias("delivered"),
         F.sum(F.col("copies") - 1).alias("duplicates"),
         F.countDistinct(F.when(F.col("nfrag") >= 2, F.col("msg_id"))).alias("multi"),
-        (F.max("deliver_ts") - F.min("submit_ts")).alias("duration"))
+        (F.max("deliver_ts") - F.min("submit_ts")).alias("duration"),
+        F.count(F.lit(1)).alias("delivered_copies"), F.avg("delay").alias("latency_mean"),
+        F.percentile_approx("delay", 0.5, 10000).alias("latency_p50"), F.avg("hops").alias("hops_mean"),
+        F.sum("size").alias("bytes_delivered"))
     s_agg = subs.groupBy(keys).agg(F.count(F.lit(1)).alias("submitted"),
-                                   F.sum(F.col("accepted").cast("long")).alias("accepted"))
+                                   F.sum(F.col("accepted").cast("long")).alias("accepted"),
+                                   F.sum(F.when(F.col("accepted"), _recipients(F.col("dst"))).otherwise(0))
+                                   .alias("copies_accepted"))
     accepted_ids = subs.where(F.col("accepted") & (F.col("msg_id") != "")).select(*keys, "msg_id").distinct()
     lost = (accepted_ids.join(dels.select(*keys, "msg_id").distinct(), [*keys, "msg_id"], "left_anti")
             .groupBy(keys).agg(F.count(F.lit(1)).alias("lost")))
     runs = (run_mode.join(s_agg, keys, "left").join(d_agg, keys, "left").join(lost, keys, "left")
-            .fillna(0, ["submitted", "accepted", "delivered", "duplicates", "multi", "lost"]))
-    runs = runs.withColumn("throughput_multi", F.when(F.col("duration") > 0, F.col("multi") / F.col("duration")))
-    runs_pd = _to_pandas(runs.select(*keys, "mode", *RUN_METRICS)).sort_values(keys).reset_index(drop=True)
+            .fillna(0, ["submitted", "accepted", "delivered", "duplicates", "multi", "lost", "copies_accepted",
+                        "delivered_copies", "bytes_delivered"]))
+    if metrics is not None:
+        runs = runs.join(bytes_relayed(metrics), keys, "left")
+    else:
+        runs = runs.withColumn("bytes_relayed", F.lit(None).cast("long"))
+    runs = (runs.withColumn("throughput_multi", F.when(F.col("duration") > 0, F.col("multi") / F.col("duration")))
+            .withColumn("delivery_prob", F.when(F.col("copies_accepted") > 0,
+                                                F.least(F.lit(1.0), F.col("delivered_copies") / F.col("copies_accepted"))))
+            .withColumn("overhead_ratio", F.when((F.col("bytes_delivered") > 0) & F.col("bytes_relayed").isNotNull(),
+                                                 (F.col("bytes_relayed") - F.col("bytes_delivered"))
+                                                 / F.col("bytes_delivered"))))
+    extra = ["copies_accepted", "delivered_copies", "bytes_delivered", "bytes_relayed"]
+    runs_pd = _to_pandas(runs.select(*keys, "mode", *RUN_METRICS, *extra)).sort_values(keys).reset_index(drop=True)
     delay_pd = (uniq.withColumn("bucket", _bucket_col(F.col("nfrag"))).join(run_mode, keys)
                 .groupBy(*keys, "mode", "bucket")
                 .agg(F.avg("delay").alias("mean_delay_s"), F.count(F.lit(1)).alias("messages")))
     delay_pd = _to_pandas(delay_pd)
     return runs_pd, delay_pd
+
+
+def unique_deliveries(dels: DataFrame) -> DataFrame:
+    """First delivery of each (message, recipient) with its delay and hops, and the run's mode."""
+    dels = dels.withColumn("mode", F.coalesce(F.col("mode"), F.col("run_mode"), F.lit("unknown")))
+    return (dels.groupBy("cell", "rep", "msg_id", "dst")
+            .agg(F.min("deliver_ts").alias("deliver_ts"), F.first("submit_ts").alias("submit_ts"),
+                 F.first("mode").alias("mode"), F.min("hops").alias("hops"))
+            .withColumn("delay", F.col("deliver_ts") - F.col("submit_ts")))
+
+
+CDF_POINTS = [i / 100 for i in range(1, 100)] + [0.999]
+
+
+def latency_cdf(uniq: DataFrame) -> pd.DataFrame:
+    """Delay quantiles (pooled over repetitions) per cell and mode: columns cell, mode, q, delay_s, n_runs."""
+    agg = (uniq.groupBy("cell", "mode")
+           .agg(F.percentile_approx("delay", CDF_POINTS, 10000).alias("qs"), F.countDistinct("rep").alias("n_runs"),
+                F.count(F.lit(1)).alias("messages")))
+    rows = []
+    for r in agg.collect():
+        for q, v in zip(CDF_POINTS, r["qs"] or []):
+            rows.append({"cell": r["cell"], "mode": r["mode"], "q": q, "delay_s": v, "n_runs": r["n_runs"],
+                         "messages": r["messages"]})
+    return pd.DataFrame(rows, columns=["cell", "mode", "q", "delay_s", "n_runs", "messages"])
+
+
+def hop_counts(uniq: DataFrame) -> pd.DataFrame:
+    """Deliveries per hop count, cell and mode (all repetitions)."""
+    return _to_pandas(uniq.groupBy("cell", "mode", "hops").agg(F.count(F.lit(1)).alias("deliveries"),
+                                                                F.countDistinct("rep").alias("n_runs"))
+                      .orderBy("cell", "mode", "hops"))
+
+
+def refusals(subs: DataFrame) -> pd.DataFrame:
+    """Refused submissions per run and reason."""
+    return _to_pandas(subs.where(~F.col("accepted")).groupBy("cell", "rep", "reason")
+                      .agg(F.count(F.lit(1)).alias("refused")).orderBy("cell", "rep", "reason"))
+
+
+def resources_over_time(metrics: DataFrame) -> pd.DataFrame:
+    """Mean over nodes, per run and 1 s since the run's first sample: recipient pool occupancy
+    ((used + reserved) / capacity) and buffers in use (all classes)."""
+    m = metrics.where(F.col("resources").isNotNull())
+    start = m.groupBy("cell", "rep").agg(F.min("ts").alias("t0"))
+    rec = F.col("resources.recipient")
+    m = (m.join(start, ["cell", "rep"])
+         .withColumn("t", F.floor(F.col("ts") - F.col("t0")))
+         .withColumn("pool_occupancy", (F.coalesce(rec.used, F.lit(0)) + F.coalesce(rec.reserved, F.lit(0)))
+                     / rec.capacity)
+         .withColumn("buffers_used", F.aggregate(F.coalesce(F.col("resources.buffers.usage"),
+                                                            F.array().cast("array<long>")),
+                                                 F.lit(0).cast("long"), lambda acc, x: acc + x)))
+    return _to_pandas(m.groupBy("cell", "rep", "run_mode", "t")
+                      .agg(F.avg("pool_occupancy").alias("pool_occupancy"),
+                           F.avg("buffers_used").alias("buffers_used"), F.max("buffers_used").alias("buffers_used_max"))
+                      .orderBy("cell", "rep", "t"))
+
+
+def buffer_class_usage(metrics: DataFrame) -> pd.DataFrame:
+    """Peak and mean use of each buffer class (index = hops made) per run, over nodes and time."""
+    m = metrics.where(F.col("resources.buffers.usage").isNotNull()).select(
+        "cell", "rep", "node", F.posexplode("resources.buffers.usage").alias("buffer_class", "used"))
+    return _to_pandas(m.groupBy("cell", "rep", "buffer_class")
+                      .agg(F.max("used").alias("peak"), F.avg("used").alias("mean")).orderBy("cell", "rep", "buffer_class"))
+
+
+def health(runs: list, per_run_pd: pd.DataFrame, refused: pd.DataFrame, host: DataFrame,
+           links: pd.DataFrame | None) -> pd.DataFrame:
+    """One row per run: losses and duplicates (records and summary.json), refusals, host saturation,
+    completeness, peak link utilisation and retransmissions; `problems` lists what is wrong."""
+    cpu = {(r["cell"], r["rep"]): r for r in host.where(F.col("node") == "testbed").groupBy("cell", "rep").agg(
+        F.max("cpu_percent").alias("cpu_max"), F.count(F.lit(1)).alias("samples"),
+        F.avg((F.col("cpu_percent") > 90).cast("double")).alias("above90")).collect()}
+    rows = []
+    for run in runs:
+        s = run.summary or {}
+        pr = per_run_pd[(per_run_pd["cell"] == run.cell) & (per_run_pd["rep"] == run.rep)]
+        rec = pr.iloc[0] if len(pr) else None
+        sat = s.get("saturation") if isinstance(s.get("saturation"), dict) else (s.get("host") or {})
+        c = cpu.get((run.cell, run.rep))
+        saturated = sat.get("saturated") if isinstance(sat, dict) and "saturated" in sat else (
+            bool(c["above90"] and c["above90"] > 0.10) if c else None)
+        ref = refused[(refused["cell"] == run.cell) & (refused["rep"] == run.rep)] if len(refused) else refused
+        row = {"cell": run.cell, "rep": run.rep, "mode": rec["mode"] if rec is not None else run.mode,
+               "complete": s.get("complete"), "lost": int(rec["lost"]) if rec is not None else None,
+               "duplicates": int(rec["duplicates"]) if rec is not None else None,
+               "summary_lost": s.get("lost"), "summary_duplicates": s.get("duplicates"),
+               "refused": "; ".join(f"{r.reason or '?'}: {r.refused}" for r in ref.itertuples()) if len(ref) else "",
+               "host_cpu_max": c["cpu_max"] if c else None, "saturated": saturated}
+        if links is not None and len(links):
+            lk = links[(links["cell"] == run.cell) & (links["rep"] == run.rep)]
+            row["peak_link_utilisation"] = lk["peak_utilisation"].max() if len(lk) else None
+            row["tcp_retransmissions"] = int(lk["retransmissions"].fillna(0).sum()) if len(lk) else None
+        problems = []
+        for k in ("lost", "duplicates", "summary_lost", "summary_duplicates"):
+            if isinstance(row.get(k), (int, float)) and row[k] > 0:
+                problems.append(f"{k}={row[k]}")
+        if saturated:
+            problems.append("host saturated")
+        if s and s.get("complete") is False:
+            problems.append(f"incomplete ({s.get('reason', '')})")
+        row["problems"] = ", ".join(problems)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def comparison(summary: pd.DataFrame, runs: list, metrics: tuple[str, ...] = ("throughput_multi", "latency_mean",
+                                                                              "delivery_prob")) -> pd.DataFrame:
+    """Fragmenting vs non-fragmenting per setting: cells whose parameters differ only in the mode are
+    paired; each metric's means (n beside) and the ratio fragmenting / non-fragmenting."""
+    params = {r.cell: {k: v for k, v in r.params.items() if k != "nodes.all.mode"} for r in runs}
+    cell_mode = summary[["cell", "mode"]].drop_duplicates()
+    cell_mode = cell_mode.assign(setting=[_setting(params.get(c, {}), c) for c in cell_mode["cell"]])
+    rows = []
+    for setting, g in cell_mode.groupby("setting", sort=True):
+        by_mode = {m: cells["cell"].tolist() for m, cells in g.groupby("mode")}
+        if "fragmenting" not in by_mode or "non-fragmenting" not in by_mode:
+            continue
+        for metric in metrics:
+            row = {"setting": setting, "metric": metric}
+            for mode, label in (("fragmenting", "frag"), ("non-fragmenting", "nonfrag")):
+                sel = summary[(summary["cell"].isin(by_mode[mode])) & (summary["mode"] == mode)
+                              & (summary["metric"] == metric)]
+                row[f"{label}_mean"] = sel["mean"].iloc[0] if len(sel) else math.nan
+                row[f"{label}_ci95"] = sel["ci95"].iloc[0] if len(sel) else math.nan
+                row[f"{label}_n"] = int(sel["n"].iloc[0]) if len(sel) else 0
+            nf = row["nonfrag_mean"]
+            row["ratio_frag_nonfrag"] = row["frag_mean"] / nf if nf and not math.isnan(nf) else math.nan
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["setting", "metric", "frag_mean", "frag_ci95", "frag_n", "nonfrag_mean",
+                                       "nonfrag_ci95", "nonfrag_n", "ratio_frag_nonfrag"])
+
+
+def _setting(params: dict, cell: str) -> str:
+    """The cell's parameters other than the mode, as a stable label ("all" when none)."""
+    if not params:
+        return "all"
+    return ",".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(params.items()))
+
+
+def sweeps(summary: pd.DataFrame, runs: list, metric: str = "throughput_multi") -> dict[str, pd.DataFrame]:
+    """Per swept numeric parameter (other than the mode): metric mean/ci/n by value and mode
+    (the thesis' figures: throughput vs RBSAD, transmission time, fragment size, interarrival)."""
+    params = {r.cell: r.params for r in runs}
+    keys = sorted({k for p in params.values() for k in p if k != "nodes.all.mode"})
+    out = {}
+    for key in keys:
+        vals = {c: p.get(key) for c, p in params.items()}
+        if len({str(v) for v in vals.values()}) < 2:
+            continue
+        try:
+            num = {c: float(v) for c, v in vals.items() if v is not None}
+        except (TypeError, ValueError):
+            continue
+        sel = summary[(summary["metric"] == metric) & summary["cell"].isin(num)].copy()
+        sel["value"] = sel["cell"].map(num)
+        out[key] = sel[["value", "mode", "cell", "mean", "ci95", "n"]].sort_values(["mode", "value"]).reset_index(drop=True)
+    return out
 
 
 def summarize(runs: pd.DataFrame, delay: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -9,6 +9,8 @@ import struct
 from dataclasses import dataclass
 from typing import Iterator
 
+import numpy as np
+
 from testbed.errors import UserError
 
 _MAGICS = {
@@ -119,3 +121,141 @@ def parse_frame(f: bytes, ts: float, orig: int, linktype: int = 1) -> Packet | N
         sport, dport = struct.unpack_from("!HH", f, off)
         payload = max(ip_payload - 8, 0)
     return Packet(ts, orig, src, dst, proto, sport, dport, flags, seq, ack, win, payload)
+
+
+# ---- vectorised parser (what the Spark tasks use) ---------------------------------------------
+
+# Column order of a parsed block; the Spark schema in pcap_ingest.py follows it.
+COLUMNS = ("ts", "length", "ipver", "src4", "dst4", "src6", "dst6", "proto", "sport", "dport",
+           "flags", "seq", "ack", "window", "payload")
+
+
+def walk_offsets(data: bytes | memoryview, fmt: PcapFormat, start: int, stop: int) -> list[int]:
+    """Offsets of the records whose header starts in [start, stop) (start must be a record boundary).
+
+    This chain walk is the only sequential part: each header gives the next one's position."""
+    unpack = struct.Struct(fmt.endian + "I").unpack_from
+    offs: list[int] = []
+    append = offs.append
+    pos, end = start, len(data)
+    while pos < stop and pos + 16 <= end:
+        incl = unpack(data, pos + 8)[0]
+        if pos + 16 + incl > end:
+            break  # truncated final record (capture still being written, or cut): ignored
+        append(pos)
+        pos += 16 + incl
+    return offs
+
+
+def split_points(data: bytes | memoryview, fmt: PcapFormat, chunk: int) -> list[int]:
+    """Record-aligned byte offsets about `chunk` bytes apart, first 24 and last the end of the last record."""
+    unpack = struct.Struct(fmt.endian + "I").unpack_from
+    points = [24]
+    pos, end, nxt = 24, len(data), 24 + chunk
+    while pos + 16 <= end:
+        incl = unpack(data, pos + 8)[0]
+        if pos + 16 + incl > end:
+            break
+        pos += 16 + incl
+        if pos >= nxt:
+            points.append(pos)
+            nxt = pos + chunk
+    if points[-1] != pos:
+        points.append(pos)
+    return points
+
+
+def _u16(a, idx):
+    return (a[idx].astype(np.uint32) << 8) | a[idx + 1]
+
+
+def _u32(a, idx):
+    return ((a[idx].astype(np.uint64) << 24) | (a[idx + 1].astype(np.uint64) << 16)
+            | (a[idx + 2].astype(np.uint64) << 8) | a[idx + 3])
+
+
+def parse_block(data: bytes | memoryview, fmt: PcapFormat, offsets) -> dict:
+    """Header fields of the records at `offsets` as numpy arrays (one entry per record, COLUMNS order).
+
+    IPv4/TCP/UDP over Ethernet is decoded with array gathers; anything else (VLAN tags, raw IP,
+    IPv6) goes through parse_frame for those records only. Non-IP frames keep ipver 0."""
+    n = len(offsets)
+    a = np.frombuffer(data, dtype=np.uint8)
+    o = np.asarray(offsets, dtype=np.int64)
+    hdr_dt = np.dtype([("sec", fmt.endian + "u4"), ("frac", fmt.endian + "u4"),
+                       ("incl", fmt.endian + "u4"), ("orig", fmt.endian + "u4")])
+    if n:
+        # 16-byte record headers gathered as one structured array
+        raw = a[(o[:, None] + np.arange(16)).ravel()].view(hdr_dt)
+        sec, frac = raw["sec"].astype(np.float64), raw["frac"].astype(np.float64)
+        incl, orig = raw["incl"].astype(np.int64), raw["orig"].astype(np.int64)
+    else:
+        sec = frac = np.zeros(0)
+        incl = orig = np.zeros(0, dtype=np.int64)
+    out = {
+        "ts": sec + frac * fmt.ts_unit, "length": orig,
+        "ipver": np.zeros(n, np.int8), "src4": np.zeros(n, np.int64), "dst4": np.zeros(n, np.int64),
+        "src6": [None] * n, "dst6": [None] * n,
+        "proto": np.zeros(n, np.int16), "sport": np.zeros(n, np.int32), "dport": np.zeros(n, np.int32),
+        "flags": np.zeros(n, np.int16), "seq": np.zeros(n, np.int64), "ack": np.zeros(n, np.int64),
+        "window": np.zeros(n, np.int32), "payload": np.zeros(n, np.int64),
+    }
+    if n == 0:
+        return out
+    f = o + 16  # frame start
+    slow = np.ones(n, dtype=bool)
+    if fmt.linktype == 1:
+        ok = incl >= 34
+        fi = np.where(ok, f, 0)
+        etype = _u16(a, fi + 12)
+        v4 = ok & (etype == 0x0800) & ((a[fi + 14] >> 4) == 4)
+        slow = ok & ~v4 & ((etype == 0x8100) | (etype == 0x88A8) | (etype == 0x86DD))
+        idx = np.nonzero(v4)[0]
+        if len(idx):
+            ip = f[idx] + 14
+            ihl = (a[ip] & 0x0F).astype(np.int64) * 4
+            proto = a[ip + 9].astype(np.int16)
+            tot = _u16(a, ip + 2).astype(np.int64)
+            # GSO super-frames may carry tot_len 0: fall back to the captured original length
+            ip_len = np.where(tot > 0, tot, orig[idx] - 14)
+            out["ipver"][idx] = 4
+            out["proto"][idx] = proto
+            out["src4"][idx] = _u32(a, ip + 12).astype(np.int64)
+            out["dst4"][idx] = _u32(a, ip + 16).astype(np.int64)
+            out["payload"][idx] = np.maximum(ip_len - ihl, 0)
+            l4 = ip + ihl
+            cap_end = f[idx] + incl[idx]
+            tcp = (proto == 6) & (l4 + 20 <= cap_end)
+            t = idx[tcp]
+            if len(t):
+                p = l4[tcp]
+                out["sport"][t] = _u16(a, p)
+                out["dport"][t] = _u16(a, p + 2)
+                out["seq"][t] = _u32(a, p + 4).astype(np.int64)
+                out["ack"][t] = _u32(a, p + 8).astype(np.int64)
+                doff_flags = _u16(a, p + 12)
+                out["flags"][t] = (doff_flags & 0x1FF).astype(np.int16)
+                out["window"][t] = _u16(a, p + 14)
+                out["payload"][t] = np.maximum(ip_len[tcp] - ihl[tcp] - (doff_flags >> 12).astype(np.int64) * 4, 0)
+            udp = (proto == 17) & (l4 + 8 <= cap_end)
+            u = idx[udp]
+            if len(u):
+                p = l4[udp]
+                out["sport"][u] = _u16(a, p)
+                out["dport"][u] = _u16(a, p + 2)
+                out["payload"][u] = np.maximum(ip_len[udp] - ihl[udp] - 8, 0)
+    for i in np.nonzero(slow)[0].tolist():
+        start = int(f[i])
+        pkt = parse_frame(bytes(a[start:start + int(incl[i])]), 0.0, int(orig[i]), fmt.linktype)
+        if pkt is None:
+            continue
+        if ":" in pkt.src:
+            out["ipver"][i] = 6
+            out["src6"][i], out["dst6"][i] = pkt.src, pkt.dst
+        else:
+            out["ipver"][i] = 4
+            out["src4"][i] = int.from_bytes(bytes(int(x) for x in pkt.src.split(".")), "big")
+            out["dst4"][i] = int.from_bytes(bytes(int(x) for x in pkt.dst.split(".")), "big")
+        for k in ("proto", "sport", "dport", "flags", "seq", "ack", "window", "payload"):
+            out[k][i] = getattr(pkt, k if k != "window" else "window")
+    return out

@@ -6,14 +6,32 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (BooleanType, DoubleType, LongType, StringType, StructField, StructType)
+from pyspark.sql.types import (ArrayType, BooleanType, DoubleType, LongType, MapType, StringType, StructField,
+                               StructType)
 
 from node.schema import validate
 from testbed.errors import UserError
 
 from .layout import Run
 
-FILES = {"submission": "submissions.jsonl", "delivery": "deliveries.jsonl", "metrics": "metrics.jsonl"}
+# per-node files (nodes/<node>/NAME) and per-run files (NAME in the rep directory) of each record kind;
+# workload.jsonl holds the submissions the driver could not hand to a node (killed or paused daemon)
+FILES = {"submission": "submissions.jsonl", "delivery": "deliveries.jsonl", "metrics": "metrics.jsonl",
+         "report": "reports.jsonl"}
+RUN_FILES = {"submission": "workload.jsonl", "event": "events.jsonl", "host": "host.jsonl"}
+KINDS = ("submission", "delivery", "metrics", "report", "event", "host")
+
+_NEIGHBOUR = StructType([StructField(n, LongType()) for n in (
+    "queue_messages", "queue_bytes", "inflight", "frags_out", "bytes_out", "frags_in", "bytes_in",
+    "duplicates_in", "retransmissions", "reconnects", "refused_in", "refused_out")] + [StructField("up", BooleanType())])
+_RESOURCES = StructType([
+    StructField("buffers", StructType([StructField("usage", ArrayType(LongType())),
+                                       StructField("limits", ArrayType(LongType())),
+                                       StructField("free_pool", LongType())])),
+    StructField("recipient", StructType([StructField("capacity", LongType()), StructField("used", LongType()),
+                                         StructField("reserved", LongType()),
+                                         StructField("reservation_queue_length", LongType())])),
+])
 
 SCHEMAS = {
     "delivery": StructType([
@@ -34,7 +52,20 @@ SCHEMAS = {
     "metrics": StructType([
         StructField("ts", DoubleType()), StructField("node", StringType()),
         StructField("spool_messages", LongType()), StructField("spool_bytes", LongType()),
-        StructField("delivered", LongType()),
+        StructField("delivered", LongType()), StructField("mode", StringType()),
+        StructField("neighbours", MapType(StringType(), _NEIGHBOUR)), StructField("resources", _RESOURCES),
+    ]),
+    "report": StructType([
+        StructField("ts", DoubleType()), StructField("node", StringType()), StructField("event", StringType()),
+        StructField("msg_id", StringType()), StructField("dst", StringType()), StructField("reason", StringType()),
+    ]),
+    "event": StructType([
+        StructField("ts", DoubleType()), StructField("node", StringType()), StructField("event", StringType()),
+        StructField("target", StringType()),
+    ]),
+    "host": StructType([
+        StructField("ts", DoubleType()), StructField("node", StringType()), StructField("cpu_percent", DoubleType()),
+        StructField("mem_percent", DoubleType()), StructField("procs", MapType(StringType(), DoubleType())),
     ]),
 }
 
@@ -59,7 +90,10 @@ def read(spark: SparkSession, runs: list[Run], kind: str) -> DataFrame:
     """One DataFrame of all `kind` records of the runs, with columns cell, rep, run_mode, frag_size added."""
     frames = []
     for run in runs:
-        files = [p for p in run.files(FILES[kind]) if p.stat().st_size > 0]
+        files = run.files(FILES[kind]) if kind in FILES else []
+        if kind in RUN_FILES and (run.path / RUN_FILES[kind]).is_file():
+            files = [*files, run.path / RUN_FILES[kind]]
+        files = [p for p in files if p.stat().st_size > 0]
         for p in files:
             check_file(kind, p)
         if not files:
@@ -69,12 +103,17 @@ def read(spark: SparkSession, runs: list[Run], kind: str) -> DataFrame:
                       .withColumn("run_mode", F.lit(run.mode).cast("string"))
                       .withColumn("frag_size", F.lit(run.fragment_size)))
     if not frames:
-        extra = StructType(SCHEMAS[kind].fields + [StructField("cell", StringType()), StructField("rep", StringType()),
-                                                   StructField("run_mode", StringType()),
-                                                   StructField("frag_size", LongType())])
-        # built in the JVM: an empty Python-side DataFrame needs Python workers for nothing
-        return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in extra.fields])
+        return empty(spark, kind)
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
     return out
+
+
+def empty(spark: SparkSession, kind: str) -> DataFrame:
+    """A typed empty table of `kind` with the run columns."""
+    extra = StructType(SCHEMAS[kind].fields + [StructField("cell", StringType()), StructField("rep", StringType()),
+                                               StructField("run_mode", StringType()),
+                                               StructField("frag_size", LongType())])
+    # built in the JVM: an empty Python-side DataFrame needs Python workers for nothing
+    return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in extra.fields])

@@ -1,10 +1,13 @@
-"""Write report.html (self-contained, plot embedded), CSV tables, and a console summary."""
+"""Write report.html (self-contained: plots embedded), the plots (PNG, optionally SVG), every table as CSV
+and Parquet, and the one-screen console summary."""
 from __future__ import annotations
 
 import base64
 import html
 import io
+import logging
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +15,40 @@ from rich.console import Console
 from rich.table import Table
 
 from .compare import BUCKET_ORDER
+
+log = logging.getLogger(__name__)
+
+PLOT_FORMATS = ("png", "svg")
+MODE_COLOURS = {"fragmenting": "tab:blue", "non-fragmenting": "tab:orange"}
+
+
+@dataclass
+class ReportTables:
+    """Everything the report shows; pandas tables, small (aggregates, not packets)."""
+    runs: pd.DataFrame
+    summary: pd.DataFrame
+    delays: pd.DataFrame
+    comparison: pd.DataFrame = field(default_factory=pd.DataFrame)
+    sweeps: dict[str, pd.DataFrame] = field(default_factory=dict)
+    latency_cdf: pd.DataFrame = field(default_factory=pd.DataFrame)
+    hops: pd.DataFrame = field(default_factory=pd.DataFrame)
+    health: pd.DataFrame = field(default_factory=pd.DataFrame)
+    refusals: pd.DataFrame = field(default_factory=pd.DataFrame)
+    resources: pd.DataFrame = field(default_factory=pd.DataFrame)
+    buffer_classes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    links: pd.DataFrame = field(default_factory=pd.DataFrame)
+    flows: pd.DataFrame = field(default_factory=pd.DataFrame)
+    utilisation: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def parse_formats(text: str) -> tuple[str, ...]:
+    from testbed.errors import UserError
+
+    fmts = tuple(dict.fromkeys(f.strip().lower() for f in (text or "png").split(",") if f.strip()))
+    bad = [f for f in fmts if f not in PLOT_FORMATS]
+    if bad or not fmts:
+        raise UserError(f"--plots takes a comma-separated list of {', '.join(PLOT_FORMATS)}, not {text!r}.")
+    return fmts if "png" in fmts else ("png", *fmts)  # PNG is always made: the HTML embeds it
 
 
 def _fmt(v) -> str:
@@ -22,11 +59,28 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def delay_plot_png(delays: pd.DataFrame) -> bytes:
+def _plt():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
 
+
+def _save(fig, out: Path, name: str, formats: tuple[str, ...]) -> bytes:
+    plt = _plt()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    png = buf.getvalue()
+    (out / f"{name}.png").write_bytes(png)
+    if "svg" in formats:
+        fig.savefig(out / f"{name}.svg", format="svg")
+    plt.close(fig)
+    return png
+
+
+def delay_plot(delays: pd.DataFrame):
+    plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     for (cell, mode), g in delays.groupby(["cell", "mode"], sort=True):
         x = [BUCKET_ORDER.index(b) for b in g["bucket"]]
@@ -39,53 +93,190 @@ def delay_plot_png(delays: pd.DataFrame) -> bytes:
     ax.grid(alpha=0.3)
     if len(delays):
         ax.legend(fontsize="small")
+    return fig
+
+
+def delay_plot_png(delays: pd.DataFrame) -> bytes:
     buf = io.BytesIO()
+    fig = delay_plot(delays)
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
+    _plt().close(fig)
     return buf.getvalue()
 
 
-def _table(df: pd.DataFrame) -> str:
+def sweep_plot(key: str, table: pd.DataFrame, metric: str):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for mode, g in table.groupby("mode", sort=True):
+        err = [0 if (c is None or math.isnan(c)) else c for c in g["ci95"]]
+        ax.errorbar(g["value"], g["mean"], yerr=err, marker="o", capsize=3, label=mode,
+                    color=MODE_COLOURS.get(mode))
+    ax.set_xlabel(key)
+    ax.set_ylabel(f"{metric} (mean, 95% CI)")
+    ax.set_title(f"{metric} vs {key.split('.')[-1]}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def cdf_plot(cdf: pd.DataFrame):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for (cell, mode), g in cdf.groupby(["cell", "mode"], sort=True):
+        ax.plot(g["delay_s"], g["q"], label=f"{mode} ({cell}, n={int(g['n_runs'].iloc[0])})")
+    ax.set_xlabel("delivery latency (s)")
+    ax.set_ylabel("fraction of deliveries")
+    ax.set_title("Latency CDF (all repetitions pooled)")
+    ax.grid(alpha=0.3)
+    if len(cdf):
+        ax.legend(fontsize="small")
+    return fig
+
+
+def series_plot(df: pd.DataFrame, x: str, y: str, group: list[str], xlabel: str, ylabel: str, title: str):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, g in df.groupby(group, sort=True):
+        label = " ".join(str(k) for k in (key if isinstance(key, tuple) else (key,)))
+        ax.plot(g[x], g[y], label=label, linewidth=1)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if len(df) and df.groupby(group).ngroups <= 12:
+        ax.legend(fontsize="x-small")
+    return fig
+
+
+def _table(df: pd.DataFrame, table_id: str = "") -> str:
+    if df is None or df.empty:
+        return "<p><em>no data</em></p>"
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
                    for row in df.itertuples(index=False))
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    ident = f' id="{table_id}"' if table_id else ""
+    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def write(out: Path, source: str, runs: pd.DataFrame, summary: pd.DataFrame, delays: pd.DataFrame) -> Path:
+def _img(png: bytes, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
+
+
+def _save_table(df: pd.DataFrame, out: Path, name: str) -> None:
+    df.to_csv(out / f"{name}.csv", index=False)
+    try:
+        # mixed-type object columns (e.g. summary values) are written as text
+        safe = df.copy()
+        for c in safe.columns:
+            if safe[c].dtype == object:
+                safe[c] = safe[c].map(lambda v: None if v is None else str(v))
+        safe.to_parquet(out / "tables" / f"{name}.parquet", index=False)
+    except (ValueError, TypeError, ImportError) as e:  # a table Parquet cannot hold stays CSV only
+        log.warning("table %s not written as Parquet: %s", name, e)
+
+
+def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: pd.DataFrame | None = None,
+          delays: pd.DataFrame | None = None, formats: tuple[str, ...] = ("png",)) -> Path:
+    """Write the report into `out`; returns the path of report.html."""
+    if not isinstance(tables, ReportTables):  # the older (runs, summary, delays) call
+        tables = ReportTables(tables, summary, delays)
+    t = tables
     out.mkdir(parents=True, exist_ok=True)
-    runs.to_csv(out / "runs.csv", index=False)
-    summary.to_csv(out / "summary.csv", index=False)
-    delays.to_csv(out / "delay_by_size.csv", index=False)
-    png = delay_plot_png(delays)
-    (out / "delay_by_size.png").write_bytes(png)
-    img = base64.b64encode(png).decode("ascii")
+    (out / "tables").mkdir(exist_ok=True)
+    named = {"runs": t.runs, "summary": t.summary, "delay_by_size": t.delays, "comparison": t.comparison,
+             "latency_cdf": t.latency_cdf, "hops": t.hops, "health": t.health, "refusals": t.refusals,
+             "resources": t.resources, "buffer_classes": t.buffer_classes, "links": t.links, "flows": t.flows,
+             "utilisation": t.utilisation}
+    for key, df in t.sweeps.items():
+        named[f"sweep_{key.split('.')[-1]}"] = df
+    for name, df in named.items():
+        if df is not None:
+            _save_table(df, out, name)
+
+    delay_png = _save(delay_plot(t.delays), out, "delay_by_size", formats)
+    sweep_html = []
+    for key, df in t.sweeps.items():
+        png = _save(sweep_plot(key, df, "throughput_multi"), out, f"sweep_{key.split('.')[-1]}", formats)
+        sweep_html.append(f"<h3>throughput of 2+ fragment messages vs {html.escape(key)}</h3>"
+                          f"{_img(png, key)}{_table(df)}")
+    cdf_html = ""
+    if len(t.latency_cdf):
+        cdf_html = _img(_save(cdf_plot(t.latency_cdf), out, "latency_cdf", formats), "latency CDF")
+    res_html = ""
+    if len(t.resources):
+        png = _save(series_plot(t.resources, "t", "pool_occupancy", ["run_mode", "cell", "rep"], "seconds since start",
+                                "recipient pool occupancy (mean over nodes)", "Recipient pool occupancy"),
+                    out, "pool_occupancy", formats)
+        png2 = _save(series_plot(t.resources, "t", "buffers_used", ["run_mode", "cell", "rep"], "seconds since start",
+                                 "buffers in use (mean over nodes)", "Buffer use"), out, "buffer_use", formats)
+        res_html = _img(png, "recipient pool occupancy") + _img(png2, "buffer use")
+    net_html = ""
+    if len(t.utilisation):
+        u = t.utilisation.copy()
+        u["t"] = u["bin"] - u.groupby(["cell", "rep"])["bin"].transform("min")
+        png = _save(series_plot(u, "t", "bits_per_s", ["cell", "rep", "link", "direction"], "seconds since start",
+                                "bit/s (1 s bins)", "Link throughput (configured rate in the links table)"),
+                    out, "link_throughput", formats)
+        net_html = _img(png, "link throughput")
+    top_flows = t.flows.sort_values("bytes", ascending=False).head(20) if len(t.flows) else t.flows
+
+    n_runs = len(t.runs)
     page = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>wanbed report: {html.escape(source)}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0}}
-td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}</style></head><body>
-<h1>wanbed report</h1><p>Source: <code>{html.escape(source)}</code>; {len(runs)} runs.
-Means are over repetitions; ci95 is the Student-t 95% half-width; n is the number of repetitions.</p>
-<h2 id="summary">Summary per cell and mode</h2>{_table(summary)}
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0;font-size:90%}}
+td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}img{{max-width:100%}}</style></head><body>
+<h1>wanbed report</h1><p>Source: <code>{html.escape(source)}</code>; {n_runs} runs.
+Means are over repetitions; ci95 is the Student-t 95% half-width (– when n &lt; 2); n is the number of
+repetitions (runs) behind each mean. Tables are beside this file as CSV and in tables/ as Parquet;
+the packet table (when pcaps were captured) is in parquet/packets.</p>
+<p>Sections: <a href="#summary">summary</a> · <a href="#comparison">fragmenting vs non-fragmenting</a> ·
+<a href="#sweeps">sweeps</a> · <a href="#delay">delay by size</a> · <a href="#delivery">delivery metrics</a> ·
+<a href="#health">run health</a> · <a href="#resources">resources</a> · <a href="#network">network</a> ·
+<a href="#runs">per run</a></p>
+<h2 id="summary">Summary per cell and mode</h2>{_table(t.summary, "summary-table")}
+<h2 id="comparison">Fragmenting vs non-fragmenting</h2>
+<p>Cells whose parameters differ only in the mode, side by side; ratio = fragmenting mean / non-fragmenting mean.</p>
+{_table(t.comparison, "comparison-table")}
+<h2 id="sweeps">Sweeps</h2>{"".join(sweep_html) or "<p><em>no swept numeric parameter</em></p>"}
 <h2 id="delay">Mean delay by size bucket</h2>
-<img alt="mean delay by size bucket" src="data:image/png;base64,{img}">
-{_table(delays)}
-<h2 id="runs">Per-run figures</h2>{_table(runs)}
+{_img(delay_png, "mean delay by size bucket")}
+{_table(t.delays, "delay-table")}
+<h2 id="delivery">Delivery metrics</h2>
+<p>delivery_prob = delivered (message, recipient) pairs / accepted copies; overhead_ratio = (bytes sent on
+links − bytes delivered) / bytes delivered; latency in seconds; hops = links crossed (see the summary table
+for means with n).</p>
+{cdf_html}<h3>Hop counts</h3>{_table(t.hops, "hops-table")}
+<h2 id="health">Run health</h2>
+<p>Losses and duplicates must be zero; host saturation makes a run's timing suspect.</p>
+{_table(t.health, "health-table")}<h3>Refusals by reason</h3>{_table(t.refusals, "refusals-table")}
+<h2 id="resources">Resources</h2>{res_html or "<p><em>no resource metrics in the runs</em></p>"}
+<h3>Buffer classes (index = hops made)</h3>{_table(t.buffer_classes, "buffer-table")}
+<h2 id="network">Network (from the pcaps)</h2>{net_html}
+<h3>Links</h3>{_table(t.links, "links-table")}<h3>Largest flows</h3>{_table(top_flows, "flows-table")}
+<h2 id="runs">Per-run figures</h2>{_table(t.runs, "runs-table")}
 </body></html>
 """
     (out / "report.html").write_text(page, encoding="utf-8")
     return out / "report.html"
 
 
-def console_summary(summary: pd.DataFrame, console: Console | None = None) -> None:
+def console_summary(summary: pd.DataFrame, health: pd.DataFrame | None = None, console: Console | None = None) -> None:
+    """One screen: mean per cell and mode with n, then any run-health problems."""
     console = console or Console()
     wide = summary.pivot_table(index=["cell", "mode"], columns="metric", values="mean", aggfunc="first")
     n = summary.groupby(["cell", "mode"])["n"].max()
     table = Table(title="wanbed: mean over repetitions")
-    cols = ["submitted", "accepted", "delivered", "lost", "duplicates", "throughput_multi"]
+    cols = ["delivered", "lost", "duplicates", "throughput_multi", "delivery_prob", "latency_mean", "overhead_ratio"]
+    cols = [c for c in cols if c in wide.columns]
     for c in ["cell", "mode", "n", *cols]:
         table.add_column(c, justify="left" if c in ("cell", "mode") else "right", overflow="fold")
     for (cell, mode), row in wide.iterrows():
         table.add_row(str(cell), str(mode), str(n[(cell, mode)]), *(_fmt(row.get(c)) for c in cols))
     console.print(table)
+    if health is not None and len(health) and "problems" in health:
+        bad = health[health["problems"].astype(str) != ""]
+        for r in bad.head(10).itertuples():
+            console.print(f"[yellow]run {r.cell}/{r.rep}: {r.problems}[/yellow]")
+        if len(bad) > 10:
+            console.print(f"[yellow]... and {len(bad) - 10} more runs with problems (see health.csv)[/yellow]")

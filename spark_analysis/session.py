@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -27,6 +28,8 @@ def _log4j_file() -> str:
 
 def get_session(master: str = "local[*]", app: str = "wanbed-analysis") -> SparkSession:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers must run this interpreter (numpy, pyarrow and this package live in its venv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # pyspark warns about pandas >= 3 although the report collects rows itself
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
     spark = (

@@ -74,8 +74,9 @@ class StartedEngine:
             pass
 
 
-def start_engine(root: Path, ready_timeout: float = 60.0) -> StartedEngine:
-    """Start dockerd with its own data/exec root and socket under `root`.
+def start_engine(root: Path, ready_timeout: float = 60.0, data_root: Path | None = None) -> StartedEngine:
+    """Start dockerd with its own exec root and socket under `root`; images under `data_root`
+    (default root/data; a lasting data root keeps the built images across test sessions).
 
     No iptables and no default bridge: testbed containers run with `--network none`
     and get their links plumbed in from outside, so the engine needs no host networking.
@@ -86,7 +87,7 @@ def start_engine(root: Path, ready_timeout: float = 60.0) -> StartedEngine:
     sock = root / "docker.sock"
     log_path = root / "dockerd.log"
     # exec-root must be short: containerd's socket path lives under it (108-byte limit).
-    argv = ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "x"),
+    argv = ["dockerd", "--data-root", str(data_root or root / "data"), "--exec-root", str(root / "x"),
             "--pidfile", str(root / "dockerd.pid"), "-H", f"unix://{sock}",
             "--iptables=false", "--ip6tables=false", "--bridge=none"]
     with open(log_path, "ab") as logf:

@@ -33,6 +33,8 @@ IMAGE = f"{PREFIX}-node:{__version__}"
 ONLINE_BASE = "python:3.11-slim"
 OFFLINE_BASE = f"{PREFIX}-base:bookworm"
 HASH_LABEL = "wanbed.content-hash"
+NODE_USER = "wanbed"                   # the image's non-root user that runs the node daemon
+NODE_UID = 10001                       # its fixed uid/gid: the runtime chowns the mounted workdir to it
 # testbed modules the node imports (node -> testbed.errors, testbed.registry).
 TESTBED_FILES = ["__init__.py", "errors.py", "registry.py"]
 BASE_PACKAGES = ["python3", "python3-venv", "python3-pip", "iproute2", "iputils-ping",
@@ -71,6 +73,7 @@ def _shipped(p: Path) -> bool:
 def content_hash() -> str:
     """sha256 over the relative path and bytes of every file that goes into the image."""
     h = hashlib.sha256()
+    h.update(f"uid={NODE_UID}\0".encode())       # a build argument that changes the image
     for f in _sources():
         h.update(str(f.relative_to(REPO)).encode() + b"\0")
         h.update(f.read_bytes() + b"\0")
@@ -182,12 +185,21 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = print) -> BuildR
         _stage_context(wheels, ctx)
         _run_step(["env", "DOCKER_BUILDKIT=0", "docker", "build", "--build-arg", f"BASE={base}",
                    "--build-arg", f"VERSION={__version__}", "--build-arg", f"CONTENT_HASH={digest}",
+                   "--build-arg", f"NODE_UID={NODE_UID}",
                    "-t", opts.image, str(ctx)], f"docker build {opts.image} ({mode})", progress, timeout=1200)
+    # The image this build replaced is now untagged: drop it, so rebuilds do not pile up layers.
+    docker(["image", "prune", "-f", "--filter", f"label={HASH_LABEL}"], check=False)
     return BuildResult(opts.image, False, mode, time.monotonic() - t0, digest)
 
 
 def ensure_image(image: str = IMAGE) -> str:
-    """The image name, building it first when missing (used by the docker runtime)."""
-    if not image_exists(image):
-        build(BuildOptions(image=image), progress=lambda s: log.info("%s", s))
+    """The image name, (re)built first when missing or older than the node sources (the docker runtime's
+    default image): containers must run the same daemon code as the testbed that drives them."""
+    if image != IMAGE:
+        if not image_exists(image):
+            raise UserError(f"docker image {image} does not exist; build it or use the default {IMAGE}.")
+        return image
+    res = build(BuildOptions(image=image), progress=lambda s: log.info("%s", s))
+    if not res.cached:
+        log.info("built %s (%s) in %.0f s", image, res.mode, res.seconds)
     return image

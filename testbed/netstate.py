@@ -173,8 +173,18 @@ def attach(record: registry.RunRecord) -> "Network":
     net.partitioned_hosts = set(st.get("partitioned_hosts", []))
     net.shaper_name = st.get("shaper", "")
     net.shaper_message = st.get("shaper_message", "")
-    net.runtime = _AttachedRuntime(st.get("runtime", "netns"), {
-        n: NetnsHost(n, ns, Path(st["run_dir"]) / "nodes" / n) for n, ns in st.get("netns", {}).items()})
+    kind = st.get("runtime", "netns")
+    hosts: dict[str, Any] = {}
+    for n, ns in st.get("netns", {}).items():
+        workdir = Path(st["run_dir"]) / "nodes" / n
+        if kind == "docker":
+            # The named netns of a container carries the container's name (see DockerHost).
+            from testbed.image import NODE_USER
+            from testbed.runtime.docker import DockerHost
+            hosts[n] = DockerHost(n, ns, workdir, user=NODE_USER)
+        else:
+            hosts[n] = NetnsHost(n, ns, workdir)
+    net.runtime = _AttachedRuntime(kind, hosts)
     net.shaper = _attach_shaper(st)
     return net
 

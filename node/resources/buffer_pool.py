@@ -248,6 +248,13 @@ class BufferPool:
         self._take(cls, n, single_fragment)
         return True
 
+    def force_acquire(self, cls: int, n: int = 1, *, single_fragment: bool = False) -> None:
+        """Take buffers even above the limit: for what is already stored (recovery after a restart)."""
+        self._check_class(cls)
+        if n < 1:
+            raise ValueError("acquire at least one buffer")
+        self._take(cls, n, single_fragment)
+
     def cancel_wait(self, waiter: str) -> None:
         """Forget a queued request (the transfer was abandoned)."""
         self._waiters = [w for w in self._waiters if w[3] != waiter]

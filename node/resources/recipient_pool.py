@@ -237,6 +237,12 @@ class RecipientPool:
         self._counters["optimistic_ok"] += 1
         return True
 
+    def force_store(self, msg_id: str, size: int, now: float, recipients: Sequence[str] = ()) -> None:
+        """Count space that is already in use whatever the limits (recovery after a restart)."""
+        if size < 1 or msg_id in self._holdings:
+            return
+        self._take(msg_id, SINGLE if size == 1 else MULTI, size, tuple(recipients), now, stored=True)
+
     # -- draining ------------------------------------------------------------------------
     def release_message(self, msg_id: str, now: float) -> list[str]:
         """A mailbox read/deleted a stored message; returns newly granted reservation ids."""

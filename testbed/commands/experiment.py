@@ -2,18 +2,37 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from testbed.errors import NotAvailableYet
+from testbed.errors import UserError
+
+
+def _default_out(scenario_path: str, sets: list[str], quick: bool) -> Path:
+    """runs/<scenario name>: the name comes from the scenario itself (its `name:` or file stem)."""
+    from testbed.scenario import loader
+    return Path("runs") / loader.load(scenario_path, overrides=sets, quick=quick).name
 
 
 def _run(args: argparse.Namespace) -> int:
-    raise NotAvailableYet("run", 7)
+    from testbed.experiment import console, runner
+
+    if args.reps is not None and args.reps < 1:
+        raise UserError(f"--reps must be at least 1, got {args.reps}.")
+    out = Path(args.out) if args.out else _default_out(args.scenario, args.set, args.quick)
+    progress = console.make_progress(sys.stdout)
+    try:
+        return runner.run_experiment(args.scenario, out, args.reps, args.resume, args.quick, args.set, progress)
+    finally:
+        close = getattr(progress, "close", None)
+        if callable(close):
+            close()
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a scenario (or a sweep) end to end into a run directory")
     p.add_argument("scenario", help="scenario YAML file")
-    p.add_argument("--out", default="runs", help="parent folder of run directories (default: runs)")
+    p.add_argument("--out", default=None, help="experiment folder (default: runs/<scenario name>)")
     p.add_argument("--reps", type=int, help="repetitions per cell (overrides the scenario)")
     p.add_argument("--resume", action="store_true", help="skip cells that are already complete")
     p.add_argument("--quick", action="store_true", help="apply the scenario's quick: section")

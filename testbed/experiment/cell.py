@@ -227,8 +227,9 @@ class _CellRun:
                     continue
                 delivered += int(st.get("delivered", 0))
                 held = int(st.get("spool_messages", 0))
-                if held:
-                    remaining[n] = held
+                # Fragments sent but not yet acknowledged belong to no queued message: still in flight.
+                if held or int(st.get("spool_fragments", 0)):
+                    remaining[n] = max(held, 1)
             elapsed = time.monotonic() - t0
             submitted = self.driver.submitted if self.driver else 0
             self.delivered = max(self.delivered, delivered)

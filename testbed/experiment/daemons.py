@@ -20,6 +20,7 @@ from testbed.errors import UserError
 from testbed.experiment import nodeconfig
 from testbed.network import Network
 from testbed.runtime.base import Process
+from testbed.runtime.docker import DockerHost
 
 log = logging.getLogger(__name__)
 
@@ -115,11 +116,23 @@ class NodeDaemons:
         return "\n".join(lines) or "  (the log is empty)"
 
     def pids(self) -> dict[str, int]:
-        """Host pids of running daemons (for the host monitor); docker pids are container-local, so none."""
-        if self.docker:
-            return {}
+        """Machine-wide pids of running daemons (for the host monitor)."""
         with self._lock:
-            return {n: p.pid for n, p in self.procs.items() if self.state.get(n) in ("running", "paused")}
+            live = {n: p for n, p in self.procs.items() if self.state.get(n) in ("running", "paused")}
+        if not self.docker:
+            return {n: p.pid for n, p in live.items()}
+        # Inside a container the runtime's pid is container-local; the host monitor reads /proc.
+        out: dict[str, int] = {}
+        for n, proc in live.items():
+            pid = self._docker_host(n).host_pid(proc)
+            if pid:
+                out[n] = pid
+        return out
+
+    def _docker_host(self, node: str) -> DockerHost:
+        host = self.network.host(node)
+        assert isinstance(host, DockerHost), host
+        return host
 
     # ---- faults ----------------------------------------------------------------------------
 
@@ -130,32 +143,61 @@ class NodeDaemons:
         self.network.host(node).signal(proc, sig)
 
     def kill(self, node: str) -> None:
-        """kill -9: the daemon gets no chance to clean up (what the durability guarantees are about)."""
+        """kill -9: the daemon gets no chance to clean up (what the durability guarantees are about).
+
+        On docker the whole container is killed (the real thing); its links stay, held by the
+        named namespace, until `restart` starts it again and moves them in.
+        """
+        if self.docker:
+            if node not in self.procs:
+                raise UserError(f"no daemon was started on {node}.")
+            self._docker_host(node).kill()
+            self._reap(node)
+            self.state[node] = "killed"
+            return
         if self.state.get(node) == "paused":
             self._signal(node, signal.SIGCONT)
         self._signal(node, signal.SIGKILL)
+        self._reap(node)
+        self.state[node] = "killed"
+
+    def _reap(self, node: str) -> None:
         proc = self.procs[node]
         if proc.popen is not None:
             try:
                 proc.popen.wait(timeout=5)
             except Exception:  # noqa: BLE001 - the runtime's teardown reaps it later
                 pass
-        self.state[node] = "killed"
 
     def restart(self, node: str) -> None:
-        """Start the daemon again with the same config and spool (killing it first if it still runs)."""
-        if self.state.get(node) in ("running", "paused"):
+        """Start the daemon again with the same config and spool (killing it first if it still runs).
+
+        On docker this is a container restart: a fresh container process tree in which the
+        runtime re-plumbs the host's links, addresses and routes before the daemon starts.
+        """
+        if self.docker:
+            report = self._docker_host(node).restart()
+            if node in self.procs:
+                self._reap(node)
+            log.info("container of %s restarted, %d interfaces re-plumbed", node, len(report.interfaces))
+        elif self.state.get(node) in ("running", "paused"):
             self.kill(node)
         self.start(node)
 
     def pause(self, node: str) -> None:
         if self.state.get(node) == "running":
-            self._signal(node, signal.SIGSTOP)
+            if self.docker:
+                self._docker_host(node).pause()       # freezes the container's cgroup
+            else:
+                self._signal(node, signal.SIGSTOP)
             self.state[node] = "paused"
 
     def resume(self, node: str) -> None:
         if self.state.get(node) == "paused":
-            self._signal(node, signal.SIGCONT)
+            if self.docker:
+                self._docker_host(node).unpause()
+            else:
+                self._signal(node, signal.SIGCONT)
             self.state[node] = "running"
 
     def reachable(self, node: str) -> bool:
@@ -168,7 +210,7 @@ class NodeDaemons:
         live = {n: p for n, p in self.procs.items() if self.state.get(n) in ("running", "paused")}
         for n in live:
             if self.state[n] == "paused":
-                self._signal(n, signal.SIGCONT)
+                self.resume(n)
             self._signal(n, signal.SIGTERM)
         deadline = time.monotonic() + grace
         hard: list[str] = []

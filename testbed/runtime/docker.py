@@ -1,26 +1,41 @@
 """The `docker` runtime: every host is a container from the node image.
 
-Containers run with `--network none` and NET_ADMIN/NET_RAW (shaping inside,
-tcpdump). The container's network namespace is attached under a NAMED netns
-(`ip netns attach <prefix><runid>-<host> <pid>`), so the shaping, addressing and
-capture layers create and move interfaces exactly as with the netns runtime.
-The container's init (`sleep infinity`) holds the namespace; daemons are
-started with `docker exec` through a tiny shell wrapper that records its pid
-(then execs the program), so they can be signalled by pid and killing a daemon
-never tears down the links.
+Containers run with `--network none` and NET_ADMIN/NET_RAW (for the tools run
+as root inside: ip, tc, tcpdump, ping). The container's network namespace is
+attached under a NAMED netns (`ip netns attach <prefix><runid>-<host> <pid>`),
+so the shaping, addressing and capture layers create and move interfaces
+exactly as with the netns runtime. The container's init (`sleep infinity`, as
+the image's non-root user) holds the container; daemons are started with
+`docker exec -u wanbed` through a tiny shell wrapper that records its pid (then
+execs the program), so they can be signalled by pid and killing a daemon never
+tears down the links.
 
-Faults: kill -> `docker kill -s KILL` (the namespace dies with it, links vanish);
-restart -> `docker start` + re-attach the named netns to the new pid; the
-links must then be re-plumbed by the network layer (interfaces moved into a
-namespace are destroyed with it, the kernel offers no way to keep them).
-pause -> `docker pause` (cgroup freezer: processes stop, links stay).
+Containers are started concurrently (one `docker run` per host from a small
+thread pool) and their namespaces attached with one `ip -batch`.
+
+Faults that are container operations:
+- kill -> `docker kill -s KILL`. The named netns is a bind mount, so the
+  namespace (links, addresses, routes) outlives the container's processes,
+  just as the netns runtime's namespace outlives a killed daemon.
+- restart -> the container starts again with a NEW network namespace (the
+  engine makes one per start). restart() moves every interface of the old
+  namespace into the new one and restores what a move drops (addresses, routes,
+  iptables rules such as a partition's, lo addresses), then renames the named
+  netns. TAP file descriptors held by the wire emulator survive a move, so
+  shaping, counters and pcaps go on.
+- pause -> `docker pause` (cgroup freezer: processes stop, links stay).
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
+import shutil
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -28,7 +43,7 @@ from testbed import PREFIX, registry
 from testbed.docker_engine import docker, require_engine
 from testbed.errors import UserError
 from testbed.runtime.base import Host, Process, Runtime
-from testbed.runtime.netns import netns_exists, run_ip
+from testbed.runtime.netns import configure_in_thread, netns_exists, run_ip
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +51,32 @@ RUN_LABEL = "wanbed.run"
 PREFIX_LABEL = "wanbed.prefix"
 CONTAINER_WORKDIR = "/work"
 PID_WAIT = 10.0       # seconds to wait for an exec'd process to record its pid
+START_WORKERS = 8     # concurrent `docker run`s: the engine serialises some work, more threads gain nothing
+OLD_NETNS_SUFFIX = ".old"   # '.' never occurs in a host name, so this cannot clash with another host's netns
+ROUTE_STATE_FLAGS = {"linkdown", "dead", "offload", "trap", "rt_offload", "rt_trap", "offload_failed"}
+SYSCTL_SCRIPT = ("ip link set lo up && sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0"
+                 " net.ipv4.conf.default.rp_filter=0")
+
+
+@dataclass
+class ReplumbReport:
+    """What DockerHost.restart() carried over from the old namespace into the new one."""
+
+    host: str
+    interfaces: list[str] = field(default_factory=list)
+    addresses: int = 0
+    routes: int = 0
+    iptables: bool = False
+    seconds: float = 0.0
 
 
 class DockerHost(Host):
-    def __init__(self, name: str, container: str, workdir: Path) -> None:
+    def __init__(self, name: str, container: str, workdir: Path, user: str = "") -> None:
         self.name = name
         self.container = container
         self.netns = container           # the named netns carries the container's name
         self.workdir = workdir
+        self.user = user                 # who runs daemons ("" = the image's default user)
         self.processes: list[Process] = []
 
     def __repr__(self) -> str:
@@ -51,55 +84,139 @@ class DockerHost(Host):
 
     def init_pid(self) -> int:
         out = docker(["inspect", "--format", "{{.State.Pid}}", self.container]).stdout.strip()
-        return int(out)
+        pid = int(out)
+        if pid <= 0:
+            raise RuntimeError(f"container {self.container} is not running")
+        return pid
 
     def attach_netns(self) -> None:
         """(Re-)name the container's current network namespace; also lo up and forwarding on."""
         if netns_exists(self.netns):
             run_ip(["netns", "delete", self.netns], check=False)
         run_ip(["netns", "attach", self.netns, str(self.init_pid())])
-        subprocess.run(["ip", "netns", "exec", self.netns, "sh", "-c",
-                        "ip link set lo up && sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0"
-                        " net.ipv4.conf.default.rp_filter=0"], check=True, capture_output=True)
+        subprocess.run(["ip", "netns", "exec", self.netns, "sh", "-c", SYSCTL_SCRIPT], check=True,
+                       capture_output=True)
 
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None,
+              user: str | None = None) -> Process:
+        """Start `argv` in the container as the non-root node user (user="root" for tools that need it)."""
         if not argv:
             raise UserError(f"empty command for process {name!r} on host {self.name!r}.")
+        if not name or "/" in name or name.startswith("."):
+            raise UserError(f"process name {name!r} must be a plain file name.")
+        self.workdir.mkdir(parents=True, exist_ok=True)
         log_path = self.workdir / f"{name}.log"
+        host_pidfile = self.workdir / f".{name}.pid"
+        host_pidfile.unlink(missing_ok=True)       # a restarted daemon must not be mistaken for the old one
         pidfile = f"{CONTAINER_WORKDIR}/.{name}.pid"
         env_args = [a for k, v in (env or {}).items() for a in ("-e", f"{k}={v}")]
+        who = self.user if user is None else user
+        user_args = ["-u", who] if who else []
         # The wrapper writes its own pid (inside the container's pid namespace) and execs the program.
-        cmd = ["docker", "exec", *env_args, self.container, "sh", "-c",
+        cmd = ["docker", "exec", *user_args, *env_args, self.container, "sh", "-c",
                f'echo $$ > {pidfile}; exec "$@"', "sh", *argv]
         with open(log_path, "ab") as logf:
-            popen = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        host_pidfile = self.workdir / f".{name}.pid"
+            # A session of its own: Ctrl-C reaches the testbed, which stops daemons in order.
+            popen = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
         deadline = time.monotonic() + PID_WAIT
         while not (host_pidfile.exists() and host_pidfile.read_text().strip()):
             if popen.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"process {name!r} on {self.container} did not start (see {log_path})")
-            time.sleep(0.05)
+                if popen.poll() is None:
+                    popen.kill()
+                    popen.wait()
+                tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+                raise RuntimeError(f"process {name!r} on {self.container} did not start: {' | '.join(tail)}")
+            time.sleep(0.02)
         pid = int(host_pidfile.read_text().strip())
         proc = Process(self.name, name, pid, list(argv), log_path, popen)
         self.processes.append(proc)
         return proc
 
     def run(self, argv: list[str], timeout: float = 30.0, check: bool = False) -> subprocess.CompletedProcess:
-        return subprocess.run(["docker", "exec", self.container, *argv], capture_output=True, text=True,
-                              timeout=timeout, check=check)
+        """Run a tool to completion in the container, as root (ip, tc, tcpdump, ping need it)."""
+        if not argv:
+            raise UserError(f"no command given to run in host {self.name}.")
+        return subprocess.run(["docker", "exec", "-u", "root", self.container, *argv], capture_output=True,
+                              text=True, timeout=timeout, check=check)
 
     def signal(self, process: Process, sig: int) -> None:
         """Signal by the pid the wrapper recorded (a pid in the container's pid namespace)."""
-        docker(["exec", self.container, "kill", f"-{int(sig)}", str(process.pid)], check=False)
+        if process.popen is not None and process.popen.poll() is not None:
+            return      # already exited: the pid may belong to another process now
+        docker(["exec", "-u", "root", self.container, "kill", f"-{int(sig)}", str(process.pid)], check=False)
 
-    # Faults that are container operations.
+    def host_pid(self, process: Process) -> int | None:
+        """The machine-wide pid of a process started here (for /proc based monitors), or None if gone."""
+        try:
+            init = self.init_pid()
+            ns = os.readlink(f"/proc/{init}/ns/pid")
+        except (RuntimeError, OSError, ValueError):
+            return None
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                if os.readlink(f"/proc/{entry}/ns/pid") != ns:
+                    continue
+                with open(f"/proc/{entry}/status") as f:
+                    for line in f:
+                        if line.startswith("NSpid:"):
+                            if int(line.split()[-1]) == process.pid:
+                                return int(entry)
+                            break
+            except (OSError, ValueError):
+                continue
+        return None
+
+    # ---- faults that are container operations ------------------------------------------
+
     def kill(self) -> None:
+        """SIGKILL every process of the container; its namespace (links) stays, held by the named netns."""
         docker(["kill", "-s", "KILL", self.container], check=False)
+        self._wait_state(("exited", "dead", "missing"))
 
-    def restart(self) -> None:
-        """Start the container again and name its new namespace; links must be re-plumbed by the caller."""
-        docker(["start", self.container])
-        self.attach_netns()
+    def restart(self) -> ReplumbReport:
+        """Start the container again and re-plumb its links, addresses and routes into the new namespace.
+
+        The container is killed first if it still runs. Daemons are not started again: that is the
+        caller's (the fault timeline starts the node daemon with the same config and spool).
+        """
+        t0 = time.monotonic()
+        if self.state() in ("running", "paused", "restarting"):
+            if self.state() == "paused":
+                self.unpause()
+            self.kill()
+        old = self.netns + OLD_NETNS_SUFFIX
+        if netns_exists(old):           # left by a restart that failed half-way
+            run_ip(["netns", "delete", old], check=False)
+        kept = False
+        if netns_exists(self.netns):
+            # A second name for the old namespace: it keeps the links alive while we move them.
+            Path(f"/run/netns/{old}").touch()
+            res = subprocess.run(["mount", "--bind", f"/run/netns/{self.netns}", f"/run/netns/{old}"],
+                                 capture_output=True, text=True)
+            if res.returncode != 0:
+                Path(f"/run/netns/{old}").unlink(missing_ok=True)
+                raise RuntimeError(f"keeping the namespace of {self.container}: {res.stderr.strip()}")
+            kept = True
+        try:
+            res = docker(["start", self.container], check=False)
+            if res.returncode != 0:
+                why = " ".join(res.stderr.split()) or "docker start failed"
+                raise UserError(f"cannot restart container {self.container}: {why}.")
+            self.attach_netns()
+            report = ReplumbReport(self.name)
+            if kept:
+                _move_namespace(old, self.netns, report)
+        finally:
+            if kept:
+                run_ip(["netns", "delete", old], check=False)
+        self.processes.clear()
+        report.seconds = time.monotonic() - t0
+        log.info("restarted %s: moved %s, %d addresses, %d routes in %.2f s", self.container,
+                 ",".join(report.interfaces), report.addresses, report.routes, report.seconds)
+        return report
 
     def pause(self) -> None:
         docker(["pause", self.container])
@@ -108,9 +225,81 @@ class DockerHost(Host):
         docker(["unpause", self.container])
 
     def state(self) -> str:
-        """docker's status word: running, paused, exited ..."""
+        """docker's status word: running, paused, exited ... or missing."""
         res = docker(["inspect", "--format", "{{.State.Status}}", self.container], check=False)
         return res.stdout.strip() if res.returncode == 0 else "missing"
+
+    def _wait_state(self, states: tuple[str, ...], timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.state() not in states:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"container {self.container} did not reach {'/'.join(states)}")
+            time.sleep(0.05)
+
+
+def _ip_json(ns: str, args: list[str]) -> list[dict]:
+    res = run_ip(["-n", ns, "-j", *args])
+    return json.loads(res.stdout or "[]")
+
+
+def _move_namespace(old: str, new: str, report: ReplumbReport) -> None:
+    """Move every interface of netns `old` into `new` and restore addresses, routes, iptables rules."""
+    links = [l for l in _ip_json(old, ["link", "show"]) if l.get("ifname") != "lo"]
+    addrs = _ip_json(old, ["addr", "show"])
+    routes = []
+    for fam in ("-4", "-6"):
+        out = run_ip(["-n", old, "-o", fam, "route", "show"]).stdout
+        for line in out.splitlines():
+            # Flags `ip route show` prints but `ip route add` refuses (a route via a link that is down).
+            line = " ".join(w for w in line.replace("\\", " ").split() if w not in ROUTE_STATE_FLAGS)
+            # Kernel routes come back with the addresses; link-local v6 ones with the interface.
+            if line and "proto kernel" not in line and not line.startswith(("fe80:", "multicast", "ff00:")):
+                routes.append((fam, line))
+    saved = subprocess.run(["ip", "netns", "exec", old, "iptables-save"], capture_output=True, text=True)
+    if links:
+        run_ip(["-n", old], batch="".join(f"link set dev {l['ifname']} netns {new}\n" for l in links))
+    report.interfaces = [l["ifname"] for l in links]
+    lines: list[str] = []
+    for l in links:
+        if l.get("mtu"):
+            lines.append(f"link set dev {l['ifname']} mtu {l['mtu']}")
+    for a in addrs:
+        name = a.get("ifname", "")
+        for info in a.get("addr_info", []):
+            local, plen = info.get("local"), info.get("prefixlen")
+            if local is None or info.get("scope") == "link" or local in ("127.0.0.1", "::1"):
+                continue
+            peer = f" peer {info['address']}/{plen}" if info.get("address") and info["address"] != local else ""
+            cidr = f"{local}{peer}" if peer else f"{local}/{plen}"
+            lines.append(f"addr add {cidr} dev {name}")
+            report.addresses += 1
+    for l in links:
+        if "UP" in l.get("flags", []):
+            lines.append(f"link set dev {l['ifname']} up")
+    if lines:
+        run_ip(["-n", new], batch="\n".join(lines) + "\n")
+    for fam in ("-4", "-6"):
+        script = "".join(f"route add {line}\n" for f, line in routes if f == fam)
+        if not script:
+            continue
+        # Routes after the addresses and links they depend on; one failure must not stop the others.
+        res = run_ip(["-n", new, fam], batch=script, check=False)
+        if res.returncode != 0:
+            log.warning("restoring routes in %s: %s", new, res.stderr.strip())
+    report.routes = len(routes)
+    if saved.returncode == 0 and _has_rules(saved.stdout):
+        subprocess.run(["ip", "netns", "exec", new, "iptables-restore", "-w"], input=saved.stdout,
+                       capture_output=True, text=True, check=True)
+        report.iptables = True
+
+
+def _has_rules(iptables_save: str) -> bool:
+    """True when the dump holds a rule or a user chain (not just empty built-in tables)."""
+    for line in iptables_save.splitlines():
+        if line.startswith("-A ") or (line.startswith(":") and line.split()[0][1:] not in
+                                      ("INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING")):
+            return True
+    return False
 
 
 class DockerRuntime(Runtime):
@@ -118,13 +307,17 @@ class DockerRuntime(Runtime):
 
     name = "docker"
 
-    def __init__(self, run_id: str, workdir: Path | None = None, image: str | None = None) -> None:
+    def __init__(self, run_id: str, workdir: Path | None = None, image: str | None = None,
+                 workers: int = START_WORKERS) -> None:
         require_engine()
-        from testbed.image import IMAGE, ensure_image
+        from testbed.image import IMAGE, NODE_UID, NODE_USER, ensure_image
         self.run_id = run_id
         self.prefix = registry.prefix(run_id)
         self.run_dir = workdir
         self.image = image or ensure_image(IMAGE)
+        self.user = NODE_USER
+        self.uid = NODE_UID
+        self.workers = max(1, workers)
         self._tmp: str | None = None
         self.hosts: dict[str, DockerHost] = {}
 
@@ -141,21 +334,45 @@ class DockerRuntime(Runtime):
     def add_host(self, name: str) -> DockerHost:
         return self.add_hosts([name])[0]
 
+    def _run_container(self, host: DockerHost) -> None:
+        # --no-healthcheck: the testbed asks each daemon's Health over gRPC; the image's Docker check
+        # would start a Python interpreter in every container every 10 s, CPU the emulation needs.
+        docker(["run", "-d", "--name", host.container, "--hostname", host.name, "--network", "none",
+                "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW", "--no-healthcheck",
+                "--label", f"{RUN_LABEL}={self.run_id}", "--label", f"{PREFIX_LABEL}={PREFIX}",
+                "-v", f"{host.workdir.resolve()}:{CONTAINER_WORKDIR}", self.image])
+
     def add_hosts(self, names: list[str]) -> list[DockerHost]:
+        """Create many hosts: concurrent `docker run`s, one `ip -batch` to name their namespaces."""
         made: list[DockerHost] = []
         for name in names:
-            if name in self.hosts:
+            if name in self.hosts or names.count(name) > 1:
                 raise UserError(f"host {name!r} exists twice.")
-            host = DockerHost(name, self.container_name(name), self._workdir(name))
+        for name in names:
+            host = DockerHost(name, self.container_name(name), self._workdir(name), user=self.user)
             self.hosts[name] = host      # recorded first, so a failure half-way is still torn down
             host.workdir.mkdir(parents=True, exist_ok=True)
-            docker(["run", "-d", "--name", host.container, "--hostname", name, "--network", "none",
-                    "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW",
-                    "--label", f"{RUN_LABEL}={self.run_id}", "--label", f"{PREFIX_LABEL}={PREFIX}",
-                    "-v", f"{host.workdir.resolve()}:{CONTAINER_WORKDIR}", self.image])
+            # The daemon runs as the image's non-root user and writes its records and spool here.
+            os.chown(host.workdir, self.uid, self.uid)
             made.append(host)
-        for host in made:
-            host.attach_netns()
+        if not made:
+            return made
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(made)), thread_name_prefix="docker-run") as pool:
+            results = list(pool.map(_capture_error(self._run_container), made))
+        errors = [f"{h.name}: {e}" for h, e in zip(made, results) if e is not None]
+        if errors:
+            raise RuntimeError("starting containers failed: " + "; ".join(errors[:3]))
+        fmt = "{{.Name}} {{.State.Pid}}"
+        out = docker(["inspect", "--format", fmt, *[h.container for h in made]]).stdout
+        pids = {line.split()[0].lstrip("/"): int(line.split()[1]) for line in out.splitlines() if line.strip()}
+        run_ip([], batch="".join(f"netns attach {h.netns} {pids[h.container]}\n" for h in made))
+        try:
+            configure_in_thread([h.netns for h in made])
+        except OSError as exc:
+            log.info("in-process namespace set-up failed (%s); falling back to ip netns exec", exc)
+            for h in made:
+                subprocess.run(["ip", "netns", "exec", h.netns, "sh", "-c", SYSCTL_SCRIPT], check=True,
+                               capture_output=True)
         return made
 
     def remove_host(self, name: str) -> None:
@@ -167,21 +384,34 @@ class DockerRuntime(Runtime):
     def close(self) -> None:
         names = [h.container for h in self.hosts.values()]
         # Also whatever carries our run label but was not recorded (a failure half-way through add).
-        names += [n for n, run in _labelled() if run == self.run_id and n not in names]
+        try:
+            names += [n for n, run in _labelled() if run == self.run_id and n not in names]
+        except (RuntimeError, subprocess.TimeoutExpired):
+            log.warning("listing containers of run %s failed; removing the recorded ones", self.run_id)
         _remove(names)
         self.hosts.clear()
         if self._tmp is not None:
-            import shutil
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+def _capture_error(fn: Callable[[DockerHost], None]) -> Callable[[DockerHost], Exception | None]:
+    def wrapped(host: DockerHost) -> Exception | None:
+        try:
+            fn(host)
+            return None
+        except Exception as exc:  # noqa: BLE001 - reported together after every thread finished
+            return exc
+    return wrapped
 
 
 def _remove(containers: list[str]) -> None:
     if containers:
         docker(["rm", "-f", "-v", *containers], check=False)
     for name in containers:
-        if netns_exists(name):
-            run_ip(["netns", "delete", name], check=False)
+        for ns in (name, name + OLD_NETNS_SUFFIX):
+            if netns_exists(ns):
+                run_ip(["netns", "delete", ns], check=False)
 
 
 def _labelled() -> list[tuple[str, str]]:
@@ -194,6 +424,11 @@ def _labelled() -> list[tuple[str, str]]:
         if len(parts) == 2:
             out.append((parts[0], parts[1]))
     return out
+
+
+def run_containers(run_id: str) -> list[str]:
+    """Names of the containers (any state) labelled with this run id."""
+    return [n for n, run in _labelled() if run == run_id]
 
 
 def clean_orphans(is_live: Callable[[str], bool]) -> list[str]:

@@ -138,3 +138,80 @@ def test_runs_without_records_is_a_user_error(spark, tmp_path):
     (tmp_path / "exp" / "c" / "1" / "nodes" / "a").mkdir(parents=True)
     with pytest.raises(UserError, match="no submission or delivery records"):
         report(str(tmp_path / "exp"), spark=spark)
+
+
+# ---- sections added with the full report -------------------------------------------------------
+
+def html_table(text: str, table_id: str) -> list[list[str]]:
+    """Rows (header first) of the table with this id in our own report HTML."""
+    import html as html_mod
+    import re
+
+    body = text.split(f'<table id="{table_id}">', 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr>(.*?)</tr>", body)
+    return [[html_mod.unescape(c) for c in re.findall(r"<t[hd]>(.*?)</t[hd]>", r)] for r in rows]
+
+
+def test_html_numbers_agree_with_csv(built):
+    from spark_analysis.report import _fmt
+
+    _, out, page = built
+    text = Path(page).read_text()
+    for table_id, csv in (("summary-table", "summary.csv"), ("runs-table", "runs.csv"),
+                          ("comparison-table", "comparison.csv"), ("health-table", "health.csv")):
+        rows = html_table(text, table_id)
+        df = pd.read_csv(out / csv, dtype={"rep": str, "cell": str})
+        assert rows[0] == list(df.columns), table_id
+        assert len(rows) - 1 == len(df), table_id
+        for html_row, csv_row in zip(rows[1:], df.itertuples(index=False)):
+            for h, v in zip(html_row, csv_row):
+                if isinstance(v, float) and not pd.isna(v):
+                    assert float(h) == pytest.approx(v, rel=1e-3), table_id   # shown with 4 significant digits
+                elif pd.isna(v):
+                    assert h in ("–", "nan", ""), table_id
+                else:
+                    assert h == _fmt(v) or h == str(v), table_id
+    for section in ('id="comparison"', 'id="sweeps"', 'id="delivery"', 'id="health"', 'id="resources"',
+                    'id="network"'):
+        assert section in text
+
+
+def test_delivery_probability_and_comparison_ratio(built):
+    expected, out, _ = built
+    runs = pd.read_csv(out / "runs.csv", dtype={"rep": str}).set_index(["cell", "rep"])
+    assert runs.loc[("frag", "2"), "delivery_prob"] == pytest.approx(97 / 100)
+    assert runs.loc[("nofrag", "2"), "delivery_prob"] == pytest.approx(1.0)
+    comp = pd.read_csv(out / "comparison.csv")
+    row = comp[(comp.setting == "all") & (comp.metric == "throughput_multi")].iloc[0]
+    frag = (expected[("frag", "1")]["throughput_multi"] + expected[("frag", "2")]["throughput_multi"]) / 2
+    nofrag = (expected[("nofrag", "1")]["throughput_multi"] + expected[("nofrag", "2")]["throughput_multi"]) / 2
+    assert row["frag_n"] == 2 and row["nonfrag_n"] == 2
+    assert row["ratio_frag_nonfrag"] == pytest.approx(frag / nofrag, rel=1e-9)
+    # every output table also exists as Parquet
+    for name in ("runs", "summary", "comparison", "health", "latency_cdf", "hops"):
+        assert (out / "tables" / f"{name}.parquet").is_file(), name
+
+
+def test_health_flags_losses_and_duplicates(built):
+    _, out, _ = built
+    health = pd.read_csv(out / "health.csv", dtype={"rep": str}, keep_default_na=False).set_index(["cell", "rep"])
+    assert "lost=3" in health.loc[("frag", "2"), "problems"] and "duplicates=2" in health.loc[("frag", "2"), "problems"]
+    assert health.loc[("nofrag", "2"), "problems"] == ""
+    refusals = pd.read_csv(out / "refusals.csv", dtype={"rep": str})
+    assert set(refusals["reason"]) == {"spool full"} and refusals["refused"].tolist() == [1, 1, 1, 1]
+
+
+def test_latency_cdf_and_hops(built):
+    _, out, _ = built
+    cdf = pd.read_csv(out / "latency_cdf.csv")
+    for (_, _), g in cdf.groupby(["cell", "mode"]):
+        assert g["delay_s"].is_monotonic_increasing and g["n_runs"].iloc[0] == 2
+    hops = pd.read_csv(out / "hops.csv")
+    assert set(hops["hops"]) == {2}
+
+
+def test_svg_plots_and_bad_plot_format(spark, tmp_path):
+    make_tree(tmp_path / "exp", messages=10)
+    report(str(tmp_path / "exp"), str(tmp_path / "o"), spark=spark, plots="png,svg")
+    assert (tmp_path / "o" / "delay_by_size.svg").read_text().lstrip().startswith("<?xml")
+    assert main(["report", str(tmp_path / "exp"), "--plots", "gif"]) == 2

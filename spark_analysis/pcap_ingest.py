@@ -1,0 +1,244 @@
+"""Pcaps to a Parquet packet table, parsed inside Spark tasks.
+
+Two Spark jobs, neither collects packets to the driver:
+1. index: one task per capture walks the 16-byte record headers and returns
+   record-aligned split points about `chunk_bytes` apart (a pcap has no sync
+   marks, so without this a large capture would be one task);
+2. parse: one task per byte range reads only its range and decodes the headers
+   with numpy (pcap_parser.parse_block), yielding Arrow batches (mapInArrow).
+The packets are written as Parquet partitioned by cell, rep (the run) and link.
+Each packet gets its direction on the link (a_to_b / b_to_a) from the routes in
+topology.json: the side whose routes send the destination over this link.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import mmap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (ByteType, DoubleType, IntegerType, LongType, ShortType, StringType, StructField,
+                               StructType)
+
+from testbed.errors import UserError
+
+from .layout import Run
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHUNK = 32 << 20  # bytes per parse task: ~220k records at snaplen 128
+
+RANGE_SCHEMA = StructType([
+    StructField("cell", StringType()), StructField("rep", StringType()), StructField("link", StringType()),
+    StructField("path", StringType()), StructField("start", LongType()), StructField("stop", LongType()),
+    StructField("a_nets", StringType()), StructField("b_nets", StringType()),
+])
+
+# what a parse task yields (before addresses become strings in the JVM)
+RAW_SCHEMA = StructType([
+    StructField("cell", StringType()), StructField("rep", StringType()), StructField("link", StringType()),
+    StructField("pos", LongType()), StructField("ts", DoubleType()), StructField("direction", StringType()),
+    StructField("ipver", ByteType()), StructField("src4", LongType()), StructField("dst4", LongType()),
+    StructField("src6", StringType()), StructField("dst6", StringType()),
+    StructField("proto", ShortType()), StructField("sport", IntegerType()), StructField("dport", IntegerType()),
+    StructField("length", LongType()), StructField("payload", LongType()), StructField("flags", ShortType()),
+    StructField("seq", LongType()), StructField("ack", LongType()), StructField("window", IntegerType()),
+])
+
+PACKET_COLUMNS = ["cell", "rep", "link", "pos", "ts", "direction", "src", "dst", "sport", "dport", "proto",
+                  "length", "payload", "flags", "seq", "ack", "window"]
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One pcap of one run: which link it watched and the prefixes each side routes over it."""
+    cell: str
+    rep: str
+    link: str
+    path: str
+    a_nets: tuple[str, ...] = ()
+    b_nets: tuple[str, ...] = ()
+
+
+def _side_nets(topology: dict, link: dict) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Destinations that side a (resp. b) sends over this link: its routes via the link's
+    interface plus the peer's own address on the link."""
+    hosts = {h["name"]: h for h in topology.get("hosts", [])}
+
+    def side(me: str, my_if: str, peer: str) -> tuple[str, ...]:
+        host = hosts.get(me, {})
+        nets = [r["destination"] for r in host.get("routes", []) if r.get("dev") == my_if and r.get("destination")]
+        for i in hosts.get(peer, {}).get("interfaces", []):
+            if i.get("link") == link["name"] and i.get("address"):
+                nets.append(i["address"].split("/")[0] + "/32")
+        for key in ("data_address", "loopback"):
+            if hosts.get(peer, {}).get(key):
+                nets.append(hosts[peer][key] + "/32")
+        return tuple(dict.fromkeys(nets))
+
+    return side(link["a"], link.get("a_if", ""), link["b"]), side(link["b"], link.get("b_if", ""), link["a"])
+
+
+def find_captures(runs: list[Run]) -> list[Capture]:
+    caps = []
+    for run in runs:
+        pcaps = sorted((run.path / "pcap").glob("*.pcap"))
+        if not pcaps:
+            continue
+        topo: dict = {}
+        tf = run.path / "topology.json"
+        if tf.is_file():
+            try:
+                topo = json.loads(tf.read_text())
+            except ValueError as e:
+                raise UserError(f"{tf} is not valid JSON ({e}).") from None
+        links = {lk["name"]: lk for lk in topo.get("links", []) if "name" in lk}
+        for p in pcaps:
+            a_nets, b_nets = _side_nets(topo, links[p.stem]) if p.stem in links else ((), ())
+            caps.append(Capture(run.cell, run.rep, p.stem, str(p), a_nets, b_nets))
+    return caps
+
+
+# ---- task side --------------------------------------------------------------------------------
+
+def _read_range(path: str, start: int, stop: int | None) -> bytes | memoryview:
+    """Bytes [start, stop) of a local or remote (hdfs://, s3a://) file; stop None = to the end."""
+    if path.startswith("file://"):
+        path = path[len("file://"):]
+    if "://" not in path:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, 2)
+            stop = size if stop is None else min(stop, size)
+            if stop <= start:
+                return b""
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                return bytes(m[start:stop])
+    from pyarrow import fs as pafs
+
+    uri = "s3://" + path[len("s3a://"):] if path.startswith("s3a://") else path
+    filesystem, inner = pafs.FileSystem.from_uri(uri)
+    with filesystem.open_input_file(inner) as fh:
+        size = fh.size()
+        stop = size if stop is None else min(stop, size)
+        return fh.read_at(max(stop - start, 0), start) if stop > start else b""
+
+
+def _index_task(cap: tuple, chunk: int) -> list[tuple]:
+    from .pcap_parser import read_format, split_points
+
+    cell, rep, link, path, a_nets, b_nets = cap
+    data = _read_range(path, 0, None)
+    if len(data) < 24:
+        return []  # an empty capture (link never carried a frame, or the header was never flushed)
+    fmt = read_format(bytes(data[:24]), path)
+    pts = split_points(data, fmt, chunk)
+    return [(cell, rep, link, path, a, b, a_nets, b_nets) for a, b in zip(pts[:-1], pts[1:])]
+
+
+def _match(addr4, nets_json: str):
+    import numpy as np
+
+    hit = np.zeros(len(addr4), dtype=bool)
+    for net in json.loads(nets_json or "[]"):
+        n = ipaddress.ip_network(net, strict=False)
+        if n.version != 4:
+            continue
+        mask = (0xFFFFFFFF << (32 - n.prefixlen)) & 0xFFFFFFFF
+        hit |= (addr4 & mask) == int(n.network_address)
+    return hit
+
+
+def _parse_batches(batches: Iterator) -> Iterator:
+    import numpy as np
+    import pyarrow as pa
+
+    from .pcap_parser import parse_block, read_format, walk_offsets
+
+    for batch in batches:
+        for r in batch.to_pylist():
+            head = _read_range(r["path"], 0, 24)
+            fmt = read_format(bytes(head), r["path"])
+            data = _read_range(r["path"], r["start"], r["stop"])
+            offs = walk_offsets(data, fmt, 0, len(data))
+            cols = parse_block(data, fmt, offs)
+            n = len(offs)
+            direction = np.full(n, "unknown", dtype=object)
+            to_b = _match(cols["dst4"], r["a_nets"]) & (cols["ipver"] == 4)
+            to_a = _match(cols["dst4"], r["b_nets"]) & (cols["ipver"] == 4)
+            direction[to_b & ~to_a] = "a_to_b"
+            direction[to_a & ~to_b] = "b_to_a"
+            arrays = {
+                "cell": pa.array([r["cell"]] * n, pa.string()), "rep": pa.array([r["rep"]] * n, pa.string()),
+                "link": pa.array([r["link"]] * n, pa.string()),
+                "pos": pa.array(np.asarray(offs, dtype=np.int64) + r["start"]),
+                "direction": pa.array(direction, pa.string()),
+                "src6": pa.array(cols["src6"], pa.string()), "dst6": pa.array(cols["dst6"], pa.string()),
+            }
+            for f in RAW_SCHEMA:
+                if f.name not in arrays:
+                    arrays[f.name] = pa.array(cols[f.name])
+            tbl = pa.table({f.name: arrays[f.name] for f in RAW_SCHEMA})
+            tbl = tbl.cast(pa.schema([pa.field(f.name, _arrow_type(f.dataType)) for f in RAW_SCHEMA]))
+            yield from tbl.to_batches(max_chunksize=1 << 17)
+
+
+def _arrow_type(t):
+    import pyarrow as pa
+
+    return {StringType: pa.string(), LongType: pa.int64(), DoubleType: pa.float64(), ByteType: pa.int8(),
+            ShortType: pa.int16(), IntegerType: pa.int32()}[type(t)]
+
+
+# ---- driver side ------------------------------------------------------------------------------
+
+def _dotted(col: str):
+    c = F.col(col)
+    return F.concat_ws(".", *[F.shiftright(c, s).bitwiseAND(255).cast("string") for s in (24, 16, 8, 0)])
+
+
+def ranges(spark: SparkSession, captures: list[Capture], chunk_bytes: int = DEFAULT_CHUNK) -> list[tuple]:
+    """Job 1: record-aligned byte ranges of every capture (one index task per file)."""
+    if not captures:
+        return []
+    rows = [(c.cell, c.rep, c.link, c.path, json.dumps(list(c.a_nets)), json.dumps(list(c.b_nets)))
+            for c in captures]
+    chunk = int(chunk_bytes)
+    return (spark.sparkContext.parallelize(rows, len(rows))
+            .flatMap(lambda cap: _index_task(cap, chunk)).collect())
+
+
+def packets_frame(spark: SparkSession, split: list[tuple]) -> DataFrame:
+    """Job 2 (lazy): the packet table of the given ranges, one parse task per range."""
+    rdd = spark.sparkContext.parallelize(split, max(len(split), 1))
+    raw = spark.createDataFrame(rdd, RANGE_SCHEMA).mapInArrow(_parse_batches, RAW_SCHEMA)
+    src = F.when(F.col("ipver") == 4, _dotted("src4")).otherwise(F.col("src6"))
+    dst = F.when(F.col("ipver") == 4, _dotted("dst4")).otherwise(F.col("dst6"))
+    return raw.withColumn("src", src).withColumn("dst", dst).select(*PACKET_COLUMNS)
+
+
+def ingest(spark: SparkSession, captures: list[Capture], out: str, chunk_bytes: int = DEFAULT_CHUNK) -> DataFrame | None:
+    """Parse every capture into Parquet at `out` (partitioned by cell, rep, link); returns the table read
+    back, or None when there is no capture."""
+    split = ranges(spark, captures, chunk_bytes)
+    log.info("pcap ingestion: %d captures, %d parse tasks", len(captures), len(split))
+    if not split:
+        return None
+    (packets_frame(spark, split).write.mode("overwrite")
+     .partitionBy("cell", "rep", "link").parquet(out))
+    return read_packets(spark, out)
+
+
+def read_packets(spark: SparkSession, path: str) -> DataFrame:
+    # partition values like "1" would otherwise come back as integers
+    spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+    return spark.read.parquet(path)
+
+
+def uri(path: str | Path) -> str:
+    s = str(path)
+    return s if "://" in s else Path(s).resolve().as_uri()

@@ -1,0 +1,163 @@
+"""Host load during a run: host.jsonl, and the saturation verdict read from it.
+
+Emulation results are only trustworthy when the machine kept up: a host that
+was CPU-saturated delays frames and timers by its own scheduling, not by the
+emulated WAN. HostMonitor samples /proc every `interval` seconds in a thread
+and appends one "host" record (node/schema.py) per sample; `saturation`
+applies issue 7's rule: saturated when the CPU was above 90% for more than 10%
+of the samples (strictly more in both places: exactly 90% or exactly 10% is
+not saturated).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    busy: int       # clock ticks not idle
+    total: int      # all clock ticks
+
+
+def read_cpu_times(proc: Path = PROC) -> CpuTimes:
+    """Whole-machine CPU ticks from the aggregate "cpu" line of /proc/stat."""
+    with open(proc / "stat") as f:
+        for line in f:
+            if line.startswith("cpu "):
+                values = [int(x) for x in line.split()[1:]]
+                # user nice system idle iowait irq softirq steal (guest times are already in user/nice)
+                idle = values[3] + (values[4] if len(values) > 4 else 0)
+                total = sum(values[:8])
+                return CpuTimes(busy=total - idle, total=total)
+    raise OSError("no aggregate cpu line in /proc/stat")
+
+
+def read_mem_percent(proc: Path = PROC) -> float:
+    """Memory in use (MemTotal - MemAvailable) as a percentage of MemTotal."""
+    info: dict[str, int] = {}
+    with open(proc / "meminfo") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts:
+                info[key] = int(parts[0])
+    total = info.get("MemTotal", 0)
+    if total <= 0:
+        return 0.0
+    available = info.get("MemAvailable", info.get("MemFree", 0))
+    return 100.0 * (total - available) / total
+
+
+def read_process_ticks(pid: int, proc: Path = PROC) -> int | None:
+    """utime + stime of a process in clock ticks; None when it is gone."""
+    try:
+        text = (proc / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # the command name (field 2) may contain spaces and parentheses: split after the last ')'
+    fields = text[text.rfind(")") + 2:].split()
+    # fields[0] is field 3 (state); utime and stime are fields 14 and 15
+    return int(fields[11]) + int(fields[12])
+
+
+class HostMonitor:
+    """Append a "host" record to `path` every `interval` seconds until stop()."""
+
+    def __init__(self, path: Path, pids: Callable[[], dict[str, int]], interval: float = 1.0) -> None:
+        if interval <= 0:
+            raise ValueError("HostMonitor interval must be positive")
+        self.path = Path(path)
+        self.pids = pids
+        self.interval = interval
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._clock_ticks = os.sysconf("SC_CLK_TCK")
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._stop.clear()       # start after stop resumes appending to the same file
+        self._thread = threading.Thread(target=self._run, name="hostmon", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval + 5.0)
+            self._thread = None
+
+    def _run(self) -> None:
+        try:
+            cpu_prev = read_cpu_times()
+            out = open(self.path, "a")
+        except (OSError, ValueError) as exc:
+            # a monitor that cannot work must not take the run down; the summary then shows 0 samples
+            log.warning("host monitor not running: %s", exc)
+            return
+        procs_prev = self._proc_ticks()
+        wall_prev = time.monotonic()
+        with out:
+            while not self._stop.wait(self.interval):
+                try:
+                    cpu = read_cpu_times()
+                    procs = self._proc_ticks()
+                    wall = time.monotonic()
+                    record = self._record(cpu_prev, cpu, procs_prev, procs, wall - wall_prev)
+                    cpu_prev, procs_prev, wall_prev = cpu, procs, wall
+                except (OSError, ValueError, IndexError) as exc:
+                    log.warning("host monitor: cannot sample /proc: %s", exc)
+                    continue
+                out.write(json.dumps(record) + "\n")
+                out.flush()
+                self.samples += 1
+
+    def _proc_ticks(self) -> dict[str, int]:
+        try:
+            pids = dict(self.pids())
+        except Exception as exc:  # noqa: BLE001 - the caller's view of its daemons must not stop sampling
+            log.warning("host monitor: cannot list daemon pids: %s", exc)
+            return {}
+        out: dict[str, int] = {}
+        for name, pid in pids.items():
+            if not isinstance(pid, int) or pid <= 0:
+                continue
+            ticks = read_process_ticks(pid)
+            if ticks is not None:
+                out[name] = ticks
+        return out
+
+    def _record(self, cpu0: CpuTimes, cpu1: CpuTimes, p0: dict[str, int], p1: dict[str, int],
+                seconds: float) -> dict[str, Any]:
+        total = cpu1.total - cpu0.total
+        busy = cpu1.busy - cpu0.busy
+        cpu_percent = 100.0 * busy / total if total > 0 else 0.0
+        # per process: percent of ONE cpu over the interval (may exceed 100 for a multi-threaded process)
+        procs = {name: round(100.0 * (ticks - p0[name]) / self._clock_ticks / seconds, 2)
+                 for name, ticks in p1.items() if name in p0 and seconds > 0}
+        return {"ts": time.time(), "node": "testbed", "cpu_percent": round(min(100.0, max(0.0, cpu_percent)), 2),
+                "mem_percent": round(read_mem_percent(), 2), "procs": procs, "cpus": os.cpu_count() or 1}
+
+
+def saturation(records: list[dict], threshold: float = 90.0, fraction: float = 0.10) -> dict:
+    """Was the host CPU above `threshold` percent for more than `fraction` of the samples?"""
+    values = [float(r["cpu_percent"]) for r in records
+              if isinstance(r, dict) and isinstance(r.get("cpu_percent"), (int, float))
+              and not isinstance(r.get("cpu_percent"), bool)]
+    above = sum(1 for v in values if v > threshold)
+    share = above / len(values) if values else 0.0
+    return {"saturated": bool(values) and share > fraction, "fraction_above": round(share, 4),
+            "samples": len(values), "threshold": threshold, "fraction": fraction,
+            "max_cpu": max(values) if values else None}

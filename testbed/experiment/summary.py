@@ -1,0 +1,359 @@
+"""summary.json: the headline figures of one repetition, read back from its run directory.
+
+Only the files are read (DESIGN.md section 6), so a summary can be recomputed
+for any run directory, also an incomplete one: a missing file counts as empty
+and a malformed line is reported under `schema`, never a crash.
+
+Accounting (per message copy = message id x recipient):
+- offered   = submission attempts (the nodes' submissions.jsonl plus the
+              driver's workload.jsonl for attempts that never reached a node)
+- accepted / refused (by reason; the reason up to its first ": " so details
+  such as sizes do not split a group)
+- delivered = distinct (msg_id, dst) deliveries; duplicates = the extra ones
+- ndr       = copies a node reported undeliverable ("ndr_made")
+- undelivered = accepted copies neither delivered nor reported undeliverable
+- lost      = undelivered when the drain emptied every spool, otherwise
+              undelivered - in_flight_at_end (floored at 0): what is still held
+              in a spool is late, not lost; unknown (None) when the run never
+              reached the drain
+Throughput is the thesis' (Brachman 1989 section 6.2.1: "based on end-to-end
+delivery of complete messages", Figures 6.3-6.7 plot messages of 2+
+fragments): delivered copies of 2 or more fragments per model hour of
+workload, and per wall second; when events.jsonl has the cell's
+"workload_end" event, also only those delivered within the workload window
+(the drain's late deliveries excluded), which is the thesis' measure. Delays (deliver_ts - submit_ts) are reported by
+the thesis Table 6.1 size ranges (1, 2-30, 31-100 fragments, plus >100).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from node import schema
+from testbed.experiment import hostmon
+from testbed.scenario.spec import Scenario
+
+log = logging.getLogger(__name__)
+
+SUMMARY_FILE = "summary.json"
+MAX_PROBLEM_SAMPLES = 10
+DRIVER_COUNTERS = ("planned", "submitted", "accepted", "refused", "unreachable")
+# Thesis Table 6.1 size ranges in fragments, plus anything larger (empirical/fixed sizes)
+BUCKETS: tuple[tuple[str, int, float], ...] = (("1", 0, 1), ("2-30", 2, 30), ("31-100", 31, 100),
+                                               (">100", 101, math.inf))
+
+
+@dataclass
+class _Reader:
+    """Reads JSON-lines files of a run directory, collecting schema problems instead of raising."""
+
+    root: Path
+    problems: int = 0
+    samples: list[str] = field(default_factory=list)
+    lines: int = 0
+
+    def records(self, path: Path, kind: str) -> Iterator[dict[str, Any]]:
+        """The valid records of one file; nothing when it is missing."""
+        try:
+            f = open(path, encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self._problem(f"{self._rel(path)}: cannot read ({exc.strerror})")
+            return
+        with f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                self.lines += 1
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    # a daemon killed mid-write leaves a partial last line: reported, not fatal
+                    self._problem(f"{self._rel(path)}:{lineno}: not a JSON line")
+                    continue
+                if not _conforms(kind, rec):
+                    issues = schema.validate(kind, rec) or ["does not conform"]
+                    self._problem(f"{self._rel(path)}:{lineno}: {kind} record: {issues[0]}")
+                    continue
+                yield rec
+
+    def _problem(self, text: str) -> None:
+        self.problems += 1
+        if len(self.samples) < MAX_PROBLEM_SAMPLES:
+            self.samples.append(text)
+
+    def _rel(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+
+def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str = "",
+              drain: dict | None = None) -> dict:
+    """The summary of the run directory `rep_dir` (see the module docstring); reads files only."""
+    rep_dir = Path(rep_dir)
+    reader = _Reader(rep_dir)
+    node_dirs = sorted(p for p in (rep_dir / "nodes").glob("*") if p.is_dir()) if (rep_dir / "nodes").is_dir() else []
+
+    # ---- submissions -----------------------------------------------------------------------
+    submissions: list[dict[str, Any]] = []
+    for d in node_dirs:
+        submissions.extend(reader.records(d / "submissions.jsonl", "submission"))
+    unreachable = list(reader.records(rep_dir / "workload.jsonl", "submission"))
+    offered = len(submissions) + len(unreachable)
+    accepted_recs = [r for r in submissions if r["accepted"]]
+    refused_recs = [r for r in submissions if not r["accepted"]] + [r for r in unreachable if not r["accepted"]]
+    accepted_recs += [r for r in unreachable if r["accepted"]]     # not expected; counted where it says
+    refused_by_reason = Counter(_reason_group(r["reason"]) for r in refused_recs)
+    expected: set[tuple[str, str]] = set()
+    for r in accepted_recs:
+        if not r["msg_id"]:
+            continue
+        for dst in _recipients(r["dst"]):
+            expected.add((r["msg_id"], dst))
+
+    # ---- deliveries ------------------------------------------------------------------------
+    first: dict[tuple[str, str], dict[str, Any]] = {}
+    delivery_lines = 0
+    for d in node_dirs:
+        for rec in reader.records(d / "deliveries.jsonl", "delivery"):
+            delivery_lines += 1
+            key = (rec["msg_id"], rec["dst"])
+            if key not in first or rec["deliver_ts"] < first[key]["deliver_ts"]:
+                first[key] = rec
+    delivered = len(first)
+    duplicates = delivery_lines - delivered
+
+    # ---- non-delivery reports --------------------------------------------------------------
+    ndr_pairs: set[tuple[str, str]] = set()
+    ndr_reasons: Counter[str] = Counter()
+    report_events: Counter[str] = Counter()
+    for d in node_dirs:
+        for rec in reader.records(d / "reports.jsonl", "report"):
+            report_events[rec["event"]] += 1
+            if rec["event"] == "ndr_made" and (rec["msg_id"], rec["dst"]) not in ndr_pairs:
+                ndr_pairs.add((rec["msg_id"], rec["dst"]))
+                ndr_reasons[_reason_group(rec["reason"])] += 1
+
+    delivered_pairs = set(first)
+    undelivered = len(expected - delivered_pairs - ndr_pairs)
+    unexpected = len(delivered_pairs - expected)    # e.g. a submission line lost when its node was killed
+    if drain is None:
+        in_flight: int | None = None
+        lost: int | None = None
+    else:
+        held = drain.get("in_flight")
+        in_flight = int(held) if isinstance(held, (int, float)) and not isinstance(held, bool) and held > 0 else 0
+        lost = undelivered if drain.get("empty") else max(0, undelivered - in_flight)
+
+    # ---- delays, throughput ----------------------------------------------------------------
+    scale = float(scenario.time_scale) if scenario.time_scale > 0 else 1.0
+    fragment = _fragment_size(scenario)
+    delays: dict[str, list[float]] = {name: [] for name, _, _ in BUCKETS}
+    multi = 0
+    for rec in first.values():
+        frags = max(1, math.ceil(rec["size"] / fragment))
+        if frags >= 2:
+            multi += 1
+        wall = float(rec["deliver_ts"]) - float(rec["submit_ts"])
+        delays[_bucket(frags)].append(wall)
+    all_delays = [x for v in delays.values() for x in v]
+    wall_duration = scenario.duration * scale
+    throughput = {
+        "messages_2plus": multi,
+        "per_model_hour": round(multi / (scenario.duration / 3600.0), 3) if scenario.duration > 0 else None,
+        "per_wall_second": round(multi / wall_duration, 6) if wall_duration > 0 else None,
+        "window": "all deliveries over the workload duration",
+    }
+
+    # ---- host, events ----------------------------------------------------------------------
+    host_records = list(reader.records(rep_dir / "host.jsonl", "host"))
+    event_records = list(reader.records(rep_dir / "events.jsonl", "event"))
+    events = Counter(r["event"] for r in event_records)
+    # the cell records "workload_end" with the driver's counters; it also bounds the workload window
+    ends = [r for r in event_records if r["event"] == "workload_end"]
+    driver = {k: ends[-1][k] for k in DRIVER_COUNTERS if k in ends[-1]} if ends else None
+    if ends and wall_duration > 0:
+        window_end = float(ends[-1]["ts"])
+        window_start = window_end - wall_duration
+        during = sum(1 for rec in first.values()
+                     if max(1, math.ceil(rec["size"] / fragment)) >= 2
+                     and window_start <= float(rec["deliver_ts"]) <= window_end)
+        throughput["messages_2plus_during_workload"] = during
+        throughput["per_model_hour_during_workload"] = round(during / (scenario.duration / 3600.0), 3)
+
+    missing = [name for name in ("scenario.yaml", "topology.json", "events.jsonl", "host.jsonl")
+               if not (rep_dir / name).exists()]
+    if not node_dirs:
+        missing.append("nodes/")
+    cell, rep, experiment = _where(rep_dir)
+    return {
+        "experiment": experiment, "cell": cell, "rep": rep, "scenario": scenario.name,
+        "mode": _mode(scenario), "seed": scenario.seed, "time_scale": scenario.time_scale,
+        "duration_model_s": scenario.duration, "duration_wall_s": wall_duration,
+        "fragment_size": fragment,
+        "complete": bool(complete), "reason": reason,
+        "offered": offered,
+        "accepted": len(accepted_recs),
+        "refused": len(refused_recs),
+        "refused_by_reason": dict(sorted(refused_by_reason.items())),
+        "unreachable": len(unreachable),
+        "copies": len(expected),
+        "delivered": delivered,
+        "duplicates": duplicates,
+        "ndr": len(ndr_pairs),
+        "ndr_by_reason": dict(sorted(ndr_reasons.items())),
+        "reports": dict(sorted(report_events.items())),
+        "undelivered": undelivered,
+        "in_flight_at_end": in_flight,
+        "lost": lost,
+        "unexpected_deliveries": unexpected,
+        "drain": drain,
+        "throughput": throughput,
+        "delay": {**{name: _stats(v, scale) for name, v in delays.items()}, "overall": _stats(all_delays, scale)},
+        "saturation": hostmon.saturation(host_records),
+        "host_samples": len(host_records),
+        "events": dict(sorted(events.items())),
+        "driver": driver,
+        "schema": {"problems": reader.problems, "first": reader.samples, "lines": reader.lines},
+        "missing_files": missing,
+    }
+
+
+def write_summary(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str = "",
+                  drain: dict | None = None) -> dict:
+    """summarize() written to rep_dir/summary.json atomically (a reader never sees half a file)."""
+    rep_dir = Path(rep_dir)
+    result = summarize(rep_dir, scenario, complete=complete, reason=reason, drain=drain)
+    rep_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".summary.", suffix=".tmp", dir=rep_dir)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(result, f, indent=2, sort_keys=False, default=str)
+            f.write("\n")
+        os.replace(tmp, rep_dir / SUMMARY_FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return result
+
+
+def check(summary: dict) -> list[str]:
+    """Problems a researcher must see: incomplete run, losses, an unfinished drain, duplicates,
+    saturation, bad records. One sentence each."""
+    problems: list[str] = []
+    if not summary.get("complete", False):
+        why = summary.get("reason") or "no reason recorded"
+        problems.append(f"run incomplete ({why})")
+    lost = summary.get("lost")
+    if isinstance(lost, int) and lost > 0:
+        problems.append(f"{lost} message copies lost (accepted, never delivered nor reported undeliverable)")
+    drain = summary.get("drain")
+    held = summary.get("in_flight_at_end")
+    if isinstance(drain, dict) and not drain.get("empty", True):
+        what = f"{held} messages were still held in spools" if isinstance(held, int) and held > 0 else \
+            "some nodes could not be drained"
+        problems.append(f"{what} when the drain bound ended (late, not counted in the losses)")
+    dups = summary.get("duplicates")
+    if isinstance(dups, int) and dups > 0:
+        problems.append(f"{dups} duplicate deliveries")
+    sat = summary.get("saturation")
+    if isinstance(sat, dict) and sat.get("saturated"):
+        problems.append(f"host CPU above {sat.get('threshold')}% in {100 * float(sat.get('fraction_above', 0)):.0f}% "
+                        f"of {sat.get('samples')} samples: the emulation results are not trustworthy")
+    sch = summary.get("schema")
+    if isinstance(sch, dict) and sch.get("problems"):
+        first = (sch.get("first") or ["?"])[0]
+        problems.append(f"{sch['problems']} malformed records (first: {first})")
+    return problems
+
+
+# ---- helpers -------------------------------------------------------------------------------
+
+# schema.RECORDS flattened once: (name, types, bool allowed); the fast check runs per line of a long run,
+# schema.validate (which explains the problem) only for the lines that fail it
+_SCHEMA: dict[str, tuple[tuple[str, tuple[type, ...], bool], ...]] = {
+    kind: tuple((f.name, f.types, bool in f.types) for f in fields) for kind, fields in schema.RECORDS.items()}
+_MISSING = object()
+
+
+def _conforms(kind: str, record: object) -> bool:
+    if type(record) is not dict:
+        return False
+    for name, types, bool_ok in _SCHEMA[kind]:
+        value = record.get(name, _MISSING)
+        if value is _MISSING or not isinstance(value, types) or (value is True or value is False) and not bool_ok:
+            return False
+    return True
+
+
+def _recipients(dst: str | list) -> list[str]:
+    return [dst] if isinstance(dst, str) else [d for d in dst if isinstance(d, str)]
+
+
+def _reason_group(reason: str) -> str:
+    return reason.split(": ", 1)[0].strip() or "(no reason given)"
+
+
+def _bucket(fragments: int) -> str:
+    for name, low, high in BUCKETS:
+        if low <= fragments <= high:
+            return name
+    return BUCKETS[-1][0]
+
+
+def _stats(wall: list[float], scale: float) -> dict[str, Any]:
+    if not wall:
+        return {"count": 0, "mean_model_s": None, "p50_model_s": None, "p99_model_s": None,
+                "mean_wall_s": None, "p50_wall_s": None, "p99_wall_s": None}
+    ordered = sorted(wall)
+    mean = sum(ordered) / len(ordered)
+    p50, p99 = _percentile(ordered, 50), _percentile(ordered, 99)
+    return {"count": len(ordered),
+            "mean_model_s": round(mean / scale, 6), "p50_model_s": round(p50 / scale, 6),
+            "p99_model_s": round(p99 / scale, 6),
+            "mean_wall_s": round(mean, 6), "p50_wall_s": round(p50, 6), "p99_wall_s": round(p99, 6)}
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    """Nearest-rank percentile of sorted values (always one of the observed values)."""
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _fragment_size(scenario: Scenario) -> int:
+    """Bytes per fragment for the size buckets: the generators' thesis fragment size (the unit of
+    Table 6.1), else the nodes' fragment_size, else the thesis' 1000 bytes (Table 6.2)."""
+    for g in scenario.workload.generators:
+        if g.size.dist == "thesis" and g.size.fragment_size > 0:
+            return int(g.size.fragment_size)
+    value = scenario.nodes.all.get("fragment_size")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return 1000
+
+
+def _mode(scenario: Scenario) -> str:
+    modes = {str(scenario.nodes.all.get("mode", "fragmenting"))}
+    for settings in scenario.nodes.per_node.values():
+        if "mode" in settings:
+            modes.add(str(settings["mode"]))
+    return modes.pop() if len(modes) == 1 else "mixed"
+
+
+def _where(rep_dir: Path) -> tuple[str, int | str, str]:
+    rep: int | str
+    try:
+        rep = int(rep_dir.name)
+    except ValueError:
+        rep = rep_dir.name
+    return rep_dir.parent.name, rep, rep_dir.parent.parent.name

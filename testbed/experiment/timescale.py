@@ -1,0 +1,125 @@
+"""Model time -> wall time: one conversion, applied once, to a copy of the scenario.
+
+A scenario is written in *model* seconds (the thesis' parameter tables as
+printed: t = 2 s per fragment, interarrival Normal(50 s), RBSAD 400 s ...).
+`time_scale` is wall seconds per model second. Every quantity that is a time
+is multiplied by it; every quantity that is a rate (per second) is divided by
+it, so "one fragment takes t model seconds" stays true on the emulated wire.
+Sizes, probabilities and counts are untouched.
+
+What is converted (issue 7, "applied consistently to link rates, interarrivals,
+RBSAD, removal intervals and durations"):
+- duration, workload.warmup, workload.drain
+- each generator's start/stop, interarrival mean/sd and its schedule periods
+  (from/to/mean/sd)
+- fault `at` times and link_set delay/jitter/rate parameters
+- link delay and jitter (x), rate (/) in link_defaults, per-link overrides and
+  explicit topology links
+- node settings resources.removal_interval, resources.reservation_timeout,
+  resources.rbsad in nodes.all and nodes.per_node
+
+Not converted: delays built into a topology generator (intercontinental6's
+Table 8 costs) because they are not scenario values; such scenarios are meant
+to run at time_scale 1.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from typing import Any
+
+from testbed.scenario.loader import ScenarioError
+from testbed.scenario.spec import Fault, Generator, LinkOverride, Scenario
+from testbed.topology.model import Direction
+
+log = logging.getLogger(__name__)
+
+# resources keys of the node config (node/config.py ResourcesConfig) that are model seconds
+SCALED_RESOURCE_KEYS: tuple[str, ...] = ("removal_interval", "reservation_timeout", "rbsad")
+
+
+def to_wall(scenario: Scenario) -> Scenario:
+    """A deep copy of `scenario` in wall seconds (time_scale set to 1.0); the input is not changed."""
+    k = scenario.time_scale
+    if not isinstance(k, (int, float)) or isinstance(k, bool) or not math.isfinite(k) or k <= 0:
+        raise ScenarioError(f"time_scale: expected a positive number of wall seconds per model second, got {k!r}.")
+    k = float(k)
+    wall = copy.deepcopy(scenario)
+    if k == 1.0:
+        return wall
+    wall.duration = scenario.duration * k
+    wall.workload.warmup = scenario.workload.warmup * k
+    wall.workload.drain = scenario.workload.drain * k
+    for g in wall.workload.generators:
+        _scale_generator(g, k)
+    for f in wall.faults:
+        _scale_fault(f, k)
+    _scale_direction(wall.link_defaults, k)
+    for link in list(wall.links) + list(wall.topology.links):
+        _scale_override(link, k)
+    _scale_node_settings(wall.nodes.all, k)
+    for settings in wall.nodes.per_node.values():
+        _scale_node_settings(settings, k)
+    wall.time_scale = 1.0
+    log.debug("scenario %s converted to wall time at %g wall s per model s", scenario.name, k)
+    return wall
+
+
+def model_to_wall(seconds: float, time_scale: float) -> float:
+    return seconds * time_scale
+
+
+def wall_to_model(seconds: float, time_scale: float) -> float:
+    return seconds / time_scale
+
+
+def _scale_generator(g: Generator, k: float) -> None:
+    g.start *= k
+    if g.stop is not None:
+        g.stop *= k
+    ia = g.interarrival
+    ia.mean *= k
+    if ia.sd is not None:
+        ia.sd *= k
+    for period in ia.schedule:
+        for key in ("from", "to", "mean", "sd"):
+            if isinstance(period.get(key), (int, float)) and not isinstance(period.get(key), bool):
+                period[key] = period[key] * k
+
+
+def _scale_fault(f: Fault, k: float) -> None:
+    f.at *= k
+    if f.action != "link_set":
+        return
+    for key in ("delay", "jitter"):
+        if _is_number(f.params.get(key)):
+            f.params[key] = f.params[key] * k
+    if _is_number(f.params.get("rate")):
+        f.params["rate"] = f.params["rate"] / k
+
+
+def _scale_override(link: LinkOverride, k: float) -> None:
+    for d in (link.a_to_b, link.b_to_a):
+        if d is not None:
+            _scale_direction(d, k)
+
+
+def _scale_direction(d: Direction, k: float) -> None:
+    d.delay *= k
+    d.jitter *= k
+    if d.rate is not None:
+        d.rate = d.rate / k
+
+
+def _scale_node_settings(settings: dict[str, Any], k: float) -> None:
+    resources = settings.get("resources")
+    if not isinstance(resources, dict):
+        return
+    for key in SCALED_RESOURCE_KEYS:
+        if _is_number(resources.get(key)):
+            resources[key] = resources[key] * k
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -1,0 +1,76 @@
+"""The quickstart scenario's quick variant end to end on runtime docker: same guarantees as on netns."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed import image
+from testbed.runtime.docker import run_containers
+
+pytestmark = pytest.mark.timeout(420)
+
+REPO = Path(__file__).resolve().parents[3]
+SCENARIO = REPO / "scenarios" / "quickstart.yaml"
+
+
+@pytest.mark.skipif(not SCENARIO.exists(), reason="scenarios/quickstart.yaml is not in the tree")
+def test_quickstart_quick_on_docker(node_image: image.BuildResult, tmp_path: Path) -> None:
+    out = tmp_path / "qs"
+    r = subprocess.run([sys.executable, "-m", "testbed", "run", str(SCENARIO), "--quick", "--set", "runtime=docker",
+                        "--out", str(out)], capture_output=True, text=True, cwd=REPO, timeout=400)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    summaries = sorted(out.glob("*/*/summary.json"))
+    assert len(summaries) >= 2, f"expected one summary per mode, found {summaries}"
+    modes = set()
+    for path in summaries:
+        s = json.loads(path.read_text())
+        where = f"{path.parent.relative_to(out)}"
+        assert s["complete"], (where, s["reason"])
+        assert s["offered"] > 0, where
+        assert s["accepted"] == s["offered"], (where, s["refused_by_reason"])
+        assert s["delivered"] == s["accepted"], where
+        assert s["lost"] == 0 and s["duplicates"] == 0 and s["undelivered"] == 0, where
+        assert s["schema"]["problems"] == 0, (where, s["schema"]["first"])
+        topo = json.loads((path.parent / "topology.json").read_text())
+        assert topo.get("runtime") == "docker", where
+        # The daemons wrote their records into the run directory through the container mounts.
+        assert list((path.parent / "nodes").glob("*/deliveries.jsonl")), where
+        # Every container of the cell is gone after its teardown.
+        assert run_containers(topo["run_id"]) == [], where
+        modes.add(s["mode"])
+    assert modes == {"fragmenting", "non-fragmenting"}
+
+
+@pytest.mark.skipif(not SCENARIO.exists(), reason="scenarios/quickstart.yaml is not in the tree")
+def test_ctrl_c_during_a_docker_run_leaves_nothing(node_image: image.BuildResult, tmp_path: Path) -> None:
+    """SIGINT to `testbed run ... runtime=docker` while the daemons run: the cell tears down, exit 130."""
+    import signal
+    import time
+
+    from testbed import registry
+    from testbed.runtime.netns import list_netns
+
+    out = tmp_path / "qs"
+    p = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(SCENARIO), "--quick", "--set",
+                          "runtime=docker", "--out", str(out)], cwd=REPO, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    topo = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and p.poll() is None:
+        found = list(out.glob("*/*/topology.json"))
+        # topology.json is written once the network is up; wait for the daemons' records too.
+        if found and list(found[0].parent.glob("nodes/*/metrics.jsonl")):
+            topo = json.loads(found[0].read_text())
+            break
+        time.sleep(0.2)
+    assert topo is not None, "the run never got its network and daemons up"
+    p.send_signal(signal.SIGINT)
+    output, _ = p.communicate(timeout=120)
+    assert p.returncode == 130, output[-2000:]
+    run_id = topo["run_id"]
+    assert run_containers(run_id) == []
+    assert [n for n in list_netns() if n.startswith(registry.prefix(run_id))] == []

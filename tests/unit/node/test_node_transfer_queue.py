@@ -1,0 +1,149 @@
+"""The managed outgoing queue of one link (node/transfer_queue.py): shares, credits, timers, FCFS."""
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+
+from node.spool import Piece
+from node.transfer_queue import TransferQueue
+
+
+def piece(msg: str, off: int = 0, prio: int = 1, fragments: int = 1, dst: str = "d") -> Piece:
+    return Piece(msg, dst, off, 10_000, 0, "s", "", [""], prio, 0.0, 0.0, "", fragments, b"x" * 10)
+
+
+def queue(fifo: bool = False, gate=None) -> tuple[TransferQueue, list[int]]:
+    wakes: list[int] = []
+    q = TransferQueue(lambda: wakes.append(1), fifo_per_destination=fifo,
+                      is_stream=lambda p: p.fragments >= 3, gate=gate)
+    return q, wakes
+
+
+def test_priorities_1_2_4_get_shares_within_10_percent_of_1_2_4() -> None:
+    q, _ = queue()
+    rounds = 7000
+    for prio in (1, 2, 4):
+        for i in range(rounds):
+            q.push(piece(f"m{prio}", off=i, prio=prio))
+    served = collections.Counter(q.pop().prio for _ in range(rounds))
+    total = sum(served.values())
+    for prio in (1, 2, 4):
+        share = served[prio] / total
+        assert abs(share - prio / 7) <= 0.1 * prio / 7, (prio, share)
+
+
+def test_a_low_priority_transfer_is_not_starved() -> None:
+    q, _ = queue()
+    q.push(piece("low", prio=1))
+    for i in range(1000):
+        q.push(piece("high", off=i, prio=15))
+    order = [q.pop().msg_id for _ in range(40)]
+    assert "low" in order          # stride scheduling: priority 15 gets ~15 turns per turn of priority 1
+
+
+def test_messages_are_multiplexed_so_a_small_one_does_not_wait_for_a_big_one() -> None:
+    q, _ = queue()
+    for i in range(100):
+        q.push(piece("big", off=i))
+    q.push(piece("small"))
+    first = [q.pop().msg_id for _ in range(3)]
+    assert "small" in first
+
+
+def test_non_fragmenting_queue_is_fcfs_per_destination() -> None:
+    q, _ = queue(fifo=True)
+    for i in range(5):
+        q.push(piece("first", off=i))
+    q.push(piece("second"))
+    q.push(piece("elsewhere", dst="e"))
+    order = [q.pop().msg_id for _ in range(7)]
+    assert order.index("second") > max(i for i, m in enumerate(order) if m == "first")
+    assert order.index("elsewhere") < 2            # another destination is its own transfer
+
+
+def test_a_stream_sends_only_on_credit() -> None:
+    async def body() -> None:
+        q, wakes = queue()
+        for i in range(4):
+            q.push(piece("s", off=i, fragments=4))
+        assert q.pop().off == 0                    # the set-up credit
+        assert q.pop() is None and not q.has_ready() and len(q) == 3
+        n = len(wakes)
+        q.credit(("s", "d"), 2)
+        assert len(wakes) > n
+        assert [q.pop().off, q.pop().off] == [1, 2]
+        assert q.pop() is None
+        q.session_up()                             # a new session: a stalled stream may try once more
+        assert q.pop().off == 3
+    asyncio.run(body())
+
+
+def test_a_piece_waits_for_its_not_before_time_and_the_timer_wakes_the_link() -> None:
+    async def body() -> None:
+        q, wakes = queue()
+        p = piece("later")
+        p.not_before = time.monotonic() + 0.2
+        q.push(p)
+        q.push(piece("now"))
+        assert q.pop().msg_id == "now"
+        assert q.pop() is None and len(q) == 1
+        n = len(wakes)
+        await asyncio.sleep(0.3)
+        assert len(wakes) > n
+        assert q.pop().msg_id == "later"
+    asyncio.run(body())
+
+
+def test_rbsad_gate_is_drawn_when_a_message_reaches_the_head() -> None:
+    async def body() -> None:
+        drawn: list[str] = []
+
+        def gate(p: Piece) -> float:
+            drawn.append(p.msg_id)
+            return time.monotonic() + 30 if p.msg_id == "held" else 0.0
+        q, _ = queue(fifo=True, gate=gate)
+        q.push(piece("held"))
+        q.push(piece("behind"))
+        assert q.pop() is None                     # FCFS: the held message blocks those behind it
+        assert "behind" not in drawn
+        q2, _ = queue(fifo=False, gate=gate)
+        q2.push(piece("held"))
+        q2.push(piece("behind"))
+        assert q2.pop().msg_id == "behind"         # fragmenting: the others pass it
+    asyncio.run(body())
+
+
+def test_remove_if_and_accounting() -> None:
+    q, _ = queue()
+    for i in range(3):
+        q.push(piece("a", off=i))
+    q.push(piece("b"))
+    assert q.messages == 2 and len(q) == 4 and q.bytes == 40
+    gone = q.remove_if(lambda p: p.msg_id == "a")
+    assert len(gone) == 3 and len(q) == 1 and q.messages == 1 and q.bytes == 10
+    assert q.pop().msg_id == "b" and q.pop() is None
+    snap = q.snapshot()
+    assert snap["served_by_priority"] == {"1": 1} and snap["queued_by_priority"] == {}
+
+
+def test_room_signal_wakes_a_few_refused_transfers_but_not_an_rbsad_wait() -> None:
+    async def body() -> None:
+        held_until = time.monotonic() + 30
+        q, _ = queue(gate=lambda p: held_until if p.msg_id == "rbsad" else 0.0)
+        for i in range(6):
+            p = piece(f"refused{i}")
+            p.retries, p.not_before = 1, time.monotonic() + 30
+            q.push(p)
+        r = piece("rbsad")
+        r.retries = 1
+        q.push(r)
+        assert q.pop() is None
+        assert q.retry_now(at_most=4) == 4
+        got = [q.pop() for _ in range(6)]
+        assert sum(1 for p in got if p is not None) == 4 and all(p.msg_id != "rbsad" for p in got if p)
+        assert q.retry_now(at_most=4) == 2        # two refused left; the one held by RBSAD keeps waiting
+        got = {q.pop().msg_id for _ in range(2)}
+        assert len(got) == 2 and "rbsad" not in got
+        assert q.pop() is None and len(q) == 1
+    asyncio.run(body())
