@@ -99,13 +99,15 @@ class ResourcesConfig:
     rbsad: float = 0.0                   # mean allocation delay in seconds; 0 = off
     rbsad_probability: float = 0.1
     hybrid_window: int = 20
+    user_hard_quota: int = 0             # fragments per user for single-recipient messages; 0 = no quota
+    user_soft_limit: int = 0             # fragments per user in the shared pool (multi-recipient); 0 = none
 
     def validate(self) -> None:
         for key in ("transit_buffers", "input_pool", "class_min", "adjust_every",
                     "stream_allocation", "recipient_pool", "hybrid_window"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"resources.{key} must be at least 1.")
-        for key in ("removal_interval", "rbsad"):
+        for key in ("removal_interval", "rbsad", "user_hard_quota", "user_soft_limit"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"resources.{key} must not be negative.")
         if self.reservation_timeout <= 0:

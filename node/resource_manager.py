@@ -119,7 +119,8 @@ class ResourceManager:
         seed = zlib.crc32(cfg.name.encode())
         self.recipient = RecipientPool(RecipientPoolConfig(
             size=max(2, r.recipient_pool), single_share=min(0.99, max(0.01, r.recipient_single_share)),
-            reservation_timeout=r.reservation_timeout))
+            reservation_timeout=r.reservation_timeout,
+            user_hard_quota=r.user_hard_quota or None, user_soft_limit=r.user_soft_limit or None))
         self.hybrid = HybridChooser(HybridConfig(small_max_fragments=2, window=r.hybrid_window), seed=seed)
         self.rbsad = RbsadDelay(RbsadConfig(mean=r.rbsad, probability=r.rbsad_probability), seed=seed)
         self.removal = RemovalProcess(r.removal_interval, seed=seed) if r.removal_interval > 0 else None

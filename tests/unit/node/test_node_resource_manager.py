@@ -204,3 +204,13 @@ def test_a_refused_neighbour_gets_a_room_signal_when_space_frees() -> None:
     assert rm.take_credits("c") == [(ROOM, 1)] and "c" in woken
     rm.forwarded(piece("m3", "d", hops=1))                           # nothing refused since: no new signal
     assert rm.take_credits("c") == []
+
+
+def test_user_quotas_reach_the_recipient_pool_and_negative_ones_are_refused() -> None:
+    m, _ = manager(user_hard_quota=30, user_soft_limit=12)
+    assert m.recipient.config.user_hard_quota == 30
+    assert m.recipient.config.user_soft_limit == 12
+    unset, _ = manager()
+    assert unset.recipient.config.user_hard_quota is None      # 0 in the config = no quota
+    with pytest.raises(ConfigError, match="user_hard_quota"):
+        cfg(user_hard_quota=-1)
