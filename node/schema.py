@@ -92,6 +92,10 @@ OPTIONAL: dict[str, tuple[Field, ...]] = {
            "recipient_never_fits); per neighbour also deferred_in/out, credits_in/out and scheduler"
            "{queued_by_priority, served_by_priority, transfers, ready, waiting_for_credit, waiting_for_timer, streams}"),
     ),
+    "event": (
+        _f("scope", str, "kill and restart faults: 'process' (the daemon, netns runtime) or 'container' (docker)"),
+        _f("replumbed", list, "container restart: the interfaces moved into the new container's namespace"),
+    ),
 }
 
 

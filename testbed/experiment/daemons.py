@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from node.client import NodeClient
 from testbed.errors import UserError
@@ -142,7 +143,7 @@ class NodeDaemons:
             raise UserError(f"no daemon was started on {node}.")
         self.network.host(node).signal(proc, sig)
 
-    def kill(self, node: str) -> None:
+    def kill(self, node: str) -> dict[str, Any]:
         """kill -9: the daemon gets no chance to clean up (what the durability guarantees are about).
 
         On docker the whole container is killed (the real thing); its links stay, held by the
@@ -154,12 +155,13 @@ class NodeDaemons:
             self._docker_host(node).kill()
             self._reap(node)
             self.state[node] = "killed"
-            return
+            return {"scope": "container"}
         if self.state.get(node) == "paused":
             self._signal(node, signal.SIGCONT)
         self._signal(node, signal.SIGKILL)
         self._reap(node)
         self.state[node] = "killed"
+        return {"scope": "process"}
 
     def _reap(self, node: str) -> None:
         proc = self.procs[node]
@@ -169,20 +171,24 @@ class NodeDaemons:
             except Exception:  # noqa: BLE001 - the runtime's teardown reaps it later
                 pass
 
-    def restart(self, node: str) -> None:
+    def restart(self, node: str) -> dict[str, Any]:
         """Start the daemon again with the same config and spool (killing it first if it still runs).
 
         On docker this is a container restart: a fresh container process tree in which the
         runtime re-plumbs the host's links, addresses and routes before the daemon starts.
         """
+        detail: dict[str, Any] = {"scope": "process"}
         if self.docker:
             report = self._docker_host(node).restart()
             if node in self.procs:
                 self._reap(node)
             log.info("container of %s restarted, %d interfaces re-plumbed", node, len(report.interfaces))
+            detail = {"scope": "container", "replumbed": sorted(report.interfaces),
+                      "replumb_seconds": round(report.seconds, 3)}
         elif self.state.get(node) in ("running", "paused"):
             self.kill(node)
         self.start(node)
+        return detail
 
     def pause(self, node: str) -> None:
         if self.state.get(node) == "running":

@@ -85,9 +85,9 @@ class Timeline:
         elif action == "heal":
             self.network.heal()
         elif action in ("kill", "restart", "pause", "resume"):
-            {"kill": self.daemons.kill, "restart": self.daemons.restart,
-             "pause": self.daemons.pause, "resume": self.daemons.resume}[action](target)
-            self.network.record_event(action, target)
+            detail = {"kill": self.daemons.kill, "restart": self.daemons.restart,
+                      "pause": self.daemons.pause, "resume": self.daemons.resume}[action](target)
+            self.network.record_event(action, target, **(detail or {}))
         else:
             raise ValueError(f"unknown fault action {action!r}")
 

@@ -74,3 +74,29 @@ def test_ctrl_c_during_a_docker_run_leaves_nothing(node_image: image.BuildResult
     run_id = topo["run_id"]
     assert run_containers(run_id) == []
     assert [n for n in list_netns() if n.startswith(registry.prefix(run_id))] == []
+
+
+DRILL = REPO / "scenarios" / "drill-relay-crash.yaml"
+
+
+@pytest.mark.skipif(not DRILL.exists(), reason="scenarios/drill-relay-crash.yaml is not in the tree")
+def test_relay_container_killed_and_restarted_loses_nothing(node_image: image.BuildResult, tmp_path: Path) -> None:
+    """The drill on docker: kill and restart are container operations; the restarted container gets its
+    links back and the relay's spool (in the run directory mount) carries every accepted message on."""
+    out = tmp_path / "drill"
+    r = subprocess.run([sys.executable, "-m", "testbed", "run", str(DRILL), "--quick", "--set", "runtime=docker",
+                        "--out", str(out)], capture_output=True, text=True, cwd=REPO, timeout=400)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    [path] = sorted(out.glob("*/*/summary.json"))
+    s = json.loads(path.read_text())
+    assert s["complete"], s["reason"]
+    assert s["accepted"] > 0
+    assert s["lost"] == 0 and s["duplicates"] == 0 and s["delivered"] == s["accepted"]
+    events = [json.loads(line) for line in (path.parent / "events.jsonl").read_text().splitlines()]
+    by_kind = {e["event"]: e for e in events if e["event"] in ("kill", "restart")}
+    assert by_kind["kill"]["scope"] == "container" and by_kind["kill"]["target"] == "n3"
+    restart = by_kind["restart"]
+    assert restart["scope"] == "container"
+    # n3 is a relay of the chain: both of its data links and its management interface came back
+    assert len(restart["replumbed"]) >= 3, restart
+    assert not [e for e in events if e["event"] == "fault_failed"], events
