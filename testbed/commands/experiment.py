@@ -14,15 +14,24 @@ def _default_out(scenario_path: str, sets: list[str], quick: bool) -> Path:
     return Path("runs") / loader.load(scenario_path, overrides=sets, quick=quick).name
 
 
+def scenario_sets(args: argparse.Namespace) -> list[str]:
+    """The --set overrides in order, with --runtime as a last `runtime=` override (so it wins over a --set)."""
+    sets = list(args.set or [])
+    if getattr(args, "runtime", None):
+        sets.append(f"runtime={args.runtime}")
+    return sets
+
+
 def _run(args: argparse.Namespace) -> int:
     from testbed.experiment import console, runner
 
     if args.reps is not None and args.reps < 1:
         raise UserError(f"--reps must be at least 1, got {args.reps}.")
-    out = Path(args.out) if args.out else _default_out(args.scenario, args.set, args.quick)
+    sets = scenario_sets(args)
+    out = Path(args.out) if args.out else _default_out(args.scenario, sets, args.quick)
     progress = console.make_progress(sys.stdout)
     try:
-        return runner.run_experiment(args.scenario, out, args.reps, args.resume, args.quick, args.set, progress)
+        return runner.run_experiment(args.scenario, out, args.reps, args.resume, args.quick, sets, progress)
     finally:
         close = getattr(progress, "close", None)
         if callable(close):
@@ -36,5 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reps", type=int, help="repetitions per cell (overrides the scenario)")
     p.add_argument("--resume", action="store_true", help="skip cells that are already complete")
     p.add_argument("--quick", action="store_true", help="apply the scenario's quick: section")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key by its dotted path (repeatable; validated like the file)")
+    p.add_argument("--runtime", choices=("netns", "docker"), default=None,
+                   help="host runtime for every cell (shorthand for --set runtime=...; default: the scenario's)")
     p.set_defaults(handler=_run)

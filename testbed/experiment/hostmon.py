@@ -160,4 +160,5 @@ def saturation(records: list[dict], threshold: float = 90.0, fraction: float = 0
     share = above / len(values) if values else 0.0
     return {"saturated": bool(values) and share > fraction, "fraction_above": round(share, 4),
             "samples": len(values), "threshold": threshold, "fraction": fraction,
-            "max_cpu": max(values) if values else None}
+            "max_cpu": max(values) if values else None,
+            "mean_cpu": round(sum(values) / len(values), 2) if values else None}

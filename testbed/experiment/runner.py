@@ -13,6 +13,7 @@ the runner marks the experiment incomplete and exits 130.
 """
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -43,6 +44,7 @@ EXIT_PROBLEMS = 1        # a rep failed, stayed incomplete, or lost/duplicated m
 EXIT_INTERRUPTED = 130
 
 RunCell = Callable[[Scenario, Path, Progress, threading.Event], Any]
+EnsureImage = Callable[[Progress], None]
 
 
 @dataclass
@@ -94,7 +96,38 @@ def plan(path: str, out: Path, reps: int | None, quick: bool, sets: list[str]) -
             seed = sweep.derive_seed(base.seed, cell.name, rep)
             scenario = loader.load(path, overrides=[*plain_sets, *overrides, f"seed={seed}"], quick=quick)
             plans.append(RepPlan(cell=cell, rep=rep, seed=seed, dir=out / cell.name / str(rep), scenario=scenario))
+        check_node_settings(plans[-1].scenario)      # the reps of a cell differ only in their seed
     return base, plans
+
+
+def check_node_settings(scenario: Scenario) -> None:
+    """Validate every node's settings (`nodes:` and --set nodes.*) with the node's own config loader now,
+    with placeholder addresses: a bad mode or buffer count is one error before anything is built, not a
+    failure in the middle of a sweep. The cell validates again with the real addresses."""
+    from node import config as node_config
+    from testbed.experiment import timescale
+    from testbed.experiment.nodeconfig import RESERVED
+    from testbed.topology import generators
+
+    wall = timescale.to_wall(scenario)
+    topo = generators.from_scenario(wall)
+    for name in topo.node_names():
+        settings = wall.nodes.settings_for(name)
+        clash = [k for k in RESERVED if k in settings]
+        if clash:
+            raise UserError(f"nodes.{name}.{clash[0]} is set by the testbed and cannot be given in a scenario.")
+        cfg: dict[str, Any] = {"name": name, "data_listen": "127.0.0.1:7000", "mgmt_listen": "127.0.0.1:7001",
+                               "neighbours": {peer: "127.0.0.1:7000" for peer in topo.neighbours(name)},
+                               "records_dir": "/nonexistent"}
+        for key, value in settings.items():
+            if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+                cfg[key] = {**cfg[key], **value}
+            else:
+                cfg[key] = value
+        try:
+            node_config.from_dict(copy.deepcopy(cfg))
+        except UserError as exc:
+            raise UserError(f"node settings for {name} are invalid: {exc}") from None
 
 
 # ---- experiment.json ------------------------------------------------------------------------
@@ -191,6 +224,27 @@ class _StopOnSignal:
         self.progress.event("interrupted: stopping the current run and tearing down (Ctrl-C again to force)")
 
 
+# ---- docker image ---------------------------------------------------------------------------
+
+def needs_docker(plans: list[RepPlan]) -> bool:
+    """True when any rep runs its hosts as containers (scenario `runtime:`, --runtime or --set runtime=)."""
+    return any(p.scenario.runtime == "docker" for p in plans if p.status != "skipped")
+
+
+def ensure_node_image(progress: Progress) -> None:
+    """Build the node image now, once, if it is missing or stale: otherwise the first cell's
+    Network.start would build it inside the management lock, where a build of minutes looks like a hang."""
+    from testbed import image
+    from testbed.docker_engine import require_engine
+
+    require_engine()
+    if image.image_label(image.IMAGE, image.HASH_LABEL) != image.content_hash():
+        progress.event(f"building node image {image.IMAGE} (node sources changed or image missing) ...")
+        t0 = time.monotonic()
+        image.ensure_image(image.IMAGE)
+        progress.event(f"node image {image.IMAGE} built in {time.monotonic() - t0:.0f} s")
+
+
 # ---- the loop -------------------------------------------------------------------------------
 
 def _default_run_cell() -> RunCell:
@@ -244,7 +298,8 @@ class _WarningsUp(logging.Handler):
 
 
 def run_experiment(path: str, out: Path, reps: int | None, resume: bool, quick: bool, sets: list[str],
-                   progress: Progress, *, run_cell: RunCell | None = None, stream: TextIO | None = None) -> int:
+                   progress: Progress, *, run_cell: RunCell | None = None, stream: TextIO | None = None,
+                   ensure_image: EnsureImage | None = None) -> int:
     """Run every cell and repetition of a scenario; returns the exit status (0, 1 problems, 130 interrupted)."""
     out = Path(out)
     sets = list(sets or [])
@@ -253,6 +308,9 @@ def run_experiment(path: str, out: Path, reps: int | None, resume: bool, quick: 
         if os.geteuid() != 0:
             raise UserError("testbed run must run as root to create network namespaces and interfaces.")
         run_cell = _default_run_cell()
+    if ensure_image is None and needs_docker(plans):
+        from testbed.docker_engine import require_engine
+        require_engine()       # no engine: one error before the output folder is touched
     _prepare_out(out, base, resume)
     started = time.time()
     runner_log = _RunnerLog(out).__enter__()
@@ -273,6 +331,9 @@ def run_experiment(path: str, out: Path, reps: int | None, resume: bool, quick: 
                     progress.event(f"{p.cell.name} rep {p.rep}: already complete, skipped")
                     continue
             save()
+            if needs_docker(plans):
+                # once, before the first cell; a test passes its own (docker-free) stand-in
+                (ensure_image or ensure_node_image)(progress)
             for p in plans:
                 if p.status == "skipped":
                     continue
@@ -309,6 +370,7 @@ def run_experiment(path: str, out: Path, reps: int | None, resume: bool, quick: 
                     p.status = "interrupted" if stop.is_set() else "incomplete"
                 log.info("rep %s/%d %s in %.1f s%s", p.cell.name, p.rep, p.status, p.wall_s,
                          f": {p.reason}" if p.reason else "")
+                _report_saturation(p, progress)
                 save()
             if stop.is_set():
                 status = "incomplete"
@@ -336,6 +398,18 @@ def run_experiment(path: str, out: Path, reps: int | None, resume: bool, quick: 
               f"(continue with --resume)", file=stream or sys.stdout)
         return EXIT_INTERRUPTED if signum in (None, signal.SIGINT) else 128 + int(signum)
     return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+def _report_saturation(p: RepPlan, progress: Progress) -> None:
+    """Say it on the console as soon as a rep ran on a saturated host, not only in the final table."""
+    sat = p.summary.get("saturation")
+    if not isinstance(sat, dict) or not sat.get("saturated"):
+        return
+    text = (f"{p.cell.name} rep {p.rep}: HOST SATURATED (CPU above {sat.get('threshold')}% in "
+            f"{100 * float(sat.get('fraction_above') or 0):.0f}% of {sat.get('samples')} samples): "
+            f"the emulation results of this rep are not trustworthy")
+    log.info("%s", text)        # runner.log; the console gets it through the progress display
+    progress.event(text)
 
 
 def _read_summary(rep_dir: Path) -> dict[str, Any]:

@@ -124,7 +124,7 @@ def recs(values: list[float]) -> list[dict]:
 def test_exactly_ten_percent_of_samples_is_not_saturated() -> None:
     s = saturation(recs([95.0] + [20.0] * 9))
     assert s == {"saturated": False, "fraction_above": 0.1, "samples": 10, "threshold": 90.0,
-                 "fraction": 0.10, "max_cpu": 95.0}
+                 "fraction": 0.10, "max_cpu": 95.0, "mean_cpu": 27.5}
 
 
 def test_more_than_ten_percent_is_saturated() -> None:
@@ -142,7 +142,7 @@ def test_exactly_at_the_threshold_is_not_above() -> None:
 
 def test_no_samples_and_malformed_samples() -> None:
     assert saturation([]) == {"saturated": False, "fraction_above": 0.0, "samples": 0, "threshold": 90.0,
-                              "fraction": 0.10, "max_cpu": None}
+                              "fraction": 0.10, "max_cpu": None, "mean_cpu": None}
     mixed = recs([99.0, 10.0]) + [{"ts": 1.0}, {"cpu_percent": "high"}, {"cpu_percent": True}, "junk"]
     s = saturation(mixed)   # type: ignore[arg-type]
     assert s["samples"] == 2 and s["saturated"] is True

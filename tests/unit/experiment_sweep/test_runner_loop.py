@@ -24,7 +24,7 @@ nodes:
 workload:
   generators: [{nodes: all}]
 sweep:
-  grid: {nodes.all.mode: [fragmenting, non-fragmenting], nodes.all.rbsad: [0, 400]}
+  grid: {nodes.all.mode: [fragmenting, non-fragmenting], nodes.all.resources.rbsad: [0, 400]}
   reps: 2
 quick:
   duration: 5s
@@ -106,7 +106,7 @@ def test_every_cell_and_rep_gets_its_dir_seed_and_overrides(scen, tmp_path):
         assert scenario.seed == sweep.derive_seed(11, cell_id, rep)
         overrides = next(c["overrides"] for c in d["cells"] if c["id"] == cell_id)
         assert scenario.nodes.all["mode"] == overrides["nodes.all.mode"]
-        assert scenario.nodes.all["rbsad"] == overrides["nodes.all.rbsad"]
+        assert scenario.nodes.all["resources"]["rbsad"] == overrides["nodes.all.resources.rbsad"]
     assert "rep mode-fragmenting_rbsad-0/1 started" in (out / runner.RUNNER_LOG).read_text()
 
 
@@ -120,9 +120,9 @@ def test_quick_and_reps_flags(scen, tmp_path):
 
 def test_set_on_a_swept_key_pins_that_cell(scen, tmp_path):
     out, cell = tmp_path / "one", FakeCell()
-    assert run(scen, out, cell, sets=["nodes.all.rbsad=400", "nodes.all.mode=non-fragmenting"], reps=1) == 0
+    assert run(scen, out, cell, sets=["nodes.all.resources.rbsad=400", "nodes.all.mode=non-fragmenting"], reps=1) == 0
     assert [c["id"] for c in doc(out)["cells"]] == ["mode-non-fragmenting_rbsad-400"]
-    assert len(cell.calls) == 1 and cell.calls[0][0].nodes.all["rbsad"] == 400
+    assert len(cell.calls) == 1 and cell.calls[0][0].nodes.all["resources"]["rbsad"] == 400
 
 
 def test_resume_skips_complete_reps_and_reruns_an_incomplete_one(scen, tmp_path):
