@@ -48,31 +48,37 @@ def node_configs(scenario: Scenario, network: Network, rep_dir: Path) -> dict[st
     table = routing.next_hops(topo, routing_policy(scenario), scenario.seed)
     out: dict[str, dict] = {}
     for name in topo.node_names():
-        settings = copy.deepcopy(scenario.nodes.settings_for(name))
-        clash = [k for k in RESERVED if k in settings]
-        if clash:
-            raise UserError(f"nodes.{name}.{clash[0]} is set by the testbed and cannot be given in a scenario.")
         neighbours = {peer: f"{network.link_address(peer, name)}:{DATA_PORT}" for peer in topo.neighbours(name)}
-        routes = {dst: hop for dst, hop in table.get(name, {}).items() if dst != name}
-        cfg: dict[str, Any] = {
+        wiring: dict[str, Any] = {
             "name": name,
             # Any address: a neighbour dials this host on its own link's address.
             "data_listen": f"0.0.0.0:{DATA_PORT}",
             "mgmt_listen": f"{network.mgmt_address(name)}:{MGMT_PORT}",
             "neighbours": neighbours,
-            "routes": routes,
+            "routes": {dst: hop for dst, hop in table.get(name, {}).items() if dst != name},
             "records_dir": records_dir(scenario, rep_dir, name),
         }
-        for key, value in settings.items():
-            if isinstance(value, dict) and isinstance(cfg.get(key), dict):
-                cfg[key].update(value)
-            else:
-                cfg[key] = value
-        try:
-            node_config.from_dict(copy.deepcopy(cfg))
-        except UserError as exc:
-            raise UserError(f"node settings for {name} are invalid: {exc}") from None
-        out[name] = cfg
+        out[name] = merged_config(scenario, name, wiring)
+    return out
+
+
+def merged_config(scenario: Scenario, name: str, wiring: dict[str, Any]) -> dict[str, Any]:
+    """The testbed's wiring for one node with the scenario's settings laid over it, validated by the node."""
+    settings = copy.deepcopy(scenario.nodes.settings_for(name))
+    clash = [k for k in RESERVED if k in settings]
+    if clash:
+        raise UserError(f"nodes.{name}.{clash[0]} is set by the testbed and cannot be given in a scenario.")
+    cfg = copy.deepcopy(wiring)
+    for key, value in settings.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key].update(value)
+        else:
+            cfg[key] = value
+    try:
+        node_config.from_dict(copy.deepcopy(cfg))
+    except UserError as exc:
+        raise UserError(f"node settings for {name} are invalid: {exc}") from None
+    return cfg
     return out
 
 

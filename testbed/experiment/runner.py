@@ -13,7 +13,6 @@ the runner marks the experiment incomplete and exits 130.
 """
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -104,30 +103,16 @@ def check_node_settings(scenario: Scenario) -> None:
     """Validate every node's settings (`nodes:` and --set nodes.*) with the node's own config loader now,
     with placeholder addresses: a bad mode or buffer count is one error before anything is built, not a
     failure in the middle of a sweep. The cell validates again with the real addresses."""
-    from node import config as node_config
     from testbed.experiment import timescale
-    from testbed.experiment.nodeconfig import RESERVED
+    from testbed.experiment.nodeconfig import merged_config
     from testbed.topology import generators
 
     wall = timescale.to_wall(scenario)
     topo = generators.from_scenario(wall)
     for name in topo.node_names():
-        settings = wall.nodes.settings_for(name)
-        clash = [k for k in RESERVED if k in settings]
-        if clash:
-            raise UserError(f"nodes.{name}.{clash[0]} is set by the testbed and cannot be given in a scenario.")
-        cfg: dict[str, Any] = {"name": name, "data_listen": "127.0.0.1:7000", "mgmt_listen": "127.0.0.1:7001",
-                               "neighbours": {peer: "127.0.0.1:7000" for peer in topo.neighbours(name)},
-                               "records_dir": "/nonexistent"}
-        for key, value in settings.items():
-            if isinstance(value, dict) and isinstance(cfg.get(key), dict):
-                cfg[key] = {**cfg[key], **value}
-            else:
-                cfg[key] = value
-        try:
-            node_config.from_dict(copy.deepcopy(cfg))
-        except UserError as exc:
-            raise UserError(f"node settings for {name} are invalid: {exc}") from None
+        merged_config(wall, name, {"name": name, "data_listen": "127.0.0.1:7000", "mgmt_listen": "127.0.0.1:7001",
+                                   "neighbours": {peer: "127.0.0.1:7000" for peer in topo.neighbours(name)},
+                                   "records_dir": "/nonexistent"})
 
 
 # ---- experiment.json ------------------------------------------------------------------------
