@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -12,30 +13,44 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m spark_analysis", description=__doc__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     r = sub.add_parser("report", help="ingest run directories and write the comparison report")
-    r.add_argument("dir", help="a run, a cell or a whole experiment directory (local path or file://)")
-    r.add_argument("--out", help="report folder (default: DIR/report)")
-    r.add_argument("--master", default="local[*]", help="Spark master URL (default: local[*])")
+    r.add_argument("dir", help="a run, a cell or a whole experiment directory: a local path, file://, hdfs:// "
+                   "or s3a:// (the Spark/Hadoop configuration decides how it is reached)")
+    r.add_argument("--out", help="local report folder (default: DIR/report; required when DIR is not local)")
+    r.add_argument("--master", default=None, help="Spark master URL (default: the one spark-submit was given, "
+                   "else local[*])")
     r.add_argument("--plots", default="png", help="plot formats, comma-separated: png, svg (default: png)")
     r.add_argument("--no-pcap", action="store_true", help="skip the packet captures")
     r.add_argument("--chunk-mb", type=float, default=32.0, help="bytes per pcap parse task, in MiB (default 32)")
     r.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    r.add_argument("--hadoop-fs", action="store_true",
+                   help="list DIR through Hadoop's FileSystem API even when it is a local path or file://")
+    b = sub.add_parser("bundle", help="write the zip that spark-submit --py-files needs (this package and the "
+                       "two modules it imports from the repository)")
+    b.add_argument("--out", default="wanbed-analysis.zip", help="zip file to write (default: wanbed-analysis.zip)")
     return parser
 
 
 STEPS = 6
 
 
-def report(directory: str, out: str | None = None, master: str = "local[*]", spark=None, plots: str = "png",
-           pcaps: bool = True, chunk_bytes: int = 32 << 20, quiet: bool = True) -> Path:
-    """Build the report for DIR; returns the path of report.html. Raises UserError on bad input."""
+def report(directory: str, out: str | None = None, master: str | None = None, spark=None, plots: str = "png",
+           pcaps: bool = True, chunk_bytes: int = 32 << 20, quiet: bool = True, hadoop_fs: bool = False) -> Path:
+    """Build the report for DIR; returns the path of report.html. Raises UserError on bad input.
+
+    DIR on hdfs:// or s3a:// (or any DIR with hadoop_fs=True) is listed through the Spark session's
+    Hadoop FileSystem, so the session is started before the runs are found."""
     from . import report as rep
     from .layout import find_runs
     from .progress import StageProgress
+    from .storage import is_local
 
     formats = rep.parse_formats(plots)
     if chunk_bytes < 4096:
         raise UserError("--chunk-mb must be at least 0.004 (4 KiB per parse task).")
-    runs = find_runs(directory)
+    remote = hadoop_fs or not is_local(str(directory))
+    if remote and not out and not is_local(str(directory)):
+        raise UserError(f"{directory} is not a local path: give --out, a local folder for the report.")
+    runs = None if remote else find_runs(directory)
     out_dir = Path(out) if out else Path(str(directory).removeprefix("file://")) / "report"
     progress = StageProgress(STEPS, enabled=not quiet)
     owned = False
@@ -44,11 +59,13 @@ def report(directory: str, out: str | None = None, master: str = "local[*]", spa
 
         from .session import get_session
         owned = SparkSession.getActiveSession() is None  # never stop a session someone else made
-        with progress.step(f"starting Spark ({master})"):
+        with progress.step(f"starting Spark ({master or 'default master'})"):
             spark = get_session(master)
     else:
         progress.step("Spark session given")
     try:
+        if runs is None:
+            runs = find_runs(directory, spark, hadoop=True)
         tables = _build(spark, runs, out_dir, progress, pcaps, chunk_bytes)
     finally:
         if owned:
@@ -104,9 +121,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         build_parser().print_help()
         return 2
+    if args.command == "bundle":
+        from .bundle import write_bundle
+        try:
+            path = write_bundle(args.out)
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return e.exit_code
+        print(f"wrote {path}")
+        return 0
+    if not math.isfinite(args.chunk_mb):
+        print("error: --chunk-mb must be a finite number of MiB.", file=sys.stderr)
+        return 2
     try:
         page = report(args.dir, args.out, args.master, plots=args.plots, pcaps=not args.no_pcap,
-                      chunk_bytes=int(args.chunk_mb * (1 << 20)), quiet=args.quiet)
+                      chunk_bytes=int(args.chunk_mb * (1 << 20)), quiet=args.quiet,
+                      hadoop_fs=args.hadoop_fs)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

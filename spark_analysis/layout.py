@@ -1,16 +1,19 @@
-"""Find the runs under a run directory (DESIGN.md section 6)."""
+"""Find the runs under a run directory (DESIGN.md section 6): local, file://, hdfs:// or s3a://."""
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from testbed.errors import UserError
+
+from .storage import HadoopPath, resolve
 
 
 @dataclass(frozen=True)
 class Run:
-    path: Path
+    path: Path | HadoopPath   # HadoopPath for hdfs://, s3a:// (storage.py)
     cell: str
     rep: str
     params: dict = field(default_factory=dict)
@@ -28,7 +31,7 @@ class Run:
         return sorted((self.path / "nodes").glob(f"*/{name}"))
 
 
-def _summary(path: Path) -> dict | None:
+def _summary(path: Path | HadoopPath) -> dict | None:
     f = path / "summary.json"
     try:
         return json.loads(f.read_text()) if f.is_file() else None
@@ -36,7 +39,7 @@ def _summary(path: Path) -> dict | None:
         return None
 
 
-def _cells(root: Path) -> dict[str, dict]:
+def _cells(root: Path | HadoopPath) -> dict[str, dict]:
     """Cell id -> params from root/experiment.json (empty when absent)."""
     cells: dict[str, dict] = {}
     exp = root / "experiment.json"
@@ -50,9 +53,12 @@ def _cells(root: Path) -> dict[str, dict]:
     return cells
 
 
-def find_runs(directory: str | Path) -> list[Run]:
-    """All runs in an experiment directory, or the single run when DIR is itself a run."""
-    root = Path(str(directory).removeprefix("file://"))
+def find_runs(directory: str | Path, spark: Any = None, hadoop: bool | None = None) -> list[Run]:
+    """All runs in an experiment directory, or the single run when DIR is itself a run.
+
+    Local paths and file:// are listed with pathlib; other schemes (hdfs://, s3a://), or any path
+    with hadoop=True, through Hadoop's FileSystem API in the JVM of `spark` (storage.py)."""
+    root = resolve(directory, spark, hadoop)
     if not root.is_dir():
         raise UserError(f"run directory {root} does not exist.")
     if (root / "nodes").is_dir():

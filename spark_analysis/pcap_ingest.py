@@ -1,11 +1,15 @@
 """Pcaps to a Parquet packet table, parsed inside Spark tasks.
 
 Two Spark jobs, neither collects packets to the driver:
-1. index: one task per capture walks the 16-byte record headers and returns
-   record-aligned split points about `chunk_bytes` apart (a pcap has no sync
-   marks, so without this a large capture would be one task);
-2. parse: one task per byte range reads only its range and decodes the headers
-   with numpy (pcap_parser.parse_block), yielding Arrow batches (mapInArrow).
+1. ranges: one small task per capture reads its 24-byte header, the first record's
+   timestamp and the file size, and cuts the file into byte ranges `chunk_bytes`
+   long; nothing walks the whole file here (that walk was a serial step);
+2. parse: one task per byte range reads its range plus a short window past it,
+   finds its first record by resynchronising (pcap_parser.first_record: a chain
+   of plausible record headers; a pcap has no sync marks), parses the records
+   that START in its range (the next task resynchronises to exactly the record
+   after the last one) and decodes the headers with numpy
+   (pcap_parser.parse_block), yielding Arrow batches (mapInArrow).
 The packets are written as Parquet partitioned by cell, rep (the run) and link.
 Each packet gets its direction on the link (a_to_b / b_to_a) from the routes in
 topology.json: the side whose routes send the destination over this link.
@@ -16,12 +20,14 @@ import ipaddress
 import json
 import logging
 import mmap
+import os
+import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import (ByteType, DoubleType, IntegerType, LongType, ShortType, StringType, StructField,
                                StructType)
 
@@ -39,13 +45,12 @@ RANGE_SCHEMA = StructType([
     StructField("a_nets", StringType()), StructField("b_nets", StringType()),
 ])
 
-# what a parse task yields (before addresses become strings in the JVM)
+# what a parse task yields: already the packet table (addresses as strings, built per distinct address)
 RAW_SCHEMA = StructType([
     StructField("cell", StringType()), StructField("rep", StringType()), StructField("link", StringType()),
     StructField("pos", LongType()), StructField("ts", DoubleType()), StructField("direction", StringType()),
-    StructField("ipver", ByteType()), StructField("src4", LongType()), StructField("dst4", LongType()),
-    StructField("src6", StringType()), StructField("dst6", StringType()),
-    StructField("proto", ShortType()), StructField("sport", IntegerType()), StructField("dport", IntegerType()),
+    StructField("src", StringType()), StructField("dst", StringType()),
+    StructField("sport", IntegerType()), StructField("dport", IntegerType()), StructField("proto", ShortType()),
     StructField("length", LongType()), StructField("payload", LongType()), StructField("flags", ShortType()),
     StructField("seq", LongType()), StructField("ack", LongType()), StructField("window", IntegerType()),
 ])
@@ -128,16 +133,49 @@ def _read_range(path: str, start: int, stop: int | None) -> bytes | memoryview:
         return fh.read_at(max(stop - start, 0), start) if stop > start else b""
 
 
+def _file_size(path: str) -> int:
+    if path.startswith("file://"):
+        path = path[len("file://"):]
+    if "://" not in path:
+        return os.path.getsize(path)
+    from pyarrow import fs as pafs
+
+    uri = "s3://" + path[len("s3a://"):] if path.startswith("s3a://") else path
+    filesystem, inner = pafs.FileSystem.from_uri(uri)
+    return int(filesystem.get_file_info(inner).size)
+
+
 def _index_task(cap: tuple, chunk: int) -> list[tuple]:
-    from .pcap_parser import read_format, split_points
+    from .pcap_parser import read_format
 
     cell, rep, link, path, a_nets, b_nets = cap
-    data = _read_range(path, 0, None)
-    if len(data) < 24:
+    head = bytes(_read_range(path, 0, 24))
+    if len(head) < 24:
         return []  # an empty capture (link never carried a frame, or the header was never flushed)
-    fmt = read_format(bytes(data[:24]), path)
-    pts = split_points(data, fmt, chunk)
+    read_format(head, path)  # not a pcap: one clear error now, not in every parse task
+    size = _file_size(path)
+    pts = list(range(24, size, chunk)) + [size]
     return [(cell, rep, link, path, a, b, a_nets, b_nets) for a, b in zip(pts[:-1], pts[1:])]
+
+
+def _records_of_range(path: str, start: int, stop: int) -> tuple[bytes | memoryview, list[int], object]:
+    """The bytes read for range [start, stop), the offsets (into those bytes) of the records whose
+    header starts in the range, and the file's format."""
+    from .pcap_parser import first_record, read_format, resync_window, walk_offsets
+
+    head = bytes(_read_range(path, 0, 40))
+    fmt = read_format(head[:24], path)
+    if len(head) < 40:
+        return b"", [], fmt
+    data = _read_range(path, start, stop + resync_window(fmt))
+    if start == 24:
+        first: int | None = 0
+    else:
+        ref_sec = struct.unpack(fmt.endian + "I", head[24:28])[0]
+        first = first_record(data, fmt, ref_sec)
+    if first is None or first >= stop - start:
+        return data, [], fmt
+    return data, walk_offsets(data, fmt, first, stop - start), fmt
 
 
 def _match(addr4, nets_json: str):
@@ -157,27 +195,25 @@ def _parse_batches(batches: Iterator) -> Iterator:
     import numpy as np
     import pyarrow as pa
 
-    from .pcap_parser import parse_block, read_format, walk_offsets
+    from .pcap_parser import parse_block
 
     for batch in batches:
         for r in batch.to_pylist():
-            head = _read_range(r["path"], 0, 24)
-            fmt = read_format(bytes(head), r["path"])
-            data = _read_range(r["path"], r["start"], r["stop"])
-            offs = walk_offsets(data, fmt, 0, len(data))
+            data, offs, fmt = _records_of_range(r["path"], r["start"], r["stop"])
             cols = parse_block(data, fmt, offs)
             n = len(offs)
-            direction = np.full(n, "unknown", dtype=object)
-            to_b = _match(cols["dst4"], r["a_nets"]) & (cols["ipver"] == 4)
-            to_a = _match(cols["dst4"], r["b_nets"]) & (cols["ipver"] == 4)
-            direction[to_b & ~to_a] = "a_to_b"
-            direction[to_a & ~to_b] = "b_to_a"
+            v4 = cols["ipver"] == 4
+            to_b = _match(cols["dst4"], r["a_nets"]) & v4
+            to_a = _match(cols["dst4"], r["b_nets"]) & v4
+            direction = np.zeros(n, dtype=np.int8)          # index into _DIRECTIONS
+            direction[to_b & ~to_a] = 1
+            direction[to_a & ~to_b] = 2
             arrays = {
-                "cell": pa.array([r["cell"]] * n, pa.string()), "rep": pa.array([r["rep"]] * n, pa.string()),
-                "link": pa.array([r["link"]] * n, pa.string()),
+                "cell": _constant(r["cell"], n), "rep": _constant(r["rep"], n), "link": _constant(r["link"], n),
                 "pos": pa.array(np.asarray(offs, dtype=np.int64) + r["start"]),
-                "direction": pa.array(direction, pa.string()),
-                "src6": pa.array(cols["src6"], pa.string()), "dst6": pa.array(cols["dst6"], pa.string()),
+                "direction": pa.DictionaryArray.from_arrays(direction, _DIRECTIONS).cast(pa.string()),
+                "src": _addresses(cols["ipver"], cols["src4"], cols["src6"]),
+                "dst": _addresses(cols["ipver"], cols["dst4"], cols["dst6"]),
             }
             for f in RAW_SCHEMA:
                 if f.name not in arrays:
@@ -185,6 +221,39 @@ def _parse_batches(batches: Iterator) -> Iterator:
             tbl = pa.table({f.name: arrays[f.name] for f in RAW_SCHEMA})
             tbl = tbl.cast(pa.schema([pa.field(f.name, _arrow_type(f.dataType)) for f in RAW_SCHEMA]))
             yield from tbl.to_batches(max_chunksize=1 << 17)
+
+
+_DIRECTIONS = ["unknown", "a_to_b", "b_to_a"]
+
+
+def _constant(value: str, n: int):
+    import numpy as np
+    import pyarrow as pa
+
+    return pa.DictionaryArray.from_arrays(np.zeros(n, dtype=np.int8), [value]).cast(pa.string())
+
+
+def _addresses(ipver, a4, a6: list):
+    """Address strings of a block: a capture holds few distinct addresses, so each is formatted once
+    (np.unique) and the column is a dictionary expanded by Arrow; non-IP frames get null."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(ipver)
+    idx = np.full(n, -1, dtype=np.int32)
+    v4 = np.nonzero(ipver == 4)[0]
+    uniq, inv = np.unique(a4[v4], return_inverse=True)
+    names = [str(ipaddress.IPv4Address(int(u))) for u in uniq]
+    idx[v4] = inv
+    seen: dict[str, int] = {}
+    for i in np.nonzero(ipver == 6)[0].tolist():  # rare in this testbed: per row
+        name = a6[i]
+        if name not in seen:
+            seen[name] = len(names)
+            names.append(name)
+        idx[i] = seen[name]
+    indices = pa.array(idx, mask=idx < 0)
+    return pa.DictionaryArray.from_arrays(indices, pa.array(names, pa.string())).cast(pa.string())
 
 
 def _arrow_type(t):
@@ -196,11 +265,6 @@ def _arrow_type(t):
 
 # ---- driver side ------------------------------------------------------------------------------
 
-def _dotted(col: str):
-    c = F.col(col)
-    return F.concat_ws(".", *[F.shiftright(c, s).bitwiseAND(255).cast("string") for s in (24, 16, 8, 0)])
-
-
 def ranges(spark: SparkSession, captures: list[Capture], chunk_bytes: int = DEFAULT_CHUNK) -> list[tuple]:
     """Job 1: record-aligned byte ranges of every capture (one index task per file)."""
     if not captures:
@@ -208,17 +272,27 @@ def ranges(spark: SparkSession, captures: list[Capture], chunk_bytes: int = DEFA
     rows = [(c.cell, c.rep, c.link, c.path, json.dumps(list(c.a_nets)), json.dumps(list(c.b_nets)))
             for c in captures]
     chunk = int(chunk_bytes)
-    return (spark.sparkContext.parallelize(rows, len(rows))
-            .flatMap(lambda cap: _index_task(cap, chunk)).collect())
+    try:
+        return (spark.sparkContext.parallelize(rows, len(rows))
+                .flatMap(lambda cap: _index_task(cap, chunk)).collect())
+    except Exception as e:
+        raise _task_error(e) from None
+
+
+def _task_error(e: Exception) -> Exception:
+    """A UserError raised inside a Spark task reaches the driver wrapped in a Java/Python exception;
+    give back the UserError (one sentence, no traceback), else the original exception."""
+    m = re.search(r"testbed\.errors\.UserError: (.+)|UserError: (.+)", str(e))
+    if m:
+        return UserError((m.group(1) or m.group(2)).strip())
+    return e
 
 
 def packets_frame(spark: SparkSession, split: list[tuple]) -> DataFrame:
     """Job 2 (lazy): the packet table of the given ranges, one parse task per range."""
     rdd = spark.sparkContext.parallelize(split, max(len(split), 1))
     raw = spark.createDataFrame(rdd, RANGE_SCHEMA).mapInArrow(_parse_batches, RAW_SCHEMA)
-    src = F.when(F.col("ipver") == 4, _dotted("src4")).otherwise(F.col("src6"))
-    dst = F.when(F.col("ipver") == 4, _dotted("dst4")).otherwise(F.col("dst6"))
-    return raw.withColumn("src", src).withColumn("dst", dst).select(*PACKET_COLUMNS)
+    return raw.select(*PACKET_COLUMNS)
 
 
 def ingest(spark: SparkSession, captures: list[Capture], out: str, chunk_bytes: int = DEFAULT_CHUNK) -> DataFrame | None:
@@ -228,8 +302,11 @@ def ingest(spark: SparkSession, captures: list[Capture], out: str, chunk_bytes: 
     log.info("pcap ingestion: %d captures, %d parse tasks", len(captures), len(split))
     if not split:
         return None
-    (packets_frame(spark, split).write.mode("overwrite")
-     .partitionBy("cell", "rep", "link").parquet(out))
+    try:
+        (packets_frame(spark, split).write.mode("overwrite")
+         .partitionBy("cell", "rep", "link").parquet(out))
+    except Exception as e:
+        raise _task_error(e) from None
     return read_packets(spark, out)
 
 

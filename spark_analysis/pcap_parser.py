@@ -24,6 +24,10 @@ class PcapFormat:
     endian: str
     ts_unit: float
     linktype: int
+    snaplen: int = 0        # from the global header; 0 = not stated
+
+
+MAX_RECORD = 262144         # largest captured length accepted when resynchronising (tcpdump's maximum)
 
 
 @dataclass(frozen=True)
@@ -47,8 +51,8 @@ def read_format(head: bytes, name: str = "pcap") -> PcapFormat:
     if len(head) < 24 or head[:4] not in _MAGICS:
         raise UserError(f"{name} is not a readable pcap file (bad or missing magic number).")
     endian, unit = _MAGICS[head[:4]]
-    linktype = struct.unpack(endian + "I", head[20:24])[0] & 0x0FFFFFFF
-    return PcapFormat(endian, unit, linktype)
+    snaplen, linktype = struct.unpack(endian + "II", head[16:24])
+    return PcapFormat(endian, unit, linktype & 0x0FFFFFFF, snaplen)
 
 
 def index_records(data: bytes, fmt: PcapFormat) -> list[int]:
@@ -145,6 +149,60 @@ def walk_offsets(data: bytes | memoryview, fmt: PcapFormat, start: int, stop: in
         append(pos)
         pos += 16 + incl
     return offs
+
+
+def max_incl(fmt: PcapFormat) -> int:
+    """Largest plausible captured length of one record of this file."""
+    return min(fmt.snaplen, MAX_RECORD) if fmt.snaplen > 0 else MAX_RECORD
+
+
+def resync_window(fmt: PcapFormat, chain: int = 8) -> int:
+    """Bytes past a range's end a task must read: enough to finish its last record and to verify a
+    chain of `chain` records when resynchronising."""
+    return (chain + 1) * (16 + max_incl(fmt))
+
+
+def first_record(data: bytes | memoryview, fmt: PcapFormat, ref_sec: int, chain: int = 8) -> int | None:
+    """Offset of the first record header in `data`, which starts at an arbitrary byte of a capture.
+
+    A pcap has no sync marks, so a candidate offset is accepted when `chain` consecutive headers from
+    it are plausible: captured length <= snaplen and <= original length, original length <= 256 KiB,
+    sub-second field below one second, seconds within a day of the file's first record and of the
+    previous header. A chain may end early only at the end of `data` (exactly, or after two
+    records when the next one is cut). Random payload bytes
+    pass all of this with vanishing probability; the benchmark checks the count against a full walk."""
+    hdr = struct.Struct(fmt.endian + "IIII").unpack_from
+    cap = max_incl(fmt)
+    frac_max = 1_000_000_000 if fmt.ts_unit < 1e-6 else 1_000_000
+    end = len(data)
+
+    def plausible(q: int, prev_sec: int) -> tuple[bool, int]:
+        sec, frac, incl, orig = hdr(data, q)
+        ok = (incl <= cap and incl <= orig <= MAX_RECORD and frac < frac_max and abs(sec - ref_sec) <= 86400
+              and abs(sec - prev_sec) <= 86400)
+        return ok, (q + 16 + incl if ok else -1)
+
+    for cand in range(0, max(end - 15, 0)):
+        q, prev, good = cand, ref_sec, 0
+        while good < chain:
+            if q == end:
+                break                     # the chain ends exactly at the end of the data: accepted
+            if q + 16 > end:
+                good = -1
+                break
+            ok, nxt = plausible(q, prev)
+            if not ok:
+                good = -1
+                break
+            prev = hdr(data, q)[0]
+            if nxt > end:
+                # a record cut by the end of the capture (truncated tail): enough evidence after two
+                good = good if good >= 2 else -1
+                break
+            q, good = nxt, good + 1
+        if good > 0:
+            return cand
+    return None
 
 
 def split_points(data: bytes | memoryview, fmt: PcapFormat, chunk: int) -> list[int]:

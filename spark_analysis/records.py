@@ -13,6 +13,7 @@ from node.schema import validate
 from testbed.errors import UserError
 
 from .layout import Run
+from .storage import HadoopPath
 
 # per-node files (nodes/<node>/NAME) and per-run files (NAME in the rep directory) of each record kind;
 # workload.jsonl holds the submissions the driver could not hand to a node (killed or paused daemon)
@@ -70,9 +71,9 @@ SCHEMAS = {
 }
 
 
-def check_file(kind: str, path: Path) -> None:
+def check_file(kind: str, path: Path | HadoopPath) -> None:
     """Raise UserError naming the file and line of the first record that breaks the schema."""
-    with open(path, encoding="utf-8") as fh:
+    with path.open("r", encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue

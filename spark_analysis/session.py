@@ -26,14 +26,23 @@ def _log4j_file() -> str:
     return str(path)
 
 
-def get_session(master: str = "local[*]", app: str = "wanbed-analysis") -> SparkSession:
+def default_master() -> str | None:
+    """None under spark-submit (its --master and --conf rule), else local[*]."""
+    # spark-submit starts the JVM first and hands the Python driver its gateway through these variables
+    return None if os.environ.get("PYSPARK_GATEWAY_PORT") else "local[*]"
+
+
+def get_session(master: str | None = "local[*]", app: str = "wanbed-analysis") -> SparkSession:
+    """master None = default_master(): keep what spark-submit configured."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers must run this interpreter (numpy, pyarrow and this package live in its venv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # pyspark warns about pandas >= 3 although the report collects rows itself
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+    master = master or default_master()
+    builder = SparkSession.builder.master(master) if master else SparkSession.builder
     spark = (
-        SparkSession.builder.master(master)
+        builder
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

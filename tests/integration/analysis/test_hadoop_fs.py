@@ -1,0 +1,127 @@
+"""Run trees listed and read through Hadoop's FileSystem API (the hdfs:// / s3a:// code path), on file://."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from spark_analysis.__main__ import main, report
+from spark_analysis.layout import find_runs
+from spark_analysis.records import check_file
+from spark_analysis.storage import HadoopPath, resolve
+from testbed.errors import UserError
+
+from .runtree import make_tree
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hfs") / "exp"
+    make_tree(root, messages=30, lose={("frag", "1"): 2})
+    return root
+
+
+def test_find_runs_through_hadoop_equals_local(spark, tree):
+    local = find_runs(tree)
+    remote = find_runs(tree.as_uri(), spark, hadoop=True)
+    assert all(isinstance(r.path, HadoopPath) for r in remote)
+    assert [(r.cell, r.rep, r.params) for r in remote] == [(r.cell, r.rep, r.params) for r in local]
+    assert [str(r.path) for r in remote] == [r.path.as_uri() for r in local]
+    # a single run directory given directly
+    one = find_runs(tree.as_uri() + "/frag/2", spark, hadoop=True)
+    assert [(r.cell, r.rep, r.mode) for r in one] == [("frag", "2", "fragmenting")]
+
+
+def test_hadoop_path_io(spark, tree):
+    root = resolve(tree.as_uri(), spark, hadoop=True)
+    f = root / "frag" / "1" / "nodes" / "b" / "deliveries.jsonl"
+    local = tree / "frag" / "1" / "nodes" / "b" / "deliveries.jsonl"
+    assert f.is_file() and not f.is_dir() and f.parent.is_dir()
+    assert f.read_text() == local.read_text()
+    assert f.stat().st_size == local.stat().st_size
+    assert f.name == "deliveries.jsonl" and f.stem == "deliveries"
+    assert sorted(p.name for p in root.glob("*/*/nodes/*/deliveries.jsonl")) == \
+        sorted(p.name for p in tree.glob("*/*/nodes/*/deliveries.jsonl"))
+    assert not (root / "nope").exists()
+    with pytest.raises(FileNotFoundError):
+        (root / "nope").stat()
+
+
+def test_schema_violation_named_through_hadoop(spark, tmp_path):
+    make_tree(tmp_path / "exp", messages=5)
+    f = tmp_path / "exp" / "nofrag" / "1" / "nodes" / "b" / "deliveries.jsonl"
+    lines = f.read_text().splitlines()
+    lines[2] = lines[2].replace('"hops": 2', '"hops": "two"')
+    f.write_text("\n".join(lines) + "\n")
+    hp = resolve(f.as_uri(), spark, hadoop=True)
+    with pytest.raises(UserError) as err:
+        check_file("delivery", hp)
+    assert f"{f.as_uri()}:3:" in str(err.value) and "'hops'" in str(err.value)
+
+
+def test_report_via_hadoop_matches_local(spark, tree, tmp_path):
+    report(str(tree), str(tmp_path / "local"), spark=spark)
+    report(tree.as_uri(), str(tmp_path / "hadoop"), spark=spark, hadoop_fs=True)
+    a = pd.read_csv(tmp_path / "local" / "runs.csv", dtype={"rep": str})
+    b = pd.read_csv(tmp_path / "hadoop" / "runs.csv", dtype={"rep": str})
+    pd.testing.assert_frame_equal(a, b)
+    assert sorted(a["lost"]) == [0, 0, 0, 2]
+
+
+def test_unknown_scheme_is_one_clear_error(spark, tmp_path):
+    with pytest.raises(UserError) as err:
+        find_runs("nosuchfs://host/x", spark)
+    assert "nosuchfs://host/x" in str(err.value)
+
+
+def test_remote_dir_needs_out(tmp_path, capsys):
+    assert main(["report", "hdfs://namenode:8020/runs/quickstart"]) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_remote_without_session_is_user_error():
+    with pytest.raises(UserError):
+        resolve("s3a://bucket/runs")
+
+
+def test_spark_submit_with_bundle(tree, tmp_path):
+    """The documented cluster invocation, with a local master: spark-submit runs the entry script from a
+    folder outside the repository, so spark_analysis, node.schema and testbed.errors come from the zip."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    submit = Path(sys.executable).parent / "spark-submit"
+    if not submit.is_file():
+        pytest.skip("spark-submit is not installed next to this interpreter (pip install pyspark provides it)")
+    zip_path = tmp_path / "wanbed-analysis.zip"
+    assert main(["bundle", "--out", str(zip_path)]) == 0
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    proc = subprocess.run([str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                           "--py-files", str(zip_path), str(repo / "spark_analysis" / "submit_entry.py"),
+                           "report", tree.as_uri(), "--out", str(tmp_path / "o"), "--quiet", "--no-pcap"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = pd.read_csv(tmp_path / "o" / "runs.csv", dtype={"rep": str})
+    assert sorted(runs["lost"]) == [0, 0, 0, 2]
+
+
+def test_bundle_bad_out(tmp_path, capsys):
+    assert main(["bundle", "--out", str(tmp_path)]) == 2
+    assert main(["bundle", "--out", str(tmp_path / "no" / "x.zip")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_not_a_pcap_is_one_line_error(spark, tmp_path, capsys):
+    """read_format fails inside a Spark task; the driver must still print one sentence, no traceback."""
+    make_tree(tmp_path / "exp", messages=5)
+    (tmp_path / "exp" / "frag" / "1" / "pcap").mkdir()
+    bogus = tmp_path / "exp" / "frag" / "1" / "pcap" / "a-b.pcap"
+    bogus.write_bytes(b"this is not a capture file at all" * 4)
+    with pytest.raises(UserError) as err:
+        report(str(tmp_path / "exp"), str(tmp_path / "o"), spark=spark)
+    assert str(err.value) == f"{bogus} is not a readable pcap file (bad or missing magic number)."
