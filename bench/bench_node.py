@@ -163,9 +163,70 @@ def wire_chain_lines(size: int = 10_000_000, hops: int = 3, rate_mbit: float = 5
               f"of link rate (bound >= 0.9)")
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (all its threads: event loop, spool writer, gRPC core)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def large_over_loopback_chain(mode: str = "fragmenting", size: int = 10_000_000, hops: int = 3,
+                              frag: int = 1000, cpu: dict | None = None) -> float:
+    """Submit-to-delivery time of one message over `hops` unshaped loopback hops: the node's CPU cost alone.
+
+    With F = 1000 a 10 MB message is 10,000 fragments crossing every hop; the link is not the limit, so this
+    measures the per-fragment path (split, spool, batching, decode, store + ack, forward, delete, reassembly).
+    `cpu`, when given, receives each daemon's CPU seconds for the transfer (less sensitive to other load).
+    """
+    with tempfile.TemporaryDirectory(prefix="bench_node_") as tmp:
+        with LocalNet.chain(Path(tmp), hops, mode=mode, fragment_size=frag, batch=BATCH, metrics_interval=5.0) as net:
+            net.start()
+            last = f"n{hops + 1}"
+            pids = {n: node.proc.pid for n, node in net.nodes.items()}
+            before = {n: _cpu_seconds(p) for n, p in pids.items()}
+            with net.client("n1") as c:
+                assert c.send([last], size=size).accepted
+            deadline = time.monotonic() + 180
+            with net.client(last) as c:
+                while c.stats()["delivered"] < 1:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the message did not arrive within 180 s")
+                    time.sleep(0.02)
+            time.sleep(0.3)        # let the last acks and deletes finish: they are part of the cost
+            if cpu is not None:
+                cpu.update({n: _cpu_seconds(p) - before[n] for n, p in pids.items()})
+            d = net.records(last, "delivery")[0]
+            return d["deliver_ts"] - d["submit_ts"]
+
+
+def loopback_large_lines(reps: int = 3) -> None:
+    for mode, frag in (("fragmenting", 1000), ("fragmenting", 16000), ("non-fragmenting", 1000)):
+        runs = []
+        for _ in range(reps):
+            cpu: dict = {}
+            runs.append((large_over_loopback_chain(mode, frag=frag, cpu=cpu), sum(cpu.values()), cpu))
+        runs.sort(key=lambda r: r[0])
+        t, total, cpu = runs[len(runs) // 2]
+        label = f"{mode}, F={frag}" if mode == "fragmenting" else mode
+        per = ", ".join(f"{n} {s:.2f}" for n, s in sorted(cpu.items()))
+        line = (f"node 10MB over 3 unshaped loopback hops ({label}): median {t:.3f} s over {reps} runs "
+                f"(min {runs[0][0]:.3f}, max {runs[-1][0]:.3f}); CPU {total:.2f} s in all daemons ({per})")
+        if mode == "fragmenting":
+            frags = 10_000_000 // frag
+            line += f", {total / (frags * 3) * 1e6:.0f} us CPU per fragment per hop"
+        print(line + " (no bound; the node's own cost)")
+
+
 def main() -> int:
     if "--wire-only" in sys.argv[1:]:
         wire_chain_lines()
+        return 0
+    if "--loopback-large" in sys.argv[1:]:
+        loopback_large_lines()
+        return 0
+    if "--hop-only" in sys.argv[1:]:
+        for mode in ("fragmenting", "non-fragmenting"):
+            r = hop_rate(mode)
+            print(f"node hop 1kB durable msgs/s ({mode}, loopback): measured {r:,.0f}/s / bound 10,000/s = ratio {r / 10000:.2f}")
         return 0
     print(f"batch settings: {json.dumps(BATCH)}")
     for mode in ("fragmenting", "non-fragmenting"):
@@ -207,6 +268,7 @@ def main() -> int:
     bound = size / rate + (hops - 1) * big_f / rate
     print(f"node 10MB over 3x50 Mbit/s TBF, d=0 (fragmenting, F={big_f}): delay measured {delay:.3f} s / bound "
           f"{bound:.3f} s = ratio {delay / bound:.2f}; goodput {size / delay / rate:.3f} of link rate")
+    loopback_large_lines()
     wire_chain_lines()
     return 0
 

@@ -9,7 +9,9 @@ its own OPEN; the dialer checks that answer names the expected neighbour.
 A mismatch ends that one stream with a clear gRPC status; other sessions go on.
 
 After OPEN both directions carry FrameBatch messages with many frames each:
-fragments (each with a per-session sequence number), ACKs (sequence numbers
+fragments (each with a per-session sequence number; consecutive fragments of one
+message go as one Run frame with the header once when the peer's OPEN says it
+understands runs, still one sequence number and one ack per fragment), ACKs (sequence numbers
 the receiver has stored DURABLY), REFUSEs and KEEPALIVEs. The sender keeps a
 window of unacknowledged frames; when a session ends they go back to the front
 of the queue and are sent again on the next session (the receiver drops the
@@ -26,7 +28,7 @@ from typing import Any, Awaitable, Callable
 import grpc
 
 from node.config import NodeConfig
-from node.mta import Engine, frame_from_piece, piece_from_frame
+from node.mta import Engine, frames_from_pieces, piece_from_frame, pieces_from_run
 from node.rpc import link_pb2, link_pb2_grpc
 from node.spool import Piece
 
@@ -43,7 +45,7 @@ class SessionError(Exception):
 
 def _open_batch(me: str, peer: str, session_id: int, hold: float) -> link_pb2.FrameBatch:
     return link_pb2.FrameBatch(frames=[link_pb2.Frame(open=link_pb2.Open(
-        node=me, peer=peer, version=VERSION, session_id=session_id, hold_time=hold))])
+        node=me, peer=peer, version=VERSION, session_id=session_id, hold_time=hold, runs=True))])
 
 
 class LinkSession:
@@ -51,8 +53,9 @@ class LinkSession:
 
     def __init__(self, peer: str, engine: Engine, cfg: NodeConfig,
                  write: Callable[[Any], Awaitable[None]], read: Callable[[], Awaitable[Any]],
-                 abort: Callable[[], Any] | None = None) -> None:
+                 abort: Callable[[], Any] | None = None, runs: bool = False) -> None:
         self.peer = peer
+        self.runs = runs               # the peer's OPEN said it understands Run frames
         self._abort = abort            # ends the gRPC call, so no read or write can stay blocked on a dead peer
         self.engine = engine
         self.cfg = cfg
@@ -125,10 +128,12 @@ class LinkSession:
             frames.extend(self.engine.credit_frames(self.peer))
             room = b.window_frames - len(self.inflight)
             if room > 0:
-                for p in self.engine.take(self.peer, min(room, b.max_frames), self.batch_limit()):
-                    self.seq += 1
-                    self.inflight[self.seq] = p
-                    frames.append(frame_from_piece(p, self.seq))
+                pieces = self.engine.take(self.peer, min(room, b.max_frames), self.batch_limit())
+                if pieces:
+                    first = self.seq + 1
+                    self.inflight.update(zip(range(first, first + len(pieces)), pieces))
+                    self.seq += len(pieces)
+                    frames.extend(frames_from_pieces(pieces, first, self.runs))
             if frames:
                 st.inflight = len(self.inflight)
                 await self._write(link_pb2.FrameBatch(frames=frames))
@@ -165,6 +170,14 @@ class LinkSession:
                         self.engine.stats[self.peer].refused_in += 1
                     else:
                         frags.append((fr.fragment.seq, p))
+                elif kind == "run":
+                    for seq, p in pieces_from_run(fr.run, self.cfg):
+                        if isinstance(p, str):
+                            log.warning("refusing a frame from %s: %s", self.peer, p)
+                            self.refuses.append(link_pb2.Refuse(seq=seq, reason=p))
+                            self.engine.stats[self.peer].refused_in += 1
+                        else:
+                            frags.append((seq, p))
                 elif kind == "ack":
                     acked = [self.inflight.pop(s) for s in fr.ack.seqs if s in self.inflight]
                     self.acked_bytes += sum(len(p.data) for p in acked)
@@ -256,7 +269,7 @@ class LinkManager:
                 first = False
                 backoff = s.backoff_min
                 log.info("session with %s up (dialled %s)", peer, addr)
-                session = LinkSession(peer, self.engine, self.cfg, call.write, call.read, call.cancel)
+                session = LinkSession(peer, self.engine, self.cfg, call.write, call.read, call.cancel, runs=o.runs)
                 self.sessions[peer] = session
                 await session.run()
             except asyncio.CancelledError:
@@ -309,7 +322,7 @@ class LinkManager:
             self.engine.stats[o.node].reconnects += 1
         elif self.engine.stats[o.node].frags_in or self.engine.stats[o.node].frags_out:
             self.engine.stats[o.node].reconnects += 1
-        session = LinkSession(o.node, self.engine, self.cfg, context.write, context.read)
+        session = LinkSession(o.node, self.engine, self.cfg, context.write, context.read, runs=o.runs)
         self.sessions[o.node] = session
         log.info("session with %s up (accepted)", o.node)
         try:

@@ -89,6 +89,36 @@ class Piece:
                 self.fragments, self.state, self.data)
 
 
+def _rows(pieces: list[Piece]) -> list[tuple]:
+    """Spool rows for pieces; the users JSON is made once per list object (a run's pieces share one)."""
+    users: dict[int, str] = {}
+    out = []
+    for p in pieces:
+        u = users.get(id(p.users))
+        if u is None:
+            u = users[id(p.users)] = json.dumps(p.users)
+        out.append((p.msg_id, p.dst, p.off, p.total, p.hops, p.src, p.originator, u, p.prio, p.submit_ts,
+                    p.expires_ts, p.kind, p.fragments, p.state, p.data))
+    return out
+
+
+def _spans(pieces: list[Piece]) -> list[tuple[str, str, int, int]]:
+    """(msg_id, dst, first offset, last offset) of each stretch of pieces that tile consecutive byte ranges of
+    one message copy: a range delete over such a stretch removes exactly these rows, because the pieces of a
+    message copy at one hop never overlap (one originator cut them all the same way)."""
+    out: list[tuple[str, str, int, int]] = []
+    for p in sorted(pieces, key=lambda x: (x.msg_id, x.dst, x.off)):
+        if out:
+            m, d, a, b = out[-1]
+            if m == p.msg_id and d == p.dst and p.off == end:
+                out[-1] = (m, d, a, p.off)
+                end = p.off + max(1, len(p.data))
+                continue
+        out.append((p.msg_id, p.dst, p.off, p.off))
+        end = p.off + max(1, len(p.data))
+    return out
+
+
 _COLS = "msg_id, dst, off, total, hops, src, originator, users, prio, submit_ts, expires_ts, kind, fragments, state, data"
 
 
@@ -211,8 +241,7 @@ class Spool:
     @staticmethod
     def op_insert(pieces: list[Piece]) -> Op:
         def op(c: sqlite3.Connection) -> None:
-            c.executemany(f"INSERT OR REPLACE INTO frag({_COLS}) VALUES ({','.join('?' * 15)})",
-                          [p.row() for p in pieces])
+            c.executemany(f"INSERT OR REPLACE INTO frag({_COLS}) VALUES ({','.join('?' * 15)})", _rows(pieces))
         return op
 
     @staticmethod
@@ -259,11 +288,11 @@ class Spool:
                         continue
                     have.add(p.off)
                     seen_rows.append((p.msg_id, p.dst, p.off, p.expires_ts))
-                    frag_rows.append(p.row())
+                    frag_rows.append(p)
                     out[i] = True
             if seen_rows:
                 c.executemany("INSERT INTO seen VALUES (?,?,?,?)", seen_rows)
-                c.executemany(f"INSERT OR REPLACE INTO frag({_COLS}) VALUES ({','.join('?' * 15)})", frag_rows)
+                c.executemany(f"INSERT OR REPLACE INTO frag({_COLS}) VALUES ({','.join('?' * 15)})", _rows(frag_rows))
             if mail_rows:
                 c.executemany("INSERT OR IGNORE INTO mailbox VALUES (?,?,?,?,?,?,?,?,?,?)", mail_rows)
                 c.executemany("INSERT OR IGNORE INTO done VALUES (?,?,?,?)", done_rows)
@@ -274,6 +303,15 @@ class Spool:
     def op_delete(keys: list[tuple[str, str, int]]) -> Op:
         def op(c: sqlite3.Connection) -> None:
             c.executemany("DELETE FROM frag WHERE msg_id=? AND dst=? AND off=?", keys)
+        return op
+
+    @staticmethod
+    def op_delete_pieces(pieces: list[Piece]) -> Op:
+        """Delete acknowledged pieces: one range statement per stretch of consecutive byte ranges."""
+        spans = _spans(pieces)
+
+        def op(c: sqlite3.Connection) -> None:
+            c.executemany("DELETE FROM frag WHERE msg_id=? AND dst=? AND off BETWEEN ? AND ?", spans)
         return op
 
     @staticmethod
