@@ -152,7 +152,10 @@ class NodeDaemons:
         if self.docker:
             if node not in self.procs:
                 raise UserError(f"no daemon was started on {node}.")
-            self._docker_host(node).kill()
+            host = self._docker_host(node)
+            if self.state.get(node) == "paused":
+                host.unpause()          # a frozen cgroup would hold the SIGKILL until thawed
+            host.kill()
             self._reap(node)
             self.state[node] = "killed"
             return {"scope": "container"}
