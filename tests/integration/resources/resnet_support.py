@@ -6,6 +6,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import yaml
 
@@ -110,3 +111,39 @@ def watch_progress(net: LocalNet, accepted: dict, quiet: float, limit: float, st
             return "deadlock"
         time.sleep(step)
     return "timeout"
+
+
+def thesis_size(rng: random.Random, f: int) -> int:
+    """A message size from the thesis' mix (Table 6.1 shape): 70% single fragment, 20% 2-30, 10% 31-100."""
+    u = rng.random()
+    if u < 0.7:
+        return rng.randint(100, f)
+    if u < 0.9:
+        return rng.randint(2, 30) * f
+    return rng.randint(31, 100) * f
+
+
+def submit_load(client: Callable[[str], Any], names: list[str], per_node: int, gap: float, f: int,
+                seed: str) -> dict[str, dict]:
+    """Every node submits `per_node` thesis-sized messages to random other nodes, one thread per node;
+    returns the accepted ones by message id (every submission must be accepted)."""
+    accepted: dict[str, dict] = {}
+    lock = threading.Lock()
+
+    def node_load(n: str) -> None:
+        rng = random.Random(f"{seed}-{n}")
+        with client(n) as c:
+            for _ in range(per_node):
+                dst, size = rng.choice([x for x in names if x != n]), thesis_size(rng, f)
+                r = c.send([dst], size=size)
+                assert r.accepted, r.reason
+                with lock:
+                    accepted[r.msg_id] = {"src": n, "dst": dst, "size": size}
+                time.sleep(gap)
+
+    threads = [threading.Thread(target=node_load, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return accepted

@@ -11,15 +11,12 @@ unlucky message's request waits, the others pass it) than non-fragmenting
 """
 from __future__ import annotations
 
-import random
 import statistics
-import threading
-import time
 
 import pytest
 
 from node.localnet import LocalNet
-from resnet_support import delivered_ids, watch_progress
+from resnet_support import delivered_ids, submit_load, watch_progress
 
 F = 1000
 NAMES = [f"n{i}" for i in range(1, 7)]
@@ -29,36 +26,8 @@ RBSAD = {"rbsad": 0.5, "rbsad_probability": 0.3}
 RESOURCES = {**RBSAD, "input_pool": 1000, "recipient_pool": 2000, "removal_interval": 0.05, "stream_allocation": 4}
 
 
-def thesis_size(rng: random.Random) -> int:
-    u = rng.random()
-    if u < 0.7:
-        return rng.randint(100, F)
-    if u < 0.9:
-        return rng.randint(2, 30) * F
-    return rng.randint(31, 100) * F
-
-
 def workload(net: LocalNet, seed: int) -> dict[str, dict]:
-    accepted: dict[str, dict] = {}
-    lock = threading.Lock()
-
-    def node_load(n: str) -> None:
-        rng = random.Random(f"{seed}-{n}")
-        with net.client(n) as c:
-            for _ in range(PER_NODE):
-                dst, size = rng.choice([x for x in NAMES if x != n]), thesis_size(rng)
-                r = c.send([dst], size=size)
-                assert r.accepted, r.reason
-                with lock:
-                    accepted[r.msg_id] = {"src": n, "dst": dst, "size": size}
-                time.sleep(GAP)
-
-    threads = [threading.Thread(target=node_load, args=(n,)) for n in NAMES]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    return accepted
+    return submit_load(net.client, NAMES, PER_NODE, GAP, F, str(seed))
 
 
 def run_mode(ringnet, mode: str) -> tuple[dict, dict, LocalNet]:

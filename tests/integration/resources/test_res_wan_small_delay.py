@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -32,6 +30,7 @@ if os.geteuid() != 0:
 # the WAN helpers (scenario -> network + a daemon per host) live with the wan_node tests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "wan_node"))
 from wan_node_support import wan_with_daemons  # noqa: E402
+from resnet_support import submit_load  # noqa: E402
 
 F = 1000
 RATE_MBIT = 2.0                  # B = 250 kB/s: a 64 kB chunk takes ~0.26 s on a link, a fragment ~4 ms
@@ -54,34 +53,11 @@ nodes:
 """
 
 
-def thesis_size(rng: random.Random) -> int:
-    u = rng.random()
-    if u < 0.7:
-        return rng.randint(100, F)
-    if u < 0.9:
-        return rng.randint(2, 30) * F
-    return rng.randint(31, 100) * F
 
 
 def run(mode: str) -> tuple[dict, dict]:
-    accepted: dict[str, dict] = {}
-    lock = threading.Lock()
     with wan_with_daemons(SCENARIO.replace("{mode}", mode)) as (net, daemons):
-        def load(n: str) -> None:
-            rng = random.Random(f"wan-{n}")
-            with daemons.client(n) as c:
-                for _ in range(PER_NODE):
-                    dst, size = rng.choice([x for x in NAMES if x != n]), thesis_size(rng)
-                    r = c.send([dst], size=size)
-                    assert r.accepted, r.reason
-                    with lock:
-                        accepted[r.msg_id] = {"dst": dst, "size": size}
-                    time.sleep(GAP)
-        threads = [threading.Thread(target=load, args=(n,)) for n in NAMES]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        accepted = submit_load(daemons.client, NAMES, PER_NODE, GAP, F, "wan")
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             done = 0
