@@ -17,7 +17,7 @@ A node's config file (the testbed writes one per host; it can also be written by
     reassembly_timeout: 60          # seconds without a new fragment before a partial message is aborted
     control_token: ""               # when set, Control calls need metadata authorization=<token>
     local_users: []                 # users with a mailbox here; empty accepts any user
-    batch: {max_frames: 512, max_bytes: 1048576, min_bytes: 16384, target_delay: 0.01, commit_window: 0.002, max_commit: 4096, window_frames: 8192}
+    batch: {max_frames: 512, max_bytes: 1048576, min_bytes: 16384, target_delay: 0.02, commit_window: 0.002, max_commit: 4096, window_frames: 8192}
     session: {keepalive: 1.0, hold_time: 5.0, backoff_min: 0.1, backoff_max: 5.0}
     limits: {max_message_size: 67108864, max_frame_bytes: 1048576, max_recipients: 64, max_hops: 64}
     resources: {buffer_classes: true, transit_buffers: 100, ...}   # issue 6; see ResourcesConfig (absent = off)
@@ -54,7 +54,9 @@ class BatchConfig:
     # batch is the pipelining unit on slow links, while fast links need big batches for throughput.
     max_bytes: int = 1 << 20
     min_bytes: int = 16384
-    target_delay: float = 0.01
+    # 0.02 s: on a 50 Mbit/s link 125 kB per message; 0.01 s cost ~15% more CPU per fragment on 2 cores
+    # (bench/RESULTS.md, node 10MB over wire), while slow links are clamped to min_bytes either way.
+    target_delay: float = 0.02
     commit_window: float = 0.002   # seconds the spool writer waits to gather more work into one fsync
     max_commit: int = 4096         # operations per transaction at most
     window_frames: int = 8192      # unacknowledged frames in flight per neighbour

@@ -43,6 +43,10 @@ from node.transfer_queue import TransferQueue
 log = logging.getLogger("node.mta")
 
 MAX_LIFETIME = 10 * 365 * 86400.0
+# Fragmenting mode: a submission of more than SUBMIT_EARLY_MIN queued pieces is stored in chunks of
+# SUBMIT_CHUNK pieces, each forwardable once durable, so the first fragments travel while the rest are written.
+SUBMIT_CHUNK = 256
+SUBMIT_EARLY_MIN = 2 * SUBMIT_CHUNK
 MAX_RUN = 65536            # fragments in one Run frame a receiver accepts (a sender puts at most max_frames)
 
 
@@ -325,6 +329,10 @@ class Engine:
     # -- start-up ------------------------------------------------------------
     async def recover(self) -> None:
         """Re-queue everything unacknowledged after a crash or restart."""
+        dropped = await self.spool.run(Spool.op_drop_unaccepted(self.me))
+        if dropped:
+            log.warning("%s: dropped %d stored pieces of submissions a crash interrupted before they were "
+                        "accepted (the submitter was not told they were accepted)", self.me, dropped)
         pieces = await self.spool.run(Spool.op_load_pieces())
         for p in pieces:
             if self.res is not None and p.state in ("queued", "held", "part"):
@@ -415,6 +423,9 @@ class Engine:
                                    size=n, accepted=False, reason=reason, originator=originator)
                 return False, "", reason
         origin = Spool.op_origin(msg_id, originator, dsts, n, prio, now, expires)
+        early = await self._store_early(pieces)
+        if early:
+            pieces = pieces[early:]
         insert = Spool.op_insert(pieces)
 
         def op(c) -> None:
@@ -434,6 +445,26 @@ class Engine:
             if dst == self.me:
                 self._spawn(self._deliver((msg_id, dst)))
         return True, msg_id, ""
+
+    async def _store_early(self, pieces: list[Piece]) -> int:
+        """Pipelining from the originator (fragmenting mode, large messages): store all but the last chunk of
+        the queued pieces chunk by chunk and queue each chunk for its next hop once it is durable. Returns how
+        many leading pieces were handled. The message is accepted (origin row, reply) only with the last chunk;
+        recover() drops the pieces of a submission that a crash cut short, before anything is sent again."""
+        if self.mode != "fragmenting":
+            return 0      # non-fragmenting: the whole message is stored before it moves, here as at every hop
+        early = 0
+        while early < len(pieces) and pieces[early].state == "queued":
+            early += 1
+        if early <= SUBMIT_EARLY_MIN:
+            return 0
+        early -= SUBMIT_CHUNK      # the last chunk goes with the origin row
+        for i in range(0, early, SUBMIT_CHUNK):
+            chunk = pieces[i:min(i + SUBMIT_CHUNK, early)]
+            await self.spool.run(Spool.op_insert(chunk))
+            for p in chunk:
+                self._enqueue(p)
+        return early
 
     # -- arrivals from neighbours ------------------------------------------------
     async def receive(self, peer: str, pieces: list[Piece]) -> list[str | tuple[str, float] | None]:

@@ -368,6 +368,15 @@ class Spool:
         return op
 
     @staticmethod
+    def op_drop_unaccepted(me: str) -> Op:
+        """Delete pieces this node originated (hops 0) for messages it never accepted (no origin row): a large
+        submission stores early chunks before the origin row, and a crash may fall between. Returns the count."""
+        def op(c: sqlite3.Connection) -> int:
+            return c.execute("DELETE FROM frag WHERE hops=0 AND src=? AND msg_id NOT IN (SELECT msg_id FROM origin)",
+                             (me,)).rowcount
+        return op
+
+    @staticmethod
     def op_load_pieces() -> Op:
         def op(c: sqlite3.Connection) -> list[Piece]:
             return [_piece(r) for r in c.execute(f"SELECT {_COLS} FROM frag ORDER BY submit_ts, msg_id, off")]

@@ -63,6 +63,7 @@ def save(net: "Network", ready: bool | None = None) -> None:
         "shaper_state": shaper_state if shaper_state is not None else state.get("shaper_state"),
         "netns": {n: h.netns for n, h in net.hosts.items()},
         "pools": list(net.pools),
+        "sysctls": dict(net.sysctls),
         "state_file": str(path),
     })
     if ready is not None:
@@ -166,6 +167,7 @@ def attach(record: registry.RunRecord) -> "Network":
     net = Network(topology_from_dict(st["topology"]), plan_from_dict(st["plan"]), run_dir=st["run_dir"],
                   run_id=record.run_id, pools=tuple(st.get("pools") or ()), kind=record.kind,  # type: ignore[arg-type]
                   handle_signals=False)
+    net.sysctls = dict(st.get("sysctls", {}))
     net._attached = True
     net._started = True
     net.link_state = st.get("link_state", {})
@@ -182,6 +184,7 @@ def attach(record: registry.RunRecord) -> "Network":
             from testbed.image import NODE_USER
             from testbed.runtime.docker import DockerHost
             hosts[n] = DockerHost(n, ns, workdir, user=NODE_USER)
+            hosts[n].sysctls = dict(st.get("sysctls", {}))   # set again when a fault restarts the container
         else:
             hosts[n] = NetnsHost(n, ns, workdir)
     net.runtime = _AttachedRuntime(kind, hosts)

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Iterator
 
 from testbed import registry
 from testbed.errors import UserError
-from testbed.runtime.base import Host, Runtime
+from testbed.runtime.base import Host, Runtime, normalise_sysctls
 from testbed.shaping.base import LinkEnd, Shaper
 from testbed.topology.model import AddressPlan, Direction, Interface, Link, Topology
 
@@ -69,8 +69,9 @@ class Network:
     def __init__(self, topology: Topology, plan: AddressPlan | None = None, runtime: str | Runtime = "netns",
                  shaper: str | Shaper = "auto", run_dir: str | Path | None = None, capture: Iterable[str] | str = (),
                  run_id: str | None = None, pools: tuple[str, str, str] = DEFAULT_POOLS, kind: str = "network",
-                 handle_signals: bool = True) -> None:
+                 handle_signals: bool = True, sysctls: dict[str, Any] | None = None) -> None:
         self.topology = topology
+        self.sysctls = normalise_sysctls(sysctls or {})   # extra per-host sysctls, "net/ipv4/..." form
         self.plan = plan
         self._runtime_choice = runtime
         self._shaper_choice = shaper
@@ -107,6 +108,7 @@ class Network:
         capture = scenario.capture.links
         kw.setdefault("runtime", scenario.runtime)
         kw.setdefault("shaper", scenario.shaper)
+        kw.setdefault("sysctls", scenario.sysctls)
         return cls(topo, None, run_dir=run_dir, capture=capture,
                    pools=(spec.data_pool, spec.loopback_pool, spec.mgmt_pool), **kw)
 
@@ -211,6 +213,7 @@ class Network:
                 self._check_plan()
                 self._check_pools()
                 self.runtime = self._make_runtime()
+                self.runtime.sysctls = dict(self.sysctls)
                 names = self.topology.node_names()
                 if hasattr(self.runtime, "add_hosts"):
                     self.runtime.add_hosts(names)

@@ -10,6 +10,9 @@ import subprocess
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from testbed.errors import UserError
 
 
 @dataclass
@@ -42,10 +45,29 @@ class Host(ABC):
         """Send a signal to one process this host started (kill -9, SIGSTOP, SIGCONT ...)."""
 
 
+def normalise_sysctls(settings: dict[str, Any]) -> dict[str, str]:
+    """Per-host sysctls as {"net/ipv4/name": "value"}; only net.* keys, which each network namespace has
+    its own copy of (anything else would change the whole machine, not the emulated host)."""
+    out: dict[str, str] = {}
+    for key, value in settings.items():
+        path = str(key).strip().replace(".", "/")
+        if not path.startswith("net/") or ".." in str(key) or not all(c.isalnum() or c in "_/-" for c in path):
+            raise UserError(f"sysctl {key!r}: only network-namespace sysctls (net.*, e.g. "
+                            f"net.ipv4.tcp_slow_start_after_idle) can be set per host.")
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip() \
+                or any(c in str(value) for c in "\n;&|`$"):
+            raise UserError(f"sysctl {key}: expected a number or a short string value, got {value!r}.")
+        out[path] = str(value).strip()
+    return out
+
+
 class Runtime(ABC):
     """Creates and destroys hosts for one run (all names carry the prefix and run id)."""
 
     name: str = ""
+    # Extra per-namespace sysctls (scenario `sysctls:`, "net/ipv4/..." form), set on every host it makes;
+    # assigned by Network before the first host is added.
+    sysctls: dict[str, str] = {}
 
     @abstractmethod
     def add_host(self, name: str) -> Host: ...

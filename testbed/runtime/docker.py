@@ -43,7 +43,7 @@ from testbed import PREFIX, registry
 from testbed.docker_engine import docker, require_engine
 from testbed.errors import UserError
 from testbed.runtime.base import Host, Process, Runtime
-from testbed.runtime.netns import configure_in_thread, netns_exists, run_ip
+from testbed.runtime.netns import configure_in_thread, netns_exists, run_ip, sysctl_script
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +54,6 @@ PID_WAIT = 10.0       # seconds to wait for an exec'd process to record its pid
 START_WORKERS = 8     # concurrent `docker run`s: the engine serialises some work, more threads gain nothing
 OLD_NETNS_SUFFIX = ".old"   # '.' never occurs in a host name, so this cannot clash with another host's netns
 ROUTE_STATE_FLAGS = {"linkdown", "dead", "offload", "trap", "rt_offload", "rt_trap", "offload_failed"}
-SYSCTL_SCRIPT = ("ip link set lo up && sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0"
-                 " net.ipv4.conf.default.rp_filter=0")
 
 
 @dataclass
@@ -78,6 +76,7 @@ class DockerHost(Host):
         self.workdir = workdir
         self.user = user                 # who runs daemons ("" = the image's default user)
         self.processes: list[Process] = []
+        self.sysctls: dict[str, str] = {}  # the scenario's extra sysctls, set again in a restarted namespace
 
     def __repr__(self) -> str:
         return f"DockerHost({self.name!r}, container={self.container!r})"
@@ -94,7 +93,7 @@ class DockerHost(Host):
         if netns_exists(self.netns):
             run_ip(["netns", "delete", self.netns], check=False)
         run_ip(["netns", "attach", self.netns, str(self.init_pid())])
-        subprocess.run(["ip", "netns", "exec", self.netns, "sh", "-c", SYSCTL_SCRIPT], check=True,
+        subprocess.run(["ip", "netns", "exec", self.netns, "sh", "-c", sysctl_script(self.sysctls)], check=True,
                        capture_output=True)
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None,
@@ -350,6 +349,7 @@ class DockerRuntime(Runtime):
                 raise UserError(f"host {name!r} exists twice.")
         for name in names:
             host = DockerHost(name, self.container_name(name), self._workdir(name), user=self.user)
+            host.sysctls = dict(self.sysctls)
             self.hosts[name] = host      # recorded first, so a failure half-way is still torn down
             host.workdir.mkdir(parents=True, exist_ok=True)
             # The daemon runs as the image's non-root user and writes its records and spool here.
@@ -367,12 +367,12 @@ class DockerRuntime(Runtime):
         pids = {line.split()[0].lstrip("/"): int(line.split()[1]) for line in out.splitlines() if line.strip()}
         run_ip([], batch="".join(f"netns attach {h.netns} {pids[h.container]}\n" for h in made))
         try:
-            configure_in_thread([h.netns for h in made])
+            configure_in_thread([h.netns for h in made], self.sysctls)
         except OSError as exc:
             log.info("in-process namespace set-up failed (%s); falling back to ip netns exec", exc)
             for h in made:
-                subprocess.run(["ip", "netns", "exec", h.netns, "sh", "-c", SYSCTL_SCRIPT], check=True,
-                               capture_output=True)
+                subprocess.run(["ip", "netns", "exec", h.netns, "sh", "-c", sysctl_script(self.sysctls)],
+                               check=True, capture_output=True)
         return made
 
     def remove_host(self, name: str) -> None:

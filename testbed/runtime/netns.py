@@ -187,7 +187,7 @@ class NetnsRuntime(Runtime):
         for h in made:
             h.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            configure_in_thread([h.netns for h in made])
+            configure_in_thread([h.netns for h in made], self.sysctls)
             return made
         except OSError as exc:
             log.info("in-process namespace set-up failed (%s); falling back to ip netns exec", exc)
@@ -195,9 +195,7 @@ class NetnsRuntime(Runtime):
         for h in made:
             # Forwarding on: hosts are routers in a routed lab. One process per host, run in parallel.
             procs.append(subprocess.Popen(
-                ["ip", "netns", "exec", h.netns, "sh", "-c",
-                 "ip link set lo up && sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0"
-                 " net.ipv4.conf.default.rp_filter=0"],
+                ["ip", "netns", "exec", h.netns, "sh", "-c", sysctl_script(self.sysctls)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
         errors = []
         for h, p in zip(made, procs):
@@ -238,8 +236,15 @@ _CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
 
-def configure_in_thread(namespaces: list[str]) -> None:
-    """`lo` up and forwarding on in each namespace, from one short-lived thread that setns()es into each.
+def sysctl_script(extra: dict[str, str]) -> str:
+    """The shell form of configure_in_thread (fallback when setns() from a thread is not possible)."""
+    settings = {**SYSCTLS, **extra}
+    return "ip link set lo up && sysctl -qw " + " ".join(f"{k.replace('/', '.')}={v}" for k, v in settings.items())
+
+
+def configure_in_thread(namespaces: list[str], extra: dict[str, str] | None = None) -> None:
+    """`lo` up, forwarding on and the scenario's `extra` sysctls in each namespace, from one short-lived
+    thread that setns()es into each.
 
     Only that thread changes namespace (it then ends), and /proc/sys/net and new sockets follow the
     calling thread's namespace. Saves one `ip netns exec` process per host (~5-10 ms each).
@@ -252,6 +257,7 @@ def configure_in_thread(namespaces: list[str]) -> None:
 
     libc = ctypes.CDLL(None, use_errno=True)
     errors: list[OSError] = []
+    user_errors: list[UserError] = []
 
     def work() -> None:
         try:
@@ -266,6 +272,15 @@ def configure_in_thread(namespaces: list[str]) -> None:
                 for key, value in SYSCTLS.items():
                     with open(f"/proc/sys/{key}", "w") as f:
                         f.write(value)
+                for key, value in (extra or {}).items():
+                    try:
+                        with open(f"/proc/sys/{key}", "w") as f:
+                            f.write(value)
+                    except OSError as exc:   # the user's setting, not the set-up mechanism: no fallback
+                        user_errors.append(UserError(
+                            f"cannot set sysctl {key.replace('/', '.')}={value} in host namespace {ns}: "
+                            f"{exc.strerror or exc} (only network-namespace sysctls can be set per host)."))
+                        return
                 with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                     flags = struct.unpack("16sh", fcntl.ioctl(s, _SIOCGIFFLAGS, struct.pack("16sh", b"lo", 0)))[1]
                     fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | _IFF_UP))
@@ -275,6 +290,8 @@ def configure_in_thread(namespaces: list[str]) -> None:
     t = threading.Thread(target=work, name="netns-setup")
     t.start()
     t.join()
+    if user_errors:
+        raise user_errors[0]
     if errors:
         raise errors[0]
 

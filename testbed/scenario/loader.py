@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, NoReturn, Sequence
 import yaml
 
 from testbed.errors import UserError
+from testbed.runtime.base import normalise_sysctls
 from testbed.scenario import units
 from testbed.scenario.spec import (CaptureSpec, Fault, Generator, Interarrival, LinkOverride, NodesSpec,
                                    RecipientChoice, Scenario, SizeDist, SweepSpec, TopologySpec, WorkloadSpec)
@@ -37,7 +38,7 @@ SIZE_DISTS = ("thesis", "fixed", "empirical")
 RECIPIENT_CHOICES = ("uniform", "fixed", "weighted")
 ROUTINGS = ("auto", "shortest", "unidirectional", "delay")
 TOP_KEYS = ("name", "seed", "duration", "time_scale", "topology", "link_defaults", "links", "runtime", "routing",
-            "shaper", "capture", "nodes", "workload", "faults", "sweep", "quick")
+            "shaper", "capture", "sysctls", "nodes", "workload", "faults", "sweep", "quick")
 
 
 class ScenarioError(UserError):
@@ -191,6 +192,17 @@ def _show(value: Any) -> str:
 
 
 # ---- overrides ------------------------------------------------------------------------
+
+def _flat(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"net": {"ipv4": {"x": 1}}} -> {"net.ipv4.x": 1}."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> Path_:
     """Set data[a][b][2][c] = value for key "a.b.2.c"; returns the path."""
@@ -573,6 +585,13 @@ def _validate(c: _Check, data: Any) -> Scenario:
         else:
             items = c.sequence(cap_path, cap if isinstance(cap, list) else [cap] if isinstance(cap, str) else cap)
             s.capture.links = [_link_name(c, cap_path + (i,), v, topo)[0] for i, v in enumerate(items)]
+
+    sysctls = _flat(c.mapping(("sysctls",), top.get("sysctls")))   # nested form and --set sysctls.net.x=1
+    try:
+        normalise_sysctls(sysctls)
+    except UserError as e:
+        c.fail(("sysctls",), str(e).rstrip("."))
+    s.sysctls = dict(sysctls)
 
     nodes = c.mapping(("nodes",), top.get("nodes"))
     s.nodes = NodesSpec()

@@ -156,6 +156,8 @@ class Scenario:
     routing: str = "auto"
     shaper: str = "auto"                 # auto | netem | wire
     capture: CaptureSpec = field(default_factory=CaptureSpec)
+    # extra sysctls set in every host's network namespace (net.* only), e.g. TCP tuning of the emulated hosts
+    sysctls: dict[str, Any] = field(default_factory=dict)
     nodes: NodesSpec = field(default_factory=NodesSpec)
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     faults: list[Fault] = field(default_factory=list)

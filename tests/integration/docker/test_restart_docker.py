@@ -47,7 +47,7 @@ def _routes(net: Network, name: str) -> set[str]:
 @pytest.fixture
 def net3(node_image: image.BuildResult) -> Iterator[Network]:
     net = Network(linear(3, defaults=Direction(delay=DELAY)), runtime="docker", shaper="wire",
-                  handle_signals=False)
+                  handle_signals=False, sysctls={"net.ipv4.tcp_slow_start_after_idle": 0})
     with net:
         yield net
 
@@ -120,3 +120,13 @@ def test_restart_while_a_link_is_down(net3: Network) -> None:
     assert _ping(net3, a, net3.data_address(c)) == []
     net3.link_up(b, c)
     assert _reachable(net3, a, net3.data_address(c))
+
+
+def test_restart_sets_the_scenario_sysctls_again(net3: Network) -> None:
+    b = list(net3.hosts)[1]
+
+    def value() -> str:
+        return net3.host(b).run(["cat", "/proc/sys/net/ipv4/tcp_slow_start_after_idle"]).stdout.strip()
+    assert value() == "0"
+    net3.host(b).restart()
+    assert value() == "0"        # a new container has a new namespace with the kernel's defaults

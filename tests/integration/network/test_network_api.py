@@ -209,3 +209,19 @@ def test_bad_input_is_one_user_error(make_net) -> None:
         net.partition(["n1"], [])
     with pytest.raises(UserError):
         net.host("n9")
+
+
+def test_sysctls_are_set_in_every_host_and_not_on_the_machine(make_net) -> None:
+    def value(argv_prefix: list[str]) -> str:
+        return subprocess.run(argv_prefix + ["sysctl", "-n", "net.ipv4.tcp_slow_start_after_idle"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    before = value([])
+    flipped = "0" if before == "1" else "1"
+    net = make_net(linear(2), sysctls={"net.ipv4.tcp_slow_start_after_idle": int(flipped)})
+    for h in ("n1", "n2"):
+        assert net.host(h).run(["sysctl", "-n", "net.ipv4.tcp_slow_start_after_idle"]).stdout.strip() == flipped
+    assert value([]) == before
+    with pytest.raises(UserError, match="cannot set sysctl net.ipv4.no_such_knob"):
+        make_net(linear(2), sysctls={"net.ipv4.no_such_knob": 1})
+    with pytest.raises(UserError, match="only network-namespace sysctls"):
+        make_net(linear(2), sysctls={"vm.swappiness": 1}, start=False)

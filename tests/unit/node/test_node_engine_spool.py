@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from node import config, schema
-from node.mta import make_engine, split
+from node.mta import SUBMIT_CHUNK, SUBMIT_EARLY_MIN, make_engine, split
 from node.records import Records
 from node.spool import Piece, Spool
 
@@ -199,3 +199,49 @@ def test_reassembly_inactivity_timeout_aborts_and_reports(tmp_path: Path) -> Non
     reports = [json.loads(x) for x in (tmp_path / "reports.jsonl").read_text().splitlines()]
     assert any("timed out" in r["reason"] for r in reports)
     assert all(schema.validate("report", r) == [] for r in reports)
+
+
+def test_large_submission_releases_early_chunks_before_it_is_accepted(tmp_path: Path) -> None:
+    """Fragmenting: the first chunk of a large message is queued for its next hop while the rest is being
+    written; the message is accepted only with the last chunk, and every piece ends up queued once."""
+    n_frags = SUBMIT_EARLY_MIN * 2
+
+    async def go() -> tuple[int, int, int]:
+        eng = await _engine(tmp_path)
+        task = asyncio.ensure_future(eng.submit("alice", [("n5", "bob")], None, n_frags * 100))
+        queued_while_pending = 0       # queue length the first time pieces show up, the submission pending
+        while not task.done():
+            if not queued_while_pending and len(eng.queues["n4"]):
+                queued_while_pending = len(eng.queues["n4"])
+            await asyncio.sleep(0)
+        accepted, msg_id, _ = task.result()
+        assert accepted
+        status = await eng.spool.run(Spool.op_status(msg_id))
+        total = len(eng.queues["n4"])
+        await _close(eng)
+        return queued_while_pending, total, status["states"].get("queued", 0) if status["origin"] else -1
+
+    early, total, stored = asyncio.run(go())
+    assert SUBMIT_CHUNK <= early < n_frags     # the first chunk was on its way before the rest was written
+    assert total == n_frags and stored == n_frags
+
+
+def test_recovery_drops_pieces_of_a_submission_cut_short_by_a_crash(tmp_path: Path) -> None:
+    """Early chunks stored, then the process dies before the origin row: not accepted, so not sent again."""
+    async def crash() -> None:
+        eng = await _engine(tmp_path)
+        ps = [Piece("cut", "n5", o, 1000, 0, "n3", "alice", ["bob"], 1, time.time(), time.time() + 60, "", 10,
+                    b"c" * 100) for o in range(0, 1000, 100)]
+        await eng.spool.run(Spool.op_insert(ps[:4]))            # an early chunk, no origin row yet
+        ok, _msg, _ = await eng.submit("alice", [("n5", "bob")], b"k" * 250, None)   # an accepted message
+        assert ok
+        eng.spool.close()
+
+    async def restart() -> int:
+        eng = await _engine(tmp_path)
+        n = len(eng.queues["n4"])
+        await _close(eng)
+        return n
+
+    asyncio.run(crash())
+    assert asyncio.run(restart()) == 3      # the accepted message's 3 pieces only; the cut-short one is gone

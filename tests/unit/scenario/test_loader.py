@@ -145,6 +145,9 @@ BAD = [
      "topology.links[0].b", 'unknown node "c"'),
     ("name: x\nquick:\n  durashun: 1s\n", 3, "quick.durashun", "unknown scenario key"),
     ("name: x\nseed: 1.5\n", 2, "seed", "expected a whole number"),
+    ("name: x\nsysctls: {kernel.pid_max: 9}\n", 2, "sysctls", "only network-namespace sysctls"),
+    ("name: x\nsysctls: {net.ipv4.tcp_ecn: [1]}\n", 2, "sysctls", "expected a number or a short string"),
+    ("name: x\nsysctls: {net.ipv4.tcp_ecn: '1; reboot'}\n", 2, "sysctls", "expected a number or a short string"),
 ]
 
 
@@ -254,3 +257,9 @@ def test_routing_policy_key():
     assert load_text(dump_resolved(s)).routing == "unidirectional"
     with pytest.raises(ScenarioError, match="routing"):
         load_text("routing: clockwise\n")
+
+
+def test_sysctls_flat_nested_and_set(tmp_path):
+    p = write(tmp_path, "name: x\nsysctls:\n  net.ipv4.tcp_ecn: 1\n  net: {core: {somaxconn: 512}}\n")
+    s = load(p, overrides=["sysctls.net.ipv4.tcp_slow_start_after_idle=0"])
+    assert s.sysctls == {"net.ipv4.tcp_ecn": 1, "net.core.somaxconn": 512, "net.ipv4.tcp_slow_start_after_idle": 0}
