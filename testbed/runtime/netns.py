@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal as signals
 import subprocess
 import tempfile
@@ -239,7 +240,9 @@ _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 def sysctl_script(extra: dict[str, str]) -> str:
     """The shell form of configure_in_thread (fallback when setns() from a thread is not possible)."""
     settings = {**SYSCTLS, **extra}
-    return "ip link set lo up && sysctl -qw " + " ".join(f"{k.replace('/', '.')}={v}" for k, v in settings.items())
+    # quoted: values may hold spaces (net.ipv4.tcp_rmem "4096 131072 6291456")
+    return "ip link set lo up && sysctl -qw " + " ".join(shlex.quote(f"{k.replace('/', '.')}={v}")
+                                                       for k, v in settings.items())
 
 
 def configure_in_thread(namespaces: list[str], extra: dict[str, str] | None = None) -> None:
