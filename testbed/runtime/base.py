@@ -66,8 +66,8 @@ class Runtime(ABC):
 
     name: str = ""
     # Extra per-namespace sysctls (scenario `sysctls:`, "net/ipv4/..." form), set on every host it makes;
-    # assigned by Network before the first host is added.
-    sysctls: dict[str, str] = {}
+    # each runtime starts with none, and Network assigns them before the first host is added.
+    sysctls: dict[str, str]
 
     @abstractmethod
     def add_host(self, name: str) -> Host: ...

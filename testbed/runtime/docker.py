@@ -319,6 +319,7 @@ class DockerRuntime(Runtime):
         self.workers = max(1, workers)
         self._tmp: str | None = None
         self.hosts: dict[str, DockerHost] = {}
+        self.sysctls: dict[str, str] = {}
 
     def container_name(self, host: str) -> str:
         return f"{self.prefix}-{host}"

@@ -160,6 +160,7 @@ class NetnsRuntime(Runtime):
         self.run_dir = run_dir
         self._tmp: str | None = None
         self.hosts: dict[str, NetnsHost] = {}
+        self.sysctls: dict[str, str] = {}
         check_netns_support()
 
     def netns_name(self, host: str) -> str:
