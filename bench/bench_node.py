@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from node.localnet import LocalNet, NetnsLinks  # noqa: E402
+from testbed.localnet import LocalNet, NetnsLinks  # noqa: E402
 from node.mta import split  # noqa: E402
 from node.spool import Piece, Spool  # noqa: E402
 

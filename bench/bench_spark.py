@@ -59,7 +59,7 @@ def count_records(path: Path) -> int:
 
 def make_capture(cfg: CaptureConfig, dest: Path) -> int:
     """Run iperf3 through the wire emulator until the link's pcap holds cfg.min_packets; copy it to dest."""
-    from testbed.errors import UserError
+    from node.errors import UserError
     from testbed.network import Network
     from testbed.topology.generators import linear
     from testbed.topology.model import Direction
@@ -161,7 +161,7 @@ def report_time(run_dir: Path, out: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from testbed.errors import UserError
+    from node.errors import UserError
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pcap", type=Path, help="use this capture instead of the cached/generated one")

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from testbed.errors import UserError
+from node.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import grpc
 
 from node.rpc import common_pb2, control_pb2, control_pb2_grpc, submit_pb2, submit_pb2_grpc
-from testbed.errors import UserError
+from node.errors import UserError
 
 
 @dataclass

@@ -35,10 +35,10 @@ from typing import Any
 
 import yaml
 
-from testbed.errors import UserError
+from node.errors import UserError
+from node.names import NODE_NAME_RULE, is_node_name
 
 MODES = ("fragmenting", "non-fragmenting")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ADDR = re.compile(r"^(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
 
 
@@ -151,12 +151,12 @@ class NodeConfig:
         return self.fragment_size if self.mode == "fragmenting" else self.wire_chunk
 
     def validate(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise ConfigError(f"node name {self.name!r} is not a valid name (letters, digits, _ . -).")
+        if not is_node_name(self.name):
+            raise ConfigError(f"node name {self.name!r} is not a valid name ({NODE_NAME_RULE}).")
         for key in ("data_listen", "mgmt_listen"):
             _check_addr(key, getattr(self, key))
         for peer, addr in self.neighbours.items():
-            if not isinstance(peer, str) or not _NAME.match(peer) or peer == self.name:
+            if not is_node_name(peer) or peer == self.name:
                 raise ConfigError(f"neighbour name {peer!r} is invalid (or is this node itself).")
             _check_addr(f"neighbours.{peer}", addr)
         for dst, hop in self.routes.items():

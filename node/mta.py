@@ -33,7 +33,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Iterable, Protocol
 
-from node.config import NodeConfig, _NAME
+from node.config import NodeConfig
+from node.names import is_node_name, is_user_name
 from node.records import Records
 from node.resource_manager import RETRY_CAP, ResourceManager
 from node.rpc import link_pb2
@@ -176,11 +177,11 @@ def _check_header(f: link_pb2.Fragment, cfg: NodeConfig) -> str | None:
     if not f.recipients or len(f.recipients) > lim.max_recipients:
         return "fragment must name between 1 and max_recipients recipients"
     dsts = {r.node for r in f.recipients}
-    if len(dsts) != 1 or not _NAME.match(next(iter(dsts))):
+    if len(dsts) != 1 or not is_node_name(next(iter(dsts))):
         return "a fragment's recipients must all be at one valid node"
     if f.hops < 1 or f.hops > lim.max_hops:
         return f"hop count {f.hops} outside 1..{lim.max_hops} (routing loop?)"
-    if not f.src or not _NAME.match(f.src):
+    if not is_node_name(f.src):
         return "fragment without a valid source node"
     return None
 
@@ -369,9 +370,9 @@ class Engine:
         if not (0 <= lifetime <= MAX_LIFETIME) or math.isnan(lifetime):
             return f"lifetime {lifetime} is not between 0 and {MAX_LIFETIME:.0f} seconds"
         for node, user in recipients:
-            if not node or not _NAME.match(node):
+            if not is_node_name(node):
                 return f"invalid recipient node {node!r}"
-            if user and (len(user) > 64 or not _NAME.match(user)):
+            if user and not is_user_name(user):
                 return f"invalid recipient user {user!r}"
             if node == self.me:
                 if self.cfg.local_users and user not in self.cfg.local_users:

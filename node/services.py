@@ -8,7 +8,7 @@ import time
 
 import grpc
 
-from node.config import _NAME
+from node.names import is_user_name
 from node.mta import Engine
 from node.rpc import control_pb2, control_pb2_grpc, submit_pb2, submit_pb2_grpc
 from node.spool import Spool
@@ -24,7 +24,7 @@ class SubmitService(submit_pb2_grpc.SubmitServicer):
         body = request.WhichOneof("body")
         if body is None:
             return submit_pb2.SendReply(accepted=False, reason="a message needs a payload or a size")
-        if request.originator and not _NAME.match(request.originator):
+        if request.originator and not is_user_name(request.originator):
             return submit_pb2.SendReply(accepted=False, reason=f"invalid originator {request.originator!r}")
         recipients = [(r.node, r.user) for r in request.recipients]
         ok, msg_id, reason = await self.engine.submit(

@@ -6,7 +6,7 @@ import math
 import sys
 from pathlib import Path
 
-from testbed.errors import UserError
+from node.errors import UserError
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
-"""The zip for `spark-submit --py-files`: spark_analysis plus node/schema.py and testbed/errors.py.
+"""The zip for `spark-submit --py-files`: spark_analysis plus node/schema.py and node/errors.py.
 
-Executors import spark_analysis.pcap_parser (which raises testbed.errors.UserError) and the driver
+Executors import spark_analysis.pcap_parser (which raises node.errors.UserError) and the driver
 checks records against node/schema.py; nothing else of the repository is needed on a cluster.
 """
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from testbed.errors import UserError
+from node.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
-EXTRA = ("node/__init__.py", "node/schema.py", "testbed/__init__.py", "testbed/errors.py")
+EXTRA = ("node/__init__.py", "node/schema.py", "node/errors.py")
 
 
 def members() -> list[str]:

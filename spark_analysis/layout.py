@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import UserError
+from node.errors import UserError
 
 from .storage import HadoopPath, resolve
 

@@ -31,7 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (ByteType, DoubleType, IntegerType, LongType, ShortType, StringType, StructField,
                                StructType)
 
-from testbed.errors import UserError
+from node.errors import UserError
 
 from .layout import Run
 

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import numpy as np
 
-from testbed.errors import UserError
+from node.errors import UserError
 
 _MAGICS = {
     b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),

@@ -10,7 +10,7 @@ from pyspark.sql.types import (ArrayType, BooleanType, DoubleType, LongType, Map
                                StructType)
 
 from node.schema import validate
-from testbed.errors import UserError
+from node.errors import UserError
 
 from .layout import Run
 from .storage import HadoopPath

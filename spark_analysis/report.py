@@ -42,7 +42,7 @@ class ReportTables:
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
-    from testbed.errors import UserError
+    from node.errors import UserError
 
     fmts = tuple(dict.fromkeys(f.strip().lower() for f in (text or "png").split(",") if f.strip()))
     bad = [f for f in fmts if f not in PLOT_FORMATS]

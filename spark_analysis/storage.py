@@ -86,7 +86,7 @@ class HadoopPath:
             text = str(e)
             if "FileNotFoundException" in text:
                 return None
-            from testbed.errors import UserError
+            from node.errors import UserError
             first = next((ln.strip() for ln in text.splitlines() if "Exception" in ln), text.strip()[:200])
             raise UserError(f"cannot read {self._uri} through Hadoop ({first[:300]}).") from None
 
@@ -146,7 +146,7 @@ def resolve(directory: str | Path, spark: Any = None, hadoop: bool | None = None
     if not use_hadoop:
         return Path(s.removeprefix("file://"))
     if spark is None:
-        from testbed.errors import UserError
+        from node.errors import UserError
         raise UserError(f"{s} is not a local path: reading it needs a Spark session (pass spark=...).")
     if "://" not in s:
         s = Path(s).resolve().as_uri()

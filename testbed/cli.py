@@ -12,7 +12,7 @@ import sys
 
 from testbed import __version__
 from testbed.commands import experiment, image, messaging, network
-from testbed.errors import UserError
+from node.errors import UserError
 
 GROUPS = (network, messaging, experiment, image)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import registry
-from testbed.errors import UserError
+from node.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Callable
 
 from testbed import PREFIX, __version__
 from testbed.docker_engine import docker, require_engine
-from testbed.errors import UserError
+from node.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,6 @@ OFFLINE_BASE = f"{PREFIX}-base:bookworm"
 HASH_LABEL = "wanbed.content-hash"
 NODE_USER = "wanbed"                   # the image's non-root user that runs the node daemon
 NODE_UID = 10001                       # its fixed uid/gid: the runtime chowns the mounted workdir to it
-# testbed modules the node imports (node -> testbed.errors, testbed.registry).
-TESTBED_FILES = ["__init__.py", "errors.py", "registry.py"]
 BASE_PACKAGES = ["python3", "python3-venv", "python3-pip", "iproute2", "iputils-ping",
                  "tcpdump", "iperf3", "procps"]
 MIRROR_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
@@ -62,7 +60,6 @@ class BuildResult:
 def _sources() -> list[Path]:
     files = [IMAGE_DIR / "Dockerfile", NODE_REQUIREMENTS]
     files += sorted(p for p in (REPO / "node").rglob("*") if p.is_file() and _shipped(p))
-    files += [REPO / "testbed" / f for f in TESTBED_FILES]
     return files
 
 
@@ -150,9 +147,6 @@ def _stage_context(wheels: Path, ctx: Path) -> None:
     shutil.copy2(NODE_REQUIREMENTS, ctx / "wheels" / "requirements-node.txt")
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(REPO / "node", ctx / "src" / "node", ignore=ignore)
-    (ctx / "src" / "testbed").mkdir(parents=True)
-    for f in TESTBED_FILES:
-        shutil.copy2(REPO / "testbed" / f, ctx / "src" / "testbed" / f)
 
 
 def _online_base_available() -> bool:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from testbed import registry
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.topology.model import (AddressPlan, Direction, GilbertElliott, Interface, Lan, Link, Node, Route,
                                     Topology)
 

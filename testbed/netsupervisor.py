@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 from testbed import netstate, registry
-from testbed.errors import UserError
+from node.errors import UserError
 
 log = logging.getLogger("testbed.netsupervisor")
 

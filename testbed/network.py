@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from testbed import registry
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.runtime.base import Host, Runtime, normalise_sysctls
 from testbed.shaping.base import LinkEnd, Shaper
 from testbed.topology.model import AddressPlan, Direction, Interface, Link, Topology

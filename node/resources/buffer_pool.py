@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from testbed.errors import UserError
+from node.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Generic, Hashable, TypeVar
 
-from testbed.errors import UserError
+from node.errors import UserError
 
 T = TypeVar("T")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from testbed.errors import UserError
+from node.errors import UserError
 
 
 @dataclass(frozen=True)

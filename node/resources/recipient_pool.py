@@ -33,7 +33,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from testbed.errors import UserError
+from node.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from node.resources.buffer_pool import BufferPool
-from testbed.errors import UserError
+from node.errors import UserError
 
 log = logging.getLogger(__name__)
 

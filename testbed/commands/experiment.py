@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from testbed.errors import UserError
+from node.errors import UserError
 
 
 def _default_out(scenario_path: str, sets: list[str], quick: bool) -> Path:

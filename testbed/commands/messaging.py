@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from testbed.errors import UserError
+from node.errors import UserError
 
 
 def resolve_address(node: str, address: str | None) -> str:

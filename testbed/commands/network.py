@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from testbed import netstate, registry
 from testbed.scenario import units
-from testbed.errors import UserError
+from node.errors import UserError
 
 UP_TIMEOUT = 300.0        # seconds `up` waits for the supervisor's report (100 hosts take well under 30)
 DOWN_TIMEOUT = 60.0

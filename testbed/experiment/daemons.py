@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from node.client import NodeClient
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.experiment import nodeconfig
 from testbed.network import Network
 from testbed.runtime.base import Process

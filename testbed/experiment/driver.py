@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from node.client import NodeClient
-from testbed.errors import UserError
+from node.errors import UserError
 
 log = logging.getLogger(__name__)
 

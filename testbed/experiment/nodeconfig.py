@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from node import config as node_config
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.network import Network
 from testbed.scenario.spec import Scenario
 from testbed.topology import routing

@@ -27,7 +27,7 @@ from typing import Any, Callable, TextIO
 
 import yaml
 
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.experiment import sweep
 from testbed.experiment.progress import Progress
 from testbed.scenario import loader

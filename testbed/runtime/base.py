@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import UserError
+from node.errors import UserError
 
 
 @dataclass

@@ -41,7 +41,7 @@ from typing import Callable
 
 from testbed import PREFIX, registry
 from testbed.docker_engine import docker, require_engine
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.runtime.base import Host, Process, Runtime
 from testbed.runtime.netns import configure_in_thread, netns_exists, run_ip, sysctl_script
 

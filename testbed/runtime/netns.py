@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from testbed import registry
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.runtime.base import Host, Process, Runtime
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 import yaml
 
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.runtime.base import normalise_sysctls
 from testbed.scenario import units
 from testbed.scenario.spec import (CaptureSpec, Fault, Generator, Interarrival, LinkOverride, NodesSpec,

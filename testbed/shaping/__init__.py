@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.shaping.base import DirectionCounters, LinkEnd, Shaper
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import registry
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.shaping.base import DirectionCounters, LinkEnd, Shaper
 from testbed.topology.model import Direction
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 from collections import deque
 
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.topology.model import AddressPlan, Interface, Route, Topology
 
 Net = ipaddress.IPv4Network

@@ -15,7 +15,7 @@ import heapq
 import random
 from collections import deque
 
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.topology.model import Topology
 
 POLICIES = ("shortest", "unidirectional", "delay")

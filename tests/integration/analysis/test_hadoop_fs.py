@@ -8,7 +8,7 @@ from spark_analysis.__main__ import main, report
 from spark_analysis.layout import find_runs
 from spark_analysis.records import check_file
 from spark_analysis.storage import HadoopPath, resolve
-from testbed.errors import UserError
+from node.errors import UserError
 
 from .runtree import make_tree
 
@@ -87,7 +87,7 @@ def test_remote_without_session_is_user_error():
 
 def test_spark_submit_with_bundle(tree, tmp_path):
     """The documented cluster invocation, with a local master: spark-submit runs the entry script from a
-    folder outside the repository, so spark_analysis, node.schema and testbed.errors come from the zip."""
+    folder outside the repository, so spark_analysis, node.schema and node.errors come from the zip."""
     import os
     import subprocess
     import sys

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from spark_analysis.__main__ import main, report
-from testbed.errors import UserError
+from node.errors import UserError
 
 from .runtree import MODES, make_tree, mean_ci2
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from testbed.docker_engine import require_engine
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.runtime.docker import _has_rules
 
 REPO = Path(__file__).resolve().parents[3]

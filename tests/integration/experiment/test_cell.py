@@ -17,7 +17,7 @@ from typing import Iterator
 import pytest
 
 from testbed import registry
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.experiment import cell as cell_mod
 from testbed.experiment.daemons import NodeDaemons
 from testbed.experiment.progress import NullProgress

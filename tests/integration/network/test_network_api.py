@@ -10,7 +10,7 @@ import pytest
 
 from network_support import HAVE_PLANNER, HAVE_SHAPER, grid, linear, ping, ring, rtt_avg_ms
 from node.schema import validate
-from testbed.errors import UserError
+from node.errors import UserError
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
               pytest.mark.timeout(120)]

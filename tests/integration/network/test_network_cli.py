@@ -186,7 +186,7 @@ def test_not_root_gives_one_sentence(tmp_path: Path) -> None:
 
 def test_cli_value_parsers() -> None:
     from testbed.commands.network import parse_duration, parse_percent, parse_rate
-    from testbed.errors import UserError
+    from node.errors import UserError
     assert parse_duration("25ms", "--delay") == pytest.approx(0.025)
     assert parse_duration("1.5s", "--delay") == pytest.approx(1.5)
     assert parse_rate("10Mbit", "--rate") == pytest.approx(10e6)

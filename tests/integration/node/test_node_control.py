@@ -7,7 +7,7 @@ import pytest
 from node.client import NodeClient
 from node.rpc import control_pb2, control_pb2_grpc
 from nodenet_support import wait_until
-from testbed.errors import UserError
+from node.errors import UserError
 
 pytestmark = pytest.mark.timeout(120)
 

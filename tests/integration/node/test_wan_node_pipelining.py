@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from node.localnet import NetnsLinks
+from testbed.localnet import NetnsLinks
 from nodenet_support import wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(180),

@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from node.localnet import LocalNet
+from testbed.localnet import LocalNet
 
 from resnet_support import FAST, ring_routes, set_routes
 

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import yaml
 
-from node.localnet import LocalNet
+from testbed.localnet import LocalNet
 
 # Fast session timers so a test never waits long on a dead peer.
 FAST = {"session": {"keepalive": 0.3, "hold_time": 1.5, "backoff_min": 0.05, "backoff_max": 0.5},

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from node.localnet import LocalNet
+from testbed.localnet import LocalNet
 from resnet_support import FAST
 
 F = 1000

@@ -15,7 +15,7 @@ import statistics
 
 import pytest
 
-from node.localnet import LocalNet
+from testbed.localnet import LocalNet
 from resnet_support import delivered_ids, submit_load, watch_progress
 
 F = 1000

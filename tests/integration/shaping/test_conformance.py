@@ -186,7 +186,7 @@ def test_emulator_killed_leaves_nothing(rig_factory) -> None:
 
 
 def test_bad_input_is_a_user_error(rig_factory) -> None:
-    from testbed.errors import UserError
+    from node.errors import UserError
     rig: LinkRig = rig_factory()
     with pytest.raises(UserError):
         rig.shaper.set_params("nope", Direction(delay=0.01), None)

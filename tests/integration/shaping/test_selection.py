@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from testbed import registry
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.shaping import make_shaper
 from testbed.shaping.probe import netem_available
 

@@ -8,7 +8,7 @@ import pytest
 from spark_analysis.bundle import write_bundle
 from spark_analysis.session import default_master
 from spark_analysis.storage import is_local, scheme
-from testbed.errors import UserError
+from node.errors import UserError
 
 
 def test_default_master_follows_spark_submit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -22,7 +22,7 @@ def test_bundle_holds_package_and_the_two_repo_modules(tmp_path) -> None:
     z = zipfile.ZipFile(write_bundle(tmp_path / "a.zip"))
     names = set(z.namelist())
     assert {"spark_analysis/__main__.py", "spark_analysis/pcap_parser.py", "spark_analysis/submit_entry.py",
-            "node/schema.py", "node/__init__.py", "testbed/errors.py", "testbed/__init__.py"} <= names
+            "node/schema.py", "node/__init__.py", "node/errors.py"} <= names
     assert not any(n.startswith(("testbed/experiment", "node/daemon")) for n in names)
     with pytest.raises(UserError):
         write_bundle(tmp_path)

@@ -4,7 +4,7 @@ import struct
 import pytest
 
 from spark_analysis.pcap_parser import index_records, parse_range, read_format
-from testbed.errors import UserError
+from node.errors import UserError
 
 
 def _tcp_frame(seq: int, payload: int) -> bytes:

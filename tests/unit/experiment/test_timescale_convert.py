@@ -124,7 +124,7 @@ def test_explicit_topology_links_are_scaled() -> None:
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan")])
 def test_bad_time_scale_is_a_user_error(bad: float) -> None:
-    from testbed.errors import UserError
+    from node.errors import UserError
     model = build(time_scale=1.0)
     model.time_scale = bad                  # only possible in code; the loader refuses it
     with pytest.raises(UserError, match="time_scale: expected a positive number"):

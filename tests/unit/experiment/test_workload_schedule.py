@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.experiment import workload
 from testbed.experiment.workload import PlannedSubmission
 from testbed.scenario.loader import ScenarioError

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.experiment import runner, sweep
 from testbed.experiment.progress import NullProgress
 

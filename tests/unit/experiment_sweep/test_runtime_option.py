@@ -116,7 +116,7 @@ def test_resume_with_everything_complete_skips_the_image_too(scen, tmp_path):
 
 
 def test_bad_runtime_in_set_is_one_user_error(scen, tmp_path):
-    from testbed.errors import UserError
+    from node.errors import UserError
     with pytest.raises(UserError) as exc:
         runner.run_experiment(str(scen), tmp_path / "out", None, False, False, ["runtime=lxc"], NullProgress(),
                               run_cell=Recorder().cell, stream=io.StringIO())
@@ -162,7 +162,7 @@ def test_a_saturated_rep_is_flagged_on_the_console_when_it_ends(scen, tmp_path):
     ("nodes.all.routes={}", "set by the testbed"),
 ])
 def test_bad_node_settings_fail_before_any_cell_runs(scen, tmp_path, setting, words):
-    from testbed.errors import UserError
+    from node.errors import UserError
     rec = Recorder()
     with pytest.raises(UserError) as exc:
         runner.run_experiment(str(scen), tmp_path / "out", None, False, False, [setting], NullProgress(),

@@ -15,7 +15,7 @@ from node.resources.buffer_pool import (
     apply_class_deltas,
     class_limit_deltas,
 )
-from testbed.errors import UserError
+from node.errors import UserError
 
 
 def test_hop_h_fragment_only_ever_occupies_class_h() -> None:

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from node.resources.rbsad import RbsadConfig, RbsadDelay
-from testbed.errors import UserError
+from node.errors import UserError
 
 
 def test_fraction_and_mean() -> None:

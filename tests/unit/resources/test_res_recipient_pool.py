@@ -11,7 +11,7 @@ from node.resources.recipient_pool import (
     RemovalProcess,
     ReservationState,
 )
-from testbed.errors import UserError
+from node.errors import UserError
 
 G, Q, R = ReservationState.GRANTED, ReservationState.QUEUED, ReservationState.REFUSED
 

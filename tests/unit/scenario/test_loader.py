@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.scenario import ScenarioError, dump_resolved, load, load_text
 from testbed.scenario.spec import Scenario
 

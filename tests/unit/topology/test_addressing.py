@@ -2,7 +2,7 @@ import ipaddress
 
 import pytest
 
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.topology import addressing, generators as g
 from testbed.topology.model import AddressPlan, Topology
 

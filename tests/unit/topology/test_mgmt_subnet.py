@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import testbed.network as network_mod
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.network import Network
 from testbed.topology import generators
 from testbed.topology.model import Direction

@@ -1,6 +1,6 @@
 import pytest
 
-from testbed.errors import UserError
+from node.errors import UserError
 from testbed.topology import generators as g, routing
 
 
