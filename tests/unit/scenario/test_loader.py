@@ -263,3 +263,22 @@ def test_sysctls_flat_nested_and_set(tmp_path):
     p = write(tmp_path, "name: x\nsysctls:\n  net.ipv4.tcp_ecn: 1\n  net: {core: {somaxconn: 512}}\n")
     s = load(p, overrides=["sysctls.net.ipv4.tcp_slow_start_after_idle=0"])
     assert s.sysctls == {"net.ipv4.tcp_ecn": 1, "net.core.somaxconn": 512, "net.ipv4.tcp_slow_start_after_idle": 0}
+
+
+def test_dump_resolved_keeps_sysctls():
+    s = load_text("name: x\nsysctls: {net.ipv4.tcp_ecn: 1}\n")
+    s2 = load_text(dump_resolved(s))
+    assert s2.sysctls == {"net.ipv4.tcp_ecn": 1}
+    assert s2 == s
+
+
+def test_every_scenario_key_is_a_section_written_back_in_file_order():
+    from testbed.scenario.loader import to_plain
+    from testbed.scenario.sections import SCENARIO_KEYS, SECTIONS
+
+    assert [sec.key for sec in SECTIONS] == list(SCENARIO_KEYS)
+    assert list(to_plain(load_text("name: x\n"))) == list(SCENARIO_KEYS)
+    with pytest.raises(ScenarioError, match=r"<string>:1 colour: unknown key 'colour' \(expected one of: name, seed, "
+                                            r"duration, time_scale, topology, link_defaults, links, runtime, routing, "
+                                            r"shaper, capture, sysctls, nodes, workload, faults, sweep, quick\)"):
+        load_text("colour: red\n")

@@ -1,0 +1,22 @@
+"""The scenario's sections, in the order a resolved scenario file lists them.
+
+A new top-level key is one new module here exporting a `Section` (see base.py)
+and one line in SECTIONS; the loader walks this registry and needs no change.
+"""
+from __future__ import annotations
+
+from testbed.scenario.sections import (capture, faults, general, links, nodes, quick, routing, sweep, sysctls,
+                                       topology, workload)
+from testbed.scenario.sections.base import Section, read_order
+
+_FILE_SECTIONS: tuple[Section, ...] = (
+    general.NAME, general.SEED, general.DURATION, general.TIME_SCALE,
+    topology.TOPOLOGY, links.LINK_DEFAULTS, links.LINKS,
+    general.RUNTIME, routing.ROUTING, general.SHAPER,
+    capture.CAPTURE, sysctls.SYSCTLS, nodes.NODES,
+    workload.WORKLOAD, faults.FAULTS, sweep.SWEEP,
+)
+SCENARIO_KEYS: tuple[str, ...] = tuple(s.key for s in _FILE_SECTIONS) + ("quick",)
+SECTIONS: tuple[Section, ...] = _FILE_SECTIONS + (quick.section(SCENARIO_KEYS),)
+
+__all__ = ["SCENARIO_KEYS", "SECTIONS", "Section", "read_order"]

@@ -1,0 +1,127 @@
+"""The `workload` section: warm-up, drain and the message generators (who sends, how often, what size, to whom)."""
+from __future__ import annotations
+
+import copy
+from dataclasses import fields
+from typing import Any
+
+from testbed.scenario import units
+from testbed.scenario.checks import Check, KeyPath, names_text, show
+from testbed.scenario.sections.base import Section
+from testbed.scenario.sections.refs import node_list
+from testbed.scenario.spec import Generator, Interarrival, RecipientChoice, Scenario, SizeDist, WorkloadSpec
+from testbed.topology.model import Topology
+
+INTERARRIVALS = ("normal", "exponential", "constant", "piecewise")
+SIZE_DISTS = ("thesis", "fixed", "empirical")
+RECIPIENT_CHOICES = ("uniform", "fixed", "weighted")
+
+
+def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
+    names = topo.node_names()
+    path: KeyPath = ("workload",)
+    m = c.mapping(path, raw, ("warmup", "drain", "generators"))
+    w = WorkloadSpec()
+    w.warmup = c.unit(path + ("warmup",), m.get("warmup", w.warmup), units.parse_duration)
+    w.drain = c.unit(path + ("drain",), m.get("drain", w.drain), units.parse_duration)
+    for i, g in enumerate(c.sequence(path + ("generators",), m.get("generators"))):
+        w.generators.append(_generator(c, path + ("generators", i), g, names))
+    s.workload = w
+
+
+def _generator(c: Check, path: KeyPath, raw: Any, names: list[str]) -> Generator:
+    m = c.mapping(path, raw, ("nodes", "interarrival", "size", "recipients", "priority", "start", "stop"))
+    g = Generator()
+    g.nodes = node_list(c, path + ("nodes",), m.get("nodes", "all"), names)
+    g.interarrival = _interarrival(c, path + ("interarrival",), m.get("interarrival"))
+    g.size = _size(c, path + ("size",), m.get("size"))
+    g.recipients = _recipients(c, path + ("recipients",), m.get("recipients"), names)
+    g.priority = c.integer(path + ("priority",), m.get("priority", 1), 0, 255)
+    g.start = c.unit(path + ("start",), m.get("start", 0.0), units.parse_duration)
+    if m.get("stop") is not None:
+        g.stop = c.unit(path + ("stop",), m["stop"], units.parse_duration)
+        if g.stop <= g.start:
+            c.fail(path + ("stop",), "expected stop after start")
+    return g
+
+
+def _interarrival(c: Check, ip: KeyPath, raw: Any) -> Interarrival:
+    ia = c.mapping(ip, raw, ("dist", "mean", "sd", "schedule"))
+    out = Interarrival()
+    out.dist = c.choice(ip + ("dist",), ia.get("dist", "normal"), INTERARRIVALS)
+    out.mean = c.unit(ip + ("mean",), ia.get("mean", out.mean), units.parse_duration, positive=True)
+    if ia.get("sd") is not None:
+        out.sd = c.unit(ip + ("sd",), ia["sd"], units.parse_duration)
+    for i, entry in enumerate(c.sequence(ip + ("schedule",), ia.get("schedule"))):
+        ep = ip + ("schedule", i)
+        e = c.mapping(ep, entry, ("from", "to", "dist", "mean", "sd"))
+        for need in ("from", "to"):
+            if need not in e:
+                c.fail(ep + (need,), "missing: a schedule period needs 'from' and 'to'")
+        period: dict[str, Any] = {"from": c.unit(ep + ("from",), e["from"], units.parse_duration),
+                                  "to": c.unit(ep + ("to",), e["to"], units.parse_duration),
+                                  "dist": c.choice(ep + ("dist",), e.get("dist", out.dist if
+                                                   out.dist != "piecewise" else "normal"),
+                                                   ("normal", "exponential", "constant")),
+                                  "mean": c.unit(ep + ("mean",), e.get("mean", out.mean),
+                                                 units.parse_duration, positive=True)}
+        if period["to"] <= period["from"]:
+            c.fail(ep + ("to",), "expected 'to' after 'from'")
+        if e.get("sd") is not None:
+            period["sd"] = c.unit(ep + ("sd",), e["sd"], units.parse_duration)
+        out.schedule.append(period)
+    if out.dist == "piecewise" and not out.schedule:
+        c.fail(ip + ("schedule",), "missing: dist piecewise needs a schedule of periods")
+    return out
+
+
+def _size(c: Check, sp: KeyPath, raw: Any) -> SizeDist:
+    s = c.mapping(sp, raw, ("dist", "bytes", "file", "fragment_size"))
+    out = SizeDist()
+    out.dist = c.choice(sp + ("dist",), s.get("dist", "thesis"), SIZE_DISTS)
+    out.bytes = c.unit(sp + ("bytes",), s.get("bytes", out.bytes), units.parse_size, positive=True)
+    out.fragment_size = c.unit(sp + ("fragment_size",), s.get("fragment_size", out.fragment_size),
+                               units.parse_size, positive=True)
+    if s.get("file") not in (None, ""):
+        out.file = c.text(sp + ("file",), s["file"])
+    if out.dist == "empirical" and not out.file:
+        c.fail(sp + ("file",), "missing: dist empirical needs a file of sizes")
+    return out
+
+
+def _recipients(c: Check, rp: KeyPath, raw: Any, names: list[str]) -> RecipientChoice:
+    r = c.mapping(rp, raw, ("choice", "nodes", "weights"))
+    out = RecipientChoice()
+    out.choice = c.choice(rp + ("choice",), r.get("choice", "uniform"), RECIPIENT_CHOICES)
+    if "nodes" in r:
+        out.nodes = list(node_list(c, rp + ("nodes",), r["nodes"], names, allow_all=False))
+    if out.choice == "fixed" and not out.nodes:
+        c.fail(rp + ("nodes",), "missing: choice fixed needs one or more recipient nodes")
+    weights = c.mapping(rp + ("weights",), r.get("weights"))
+    for n, wv in weights.items():
+        if n not in names:
+            c.fail(rp + ("weights", n), f"unknown node {show(n)} (nodes: {names_text(names)})")
+        out.weights[n] = c.number(rp + ("weights", n), wv)
+        if out.weights[n] < 0:
+            c.fail(rp + ("weights", n), "expected a weight of zero or more")
+    if out.choice == "weighted" and not any(v > 0 for v in out.weights.values()):
+        c.fail(rp + ("weights",), "missing: choice weighted needs weights with at least one above zero")
+    return out
+
+
+def _generator_plain(g: Generator) -> dict[str, Any]:
+    ia = {"dist": g.interarrival.dist, "mean": g.interarrival.mean, "sd": g.interarrival.sd,
+          "schedule": copy.deepcopy(g.interarrival.schedule)}
+    return {"nodes": copy.deepcopy(g.nodes), "interarrival": ia,
+            "size": {f.name: getattr(g.size, f.name) for f in fields(g.size)},
+            "recipients": {"choice": g.recipients.choice, "nodes": list(g.recipients.nodes),
+                           "weights": dict(g.recipients.weights)},
+            "priority": g.priority, "start": g.start, "stop": g.stop}
+
+
+def _plain(s: Scenario) -> dict[str, Any]:
+    return {"warmup": s.workload.warmup, "drain": s.workload.drain,
+            "generators": [_generator_plain(g) for g in s.workload.generators]}
+
+
+WORKLOAD = Section("workload", check=_check, plain=_plain)
