@@ -1,1 +1,1 @@
-"""The node daemon: a store-and-forward MTA with gRPC services (see DESIGN.md section 5)."""
+"""The node daemon: a store-and-forward MTA with gRPC services (see docs/architecture.md)."""

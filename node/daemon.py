@@ -10,6 +10,7 @@ import grpc
 
 from node.config import ConfigError, NodeConfig
 from node.link import GRPC_OPTIONS, LinkManager, LinkService
+from node.mailbox import Mailbox
 from node.mta import Engine, make_engine
 from node.records import Records
 from node.rpc import control_pb2_grpc, link_pb2_grpc, submit_pb2_grpc
@@ -39,7 +40,7 @@ class NodeDaemon:
         data = grpc.aio.server(options=server_opts)
         link_pb2_grpc.add_LinkServicer_to_server(LinkService(self.links), data)
         mgmt = grpc.aio.server(options=server_opts)
-        submit_pb2_grpc.add_SubmitServicer_to_server(SubmitService(self.engine), mgmt)
+        submit_pb2_grpc.add_SubmitServicer_to_server(SubmitService(self.engine, Mailbox(self.spool, self.engine.policy)), mgmt)
         control_pb2_grpc.add_ControlServicer_to_server(ControlService(self.engine, self.cfg.control_token), mgmt)
         for server, addr in ((data, self.cfg.data_listen), (mgmt, self.cfg.mgmt_listen)):
             try:
@@ -53,20 +54,13 @@ class NodeDaemon:
         self.links.start()
         self._tasks = [asyncio.ensure_future(self._every(self.cfg.metrics_interval, self._metrics)),
                        asyncio.ensure_future(self._every(0.5, self.engine.sweep)),
-                       asyncio.ensure_future(self._every(30.0, self.engine.prune))]
-        if self.engine.res is not None and self.engine.res.removal is not None:
-            self._tasks.append(asyncio.ensure_future(self._removal()))
+                       asyncio.ensure_future(self._every(30.0, self.engine.prune)),
+                       asyncio.ensure_future(self.engine.policy.run_background())]
         log.info("node %s up: data %s, management %s, mode %s", self.cfg.name, self.cfg.data_listen,
                  self.cfg.mgmt_listen, self.cfg.mode)
 
     async def _metrics(self) -> None:
         self.records.write("metrics", **self.engine.snapshot())
-
-    async def _removal(self) -> None:
-        """Synthetic mail readers (thesis 6.2.1): every Normal(mean) seconds, free a message's worth of recipient space."""
-        for gap, fragments in self.engine.res.removal_events():
-            await asyncio.sleep(gap)
-            self.engine.res.remove(fragments)
 
     async def _every(self, interval: float, job) -> None:
         while True:

@@ -2,11 +2,19 @@
 
 Who dials: the node whose name sorts first dials, the other accepts — so each
 pair has exactly one session and no tie-break is needed. The dialer sends OPEN
-(its name, the name it believes it is calling, version, session id, hold time);
-the acceptor checks that the caller is a configured neighbour, that the OPEN
-names this node, and that the caller is the side that dials, and answers with
-its own OPEN; the dialer checks that answer names the expected neighbour.
-A mismatch ends that one stream with a clear gRPC status; other sessions go on.
+(its name, the name it believes it is calling, version, session id, hold time,
+capabilities); the acceptor checks that the caller is a configured neighbour,
+that the OPEN names this node, that the caller is the side that dials and that
+it speaks the same major version of the base frames, and answers with its own
+OPEN; the dialer checks that answer names the expected neighbour. Optional
+features are capabilities: a session uses those both OPENs list ("runs", and
+one per registered frame handler). A mismatch ends that one stream with a
+clear gRPC status; other sessions go on.
+
+Frame kinds beyond the base ones are dispatched to handlers that subsystems
+register with `LinkManager.register` (probes, link-state adverts, interest,
+rates); a subsystem sends its own frames with `Peer.send_control`. Every batch
+carries control frames (acks, refusals, credits, subsystem frames) before data.
 
 After OPEN both directions carry FrameBatch messages with many frames each:
 fragments (each with a per-session sequence number; consecutive fragments of one
@@ -27,35 +35,45 @@ from typing import Any, Awaitable, Callable
 
 import grpc
 
+from node.codec import frames_from_pieces, piece_from_frame, pieces_from_run
 from node.config import NodeConfig
-from node.mta import Engine, frames_from_pieces, piece_from_frame, pieces_from_run
+from node.mta import Engine
+from node.peer import Peer
 from node.rpc import link_pb2, link_pb2_grpc
 from node.spool import Piece
 
 log = logging.getLogger("node.link")
 
-VERSION = 1
+VERSION = 1            # major version of the base frames; optional features are capabilities
+BASE_CAPABILITIES = ("runs",)
 GRPC_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
 STORE_PARALLEL = 4     # batches of a session being stored at once (bounds memory, keeps the spool busy)
+
+
+# A subsystem's handler for one frame kind: called with the neighbour and the frame, on the session's reader.
+FrameHandler = Callable[[Peer, link_pb2.Frame], None]
 
 
 class SessionError(Exception):
     """The session set-up or the stream failed in a way worth one log line."""
 
 
-def _open_batch(me: str, peer: str, session_id: int, hold: float) -> link_pb2.FrameBatch:
+def _open_batch(me: str, peer: str, session_id: int, hold: float, capabilities: list[str]) -> link_pb2.FrameBatch:
     return link_pb2.FrameBatch(frames=[link_pb2.Frame(open=link_pb2.Open(
-        node=me, peer=peer, version=VERSION, session_id=session_id, hold_time=hold, runs=True))])
+        node=me, peer=peer, version=VERSION, session_id=session_id, hold_time=hold, capabilities=capabilities))])
 
 
 class LinkSession:
     """One live stream with one neighbour: a reader, a writer, the window of unacknowledged frames."""
 
-    def __init__(self, peer: str, engine: Engine, cfg: NodeConfig,
+    def __init__(self, peer: Peer, engine: Engine, cfg: NodeConfig,
                  write: Callable[[Any], Awaitable[None]], read: Callable[[], Awaitable[Any]],
-                 abort: Callable[[], Any] | None = None, runs: bool = False) -> None:
+                 abort: Callable[[], Any] | None = None, capabilities: frozenset[str] = frozenset(),
+                 handlers: dict[str, FrameHandler] | None = None) -> None:
         self.peer = peer
-        self.runs = runs               # the peer's OPEN said it understands Run frames
+        self.capabilities = capabilities     # what both ends' OPENs list
+        self.runs = "runs" in capabilities
+        self.handlers = handlers or {}
         self._abort = abort            # ends the gRPC call, so no read or write can stay blocked on a dead peer
         self.engine = engine
         self.cfg = cfg
@@ -84,9 +102,11 @@ class LinkSession:
         return int(min(b.max_bytes, max(b.min_bytes, self._rate * b.target_delay)))
 
     async def run(self) -> None:
-        st = self.engine.stats[self.peer]
+        peer, st = self.peer, self.peer.stats
+        peer.session = self
+        peer.capabilities = self.capabilities
         st.up = True
-        self.engine.session_up(self.peer)
+        self.engine.session_up(peer.name)
         self._task = asyncio.current_task()
         reader = asyncio.ensure_future(self._reader())
         writer = asyncio.ensure_future(self._writer())
@@ -100,35 +120,45 @@ class LinkSession:
                 self._abort()
             for t in (reader, writer, *self._stores):
                 t.cancel()
-            # never wait forever on a task stuck in a gRPC call (flow control towards a dead peer)
-            await asyncio.wait({reader, writer, *self._stores}, timeout=2.0)
-            st.up = False
+            # Hand the unacknowledged pieces back BEFORE the first await: this finally may itself be
+            # cancelled (a new session replacing this one), and pieces left in `inflight` would sit in the
+            # spool outside every queue until a restart. The cancelled reader processes no more acks.
             pieces = [self.inflight[s] for s in sorted(self.inflight)]
             self.inflight.clear()
-            st.inflight = 0
-            self.engine.requeue(self.peer, pieces)
+            if peer.session is self:
+                st.up = False
+                st.inflight = 0
+                peer.session = None
+                peer.capabilities = frozenset()
+            self.engine.requeue(peer.name, pieces)
+            # never wait forever on a task stuck in a gRPC call (flow control towards a dead peer)
+            await asyncio.wait({reader, writer, *self._stores}, timeout=2.0)
 
     def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
 
+    def control_frames(self) -> list[link_pb2.Frame]:
+        """Everything for the next batch that is not data: acks, refusals, credits, subsystem frames."""
+        frames: list[link_pb2.Frame] = []
+        if self.ack_seqs:
+            frames.append(link_pb2.Frame(ack=link_pb2.Ack(seqs=self.ack_seqs)))
+            self.ack_seqs = []
+        frames.extend(link_pb2.Frame(refuse=r) for r in self.refuses)
+        self.refuses = []
+        frames.extend(self.engine.credit_frames(self.peer.name))
+        frames.extend(self.peer.take_control())
+        return frames
+
     async def _writer(self) -> None:
         b = self.cfg.batch
-        wake = self.engine.wake[self.peer]
-        queue = self.engine.queues[self.peer]
-        st = self.engine.stats[self.peer]
+        peer = self.peer
+        wake, queue, st = peer.wake, peer.queue, peer.stats
         while True:
-            frames: list[link_pb2.Frame] = []
-            if self.ack_seqs:
-                frames.append(link_pb2.Frame(ack=link_pb2.Ack(seqs=self.ack_seqs)))
-                self.ack_seqs = []
-            for r in self.refuses:
-                frames.append(link_pb2.Frame(refuse=r))
-            self.refuses = []
-            frames.extend(self.engine.credit_frames(self.peer))
+            frames = self.control_frames()       # control before data, in every batch
             room = b.window_frames - len(self.inflight)
             if room > 0:
-                pieces = self.engine.take(self.peer, min(room, b.max_frames), self.batch_limit())
+                pieces = self.engine.take(peer.name, min(room, b.max_frames), self.batch_limit())
                 if pieces:
                     first = self.seq + 1
                     self.inflight.update(zip(range(first, first + len(pieces)), pieces))
@@ -139,7 +169,8 @@ class LinkSession:
                 await self._write(link_pb2.FrameBatch(frames=frames))
                 continue
             wake.clear()
-            if self.ack_seqs or self.refuses or self.engine.has_credits(self.peer) or (room > 0 and queue.has_ready()):
+            if (self.ack_seqs or self.refuses or peer.outbox or self.engine.has_credits(peer.name)
+                    or (room > 0 and queue.has_ready())):
                 continue
             try:
                 await asyncio.wait_for(wake.wait(), self.cfg.session.keepalive)
@@ -149,53 +180,56 @@ class LinkSession:
 
     async def _reader(self) -> None:
         sem = asyncio.Semaphore(STORE_PARALLEL)
-        wake = self.engine.wake[self.peer]
+        peer = self.peer
+        name, wake, st = peer.name, peer.wake, peer.stats
         while True:
             pending = asyncio.ensure_future(self._read())
             done, _ = await asyncio.wait({pending}, timeout=self.cfg.session.hold_time)
             if not done:
                 pending.cancel()      # not awaited: a read on a dead stream may not end promptly
-                raise SessionError(f"no frame from {self.peer} for {self.cfg.session.hold_time:g} s (hold time)")
+                raise SessionError(f"no frame from {name} for {self.cfg.session.hold_time:g} s (hold time)")
             batch = pending.result()
             if batch is grpc.aio.EOF:
-                raise SessionError(f"{self.peer} closed the session")
+                raise SessionError(f"{name} closed the session")
             frags: list[tuple[int, Piece]] = []
             for fr in batch.frames:
                 kind = fr.WhichOneof("kind")
                 if kind == "fragment":
                     p = piece_from_frame(fr.fragment, self.cfg)
                     if isinstance(p, str):
-                        log.warning("refusing a frame from %s: %s", self.peer, p)
+                        log.warning("refusing a frame from %s: %s", name, p)
                         self.refuses.append(link_pb2.Refuse(seq=fr.fragment.seq, reason=p))
-                        self.engine.stats[self.peer].refused_in += 1
+                        st.refused_in += 1
                     else:
                         frags.append((fr.fragment.seq, p))
                 elif kind == "run":
                     for seq, p in pieces_from_run(fr.run, self.cfg):
                         if isinstance(p, str):
-                            log.warning("refusing a frame from %s: %s", self.peer, p)
+                            log.warning("refusing a frame from %s: %s", name, p)
                             self.refuses.append(link_pb2.Refuse(seq=seq, reason=p))
-                            self.engine.stats[self.peer].refused_in += 1
+                            st.refused_in += 1
                         else:
                             frags.append((seq, p))
                 elif kind == "ack":
                     acked = [self.inflight.pop(s) for s in fr.ack.seqs if s in self.inflight]
                     self.acked_bytes += sum(len(p.data) for p in acked)
-                    self.engine.acked(self.peer, acked)
+                    self.engine.acked(name, acked)
                 elif kind == "refuse":
                     p = self.inflight.pop(fr.refuse.seq, None)
                     if p is not None:
-                        self.engine.refused(self.peer, p, fr.refuse.reason, fr.refuse.retry_after)
+                        self.engine.refused(name, p, fr.refuse.reason, fr.refuse.retry_after)
                 elif kind == "credit":
                     c = fr.credit
-                    self.engine.credited(self.peer, c.msg_id, c.dst, c.credits)
+                    self.engine.credited(name, c.msg_id, c.dst, c.credits)
                 elif kind == "keepalive":
                     pass
                 elif kind == "open":
-                    raise SessionError(f"{self.peer} sent a second OPEN on an open session")
+                    raise SessionError(f"{name} sent a second OPEN on an open session")
+                elif kind in self.handlers:
+                    self.handlers[kind](peer, fr)
                 else:
-                    log.warning("ignoring an empty frame from %s", self.peer)
-            self.engine.stats[self.peer].inflight = len(self.inflight)
+                    log.warning("ignoring a frame of kind %s from %s (no handler)", kind or "(empty)", name)
+            st.inflight = len(self.inflight)
             if frags:
                 await sem.acquire()
                 t = asyncio.ensure_future(self._store(frags, sem))
@@ -205,7 +239,7 @@ class LinkSession:
 
     async def _store(self, frags: list[tuple[int, Piece]], sem: asyncio.Semaphore) -> None:
         try:
-            results = await self.engine.receive(self.peer, [p for _s, p in frags])
+            results = await self.engine.receive(self.peer.name, [p for _s, p in frags])
             for (seq, _p), reason in zip(frags, results):
                 if reason is None:
                     self.ack_seqs.append(seq)
@@ -213,7 +247,7 @@ class LinkSession:
                     self.refuses.append(link_pb2.Refuse(seq=seq, reason=reason[0], retry_after=reason[1]))
                 else:
                     self.refuses.append(link_pb2.Refuse(seq=seq, reason=reason))
-            self.engine.wake[self.peer].set()
+            self.peer.wake.set()
         finally:
             sem.release()
 
@@ -225,8 +259,23 @@ class LinkManager:
         self.cfg = cfg
         self.engine = engine
         self.sessions: dict[str, LinkSession] = {}
+        self.handlers: dict[str, FrameHandler] = {}
         self._dialers: list[asyncio.Task] = []
-        self._accepting: set[asyncio.Task] = set()
+
+    def register(self, kind: str, handler: FrameHandler) -> None:
+        """Have frames of `kind` (a field name of Frame's oneof) handed to `handler`; announced in OPEN."""
+        if kind not in link_pb2.Frame.DESCRIPTOR.fields_by_name:
+            raise ValueError(f"Frame has no kind {kind!r}")
+        if kind in self.handlers or kind in ("open", "keepalive", "fragment", "run", "ack", "refuse", "credit"):
+            raise ValueError(f"frame kind {kind!r} is handled already")
+        self.handlers[kind] = handler
+
+    def capabilities(self) -> list[str]:
+        return [*BASE_CAPABILITIES, *sorted(self.handlers)]
+
+    def _session(self, name: str, write, read, abort, theirs) -> LinkSession:
+        agreed = frozenset(self.capabilities()) & frozenset(theirs)
+        return LinkSession(self.engine.peers[name], self.engine, self.cfg, write, read, abort, agreed, self.handlers)
 
     def dials(self, peer: str) -> bool:
         return self.cfg.name < peer
@@ -247,7 +296,7 @@ class LinkManager:
         s = self.cfg.session
         backoff = s.backoff_min
         addr = self.cfg.neighbours[peer]
-        st = self.engine.stats[peer]
+        st = self.engine.peers[peer].stats
         first = True
         while True:
             channel = grpc.aio.insecure_channel(addr, options=GRPC_OPTIONS)
@@ -255,7 +304,7 @@ class LinkManager:
             try:
                 call = link_pb2_grpc.LinkStub(channel).Session()
                 sid = secrets.randbits(63)
-                await call.write(_open_batch(self.cfg.name, peer, sid, s.hold_time))
+                await call.write(_open_batch(self.cfg.name, peer, sid, s.hold_time, self.capabilities()))
                 reply = await asyncio.wait_for(call.read(), s.hold_time)
                 if reply is grpc.aio.EOF or not reply.frames or reply.frames[0].WhichOneof("kind") != "open":
                     raise SessionError(f"{peer} at {addr} did not answer OPEN")
@@ -269,7 +318,7 @@ class LinkManager:
                 first = False
                 backoff = s.backoff_min
                 log.info("session with %s up (dialled %s)", peer, addr)
-                session = LinkSession(peer, self.engine, self.cfg, call.write, call.read, call.cancel, runs=o.runs)
+                session = self._session(peer, call.write, call.read, call.cancel, o.capabilities)
                 self.sessions[peer] = session
                 await session.run()
             except asyncio.CancelledError:
@@ -314,15 +363,16 @@ class LinkManager:
                                 f"{me} dials {o.node} (the name that sorts first dials), not the other way round")
         if o.version != VERSION:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"Link version {o.version} unsupported (want {VERSION})")
-        await context.write(_open_batch(me, o.node, o.session_id, self.cfg.session.hold_time))
+        await context.write(_open_batch(me, o.node, o.session_id, self.cfg.session.hold_time, self.capabilities()))
+        st = self.engine.peers[o.node].stats
         old = self.sessions.get(o.node)
         if old is not None:
             log.info("a new session from %s replaces the old one", o.node)
             old.close()
-            self.engine.stats[o.node].reconnects += 1
-        elif self.engine.stats[o.node].frags_in or self.engine.stats[o.node].frags_out:
-            self.engine.stats[o.node].reconnects += 1
-        session = LinkSession(o.node, self.engine, self.cfg, context.write, context.read, runs=o.runs)
+            st.reconnects += 1
+        elif st.frags_in or st.frags_out:
+            st.reconnects += 1
+        session = self._session(o.node, context.write, context.read, None, o.capabilities)
         self.sessions[o.node] = session
         log.info("session with %s up (accepted)", o.node)
         try:

@@ -35,6 +35,7 @@ A piece's charge (`Piece.charge`) says what it holds here:
 """
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import math
@@ -57,6 +58,7 @@ from node.resources import (
     ReservationState,
 )
 from node.spool import Piece
+from node.transfer_queue import TransferQueue
 
 log = logging.getLogger("node.resources")
 
@@ -95,6 +97,10 @@ def network_size(cfg: NodeConfig) -> int:
 
 
 class ResourceManager:
+    """The resource-managing implementation of the engine's admission policy (node/policy.py)."""
+
+    managed = True
+
     def __init__(self, cfg: NodeConfig, wake: Callable[[str], None]) -> None:
         r = cfg.resources
         self.cfg = cfg
@@ -132,6 +138,22 @@ class ResourceManager:
         self.refused_peers: set[str] = set()
         self.rooms_signalled = 0
         self.removed_fragments = 0
+
+    def make_queue(self, peer: str, wake: Callable[[], None]) -> TransferQueue:
+        """Messages share the link by prioritised round robin (non-fragmenting: one FIFO per destination)."""
+        return TransferQueue(wake, fifo_per_destination=not self.fragmenting, is_stream=self.is_stream,
+                             gate=lambda p: self.gate(p) if p.dst == peer else 0.0)   # next-to-last MTA: RBSAD
+
+    def has_credits(self, peer: str) -> bool:
+        return bool(self.out_credits.get(peer))
+
+    async def run_background(self) -> None:
+        """Synthetic mail readers (thesis 6.2.1): every Normal(mean) seconds, free a message's worth of space."""
+        if self.removal is None:
+            return
+        for gap, fragments in self.removal_events():
+            await asyncio.sleep(gap)
+            self.remove(fragments)
 
     # -- classification -----------------------------------------------------------------
     def is_stream(self, p: Piece) -> bool:

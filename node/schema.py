@@ -3,7 +3,7 @@
 Every JSON line in a run directory has `ts` (Unix seconds, float) and `node`.
 Each record kind below lists its required fields and their types; writers may
 add fields, readers must not rely on anything not listed here. Tests on both
-sides check records against this module (DESIGN.md section 6).
+sides check records against this module (docs/run-directory.md).
 """
 from __future__ import annotations
 

@@ -8,17 +8,18 @@ import time
 
 import grpc
 
-from node.names import is_user_name
+from node.mailbox import Mailbox
 from node.mta import Engine
+from node.names import is_user_name
 from node.rpc import control_pb2, control_pb2_grpc, submit_pb2, submit_pb2_grpc
-from node.spool import Spool
 
 log = logging.getLogger("node.services")
 
 
 class SubmitService(submit_pb2_grpc.SubmitServicer):
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, mailbox: Mailbox) -> None:
         self.engine = engine
+        self.mailbox = mailbox
 
     async def Send(self, request: submit_pb2.SendRequest, context) -> submit_pb2.SendReply:  # noqa: N802
         body = request.WhichOneof("body")
@@ -33,37 +34,20 @@ class SubmitService(submit_pb2_grpc.SubmitServicer):
         return submit_pb2.SendReply(accepted=ok, msg_id=msg_id, reason=reason)
 
     async def Status(self, request: submit_pb2.StatusRequest, context) -> submit_pb2.StatusReply:  # noqa: N802
-        info = await self.engine.spool.run(Spool.op_status(request.msg_id))
-        states, done = info["states"], info["done"]
-        if info["mailbox"]:
-            state = "delivered"
-        elif info["ndr"]:
-            state = "not-delivered"
-        elif "orphan" in states:
-            state = "orphan"
-        elif "queued" in states or "held" in states:
-            state = "queued"
-        elif "part" in states:
-            state = "reassembling"
-        elif any(v == "aborted" for v in done.values()):
-            state = "aborted"
-        elif info["origin"] is not None:
-            state = "forwarded"
-        else:
+        state, info = await self.mailbox.status(request.msg_id)
+        if state is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no message {request.msg_id!r} at {self.engine.me}")
         return submit_pb2.StatusReply(msg_id=request.msg_id, state=state, detail=json.dumps(info, default=str))
 
     async def ListMailbox(self, request: submit_pb2.MailboxRequest, context) -> submit_pb2.MailboxReply:  # noqa: N802
-        rows = await self.engine.spool.run(Spool.op_mailbox(request.user, request.include_payload))
+        rows = await self.mailbox.list(request.user, request.include_payload)
         items = [submit_pb2.MailItem(msg_id=r["msg_id"], src=r["src"], size=r["size"], submit_ts=r["submit_ts"],
                                      deliver_ts=r["deliver_ts"], hops=r["hops"], payload=r.get("payload") or b"",
                                      kind=r["kind"], user=r["user"], fragments=r["fragments"]) for r in rows]
         return submit_pb2.MailboxReply(items=items)
 
     async def DeleteMail(self, request: submit_pb2.DeleteMailRequest, context) -> submit_pb2.DeleteMailReply:  # noqa: N802
-        n = await self.engine.spool.run(Spool.op_delete_mail(request.user, list(request.msg_ids)))
-        if n:
-            self.engine.mail_removed(list(request.msg_ids))     # issue 6: recipient space is free again
+        n = await self.mailbox.delete(request.user, list(request.msg_ids))
         return submit_pb2.DeleteMailReply(deleted=n)
 
 

@@ -7,14 +7,8 @@ WAL is fsynced) and only then resolves each caller's future. A caller that
 awaited `run` therefore knows its change is durable — that is when a
 submission is acknowledged and when a neighbour's frame is acked.
 
-Where a piece of a message lives (the `state` column of `frag`), like
-Postfix's queues:
-  queued   waiting to be sent to the next hop (incoming/active/deferred collapse
-           into this one state; "active"/"sent-awaiting-ack" is in memory only,
-           so after a crash everything unacknowledged is simply queued again)
-  held     non-fragmenting transit: stored, waiting for the rest of the message
-  part     at the recipient node, waiting for reassembly
-  orphan   refused by the next hop or unroutable: kept and reported, never dropped
+Where a piece of a message lives is the `state` column of `frag`, like
+Postfix's queues: queued, held, part, orphan (named once, in node/states.py).
 Tables `seen` (duplicates by message id, destination and byte range), `done`
 (messages delivered or aborted here), `mailbox`, `origin` (what this node
 accepted from its users, for Status) and `ndr` (reports already sent).
@@ -31,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from node.states import PieceState
 
 log = logging.getLogger("node.spool")
 
@@ -69,7 +65,7 @@ class Piece:
     kind: str
     fragments: int
     data: bytes
-    state: str = "queued"
+    state: str = PieceState.QUEUED
     retries: int = field(default=0, compare=False)
     # in memory only (issue 6): the buffer this piece holds at this hop, and when it may be sent next
     charge: tuple | None = field(default=None, compare=False, repr=False)
@@ -126,7 +122,7 @@ def _piece(row: tuple) -> Piece:
     (msg_id, dst, off, total, hops, src, originator, users, prio, submit_ts, expires_ts, kind,
      fragments, state, data) = row
     return Piece(msg_id, dst, off, total, hops, src, originator, json.loads(users), prio, submit_ts,
-                 expires_ts, kind, fragments, bytes(data), state)
+                 expires_ts, kind, fragments, bytes(data), PieceState(state))
 
 
 Op = Callable[[sqlite3.Connection], Any]
@@ -274,7 +270,7 @@ class Spool:
                                                 (msg_id, dst, min(offs), max(offs)))}
                 for i in idx:
                     p = pieces[i]
-                    if p.state == "whole":
+                    if p.state == PieceState.WHOLE:
                         if done_rows and done_rows[-1][:2] == (msg_id, dst):
                             continue       # the same one-piece message twice in one batch
                         # a one-piece message for this node: straight into the mailbox (`done` dedups it)
@@ -329,7 +325,7 @@ class Spool:
         def op(c: sqlite3.Connection) -> int | None:
             if c.execute("SELECT 1 FROM done WHERE msg_id=? AND dst=?", (msg_id, dst)).fetchone():
                 return None
-            rows = c.execute("SELECT off, data FROM frag WHERE msg_id=? AND dst=? AND state='part' ORDER BY off",
+            rows = c.execute(f"SELECT off, data FROM frag WHERE msg_id=? AND dst=? AND state='{PieceState.PART}' ORDER BY off",
                              (msg_id, dst)).fetchall()
             payload = b"".join(bytes(d) for _o, d in rows)
             for user in users or [""]:
@@ -337,14 +333,15 @@ class Spool:
                           (msg_id, user, meta["src"], len(payload), meta["fragments"], meta["hops"],
                            meta["submit_ts"], deliver_ts, meta["kind"], payload))
             c.execute("INSERT OR REPLACE INTO done VALUES (?,?,?,?)", (msg_id, dst, "delivered", deliver_ts))
-            c.execute("DELETE FROM frag WHERE msg_id=? AND dst=? AND state='part'", (msg_id, dst))
+            c.execute(f"DELETE FROM frag WHERE msg_id=? AND dst=? AND state='{PieceState.PART}'", (msg_id, dst))
             return len(payload)
         return op
 
     @staticmethod
     def op_abort(msg_id: str, dst: str, outcome: str) -> Op:
         def op(c: sqlite3.Connection) -> None:
-            c.execute("DELETE FROM frag WHERE msg_id=? AND dst=? AND state IN ('part','held')", (msg_id, dst))
+            c.execute(f"DELETE FROM frag WHERE msg_id=? AND dst=? AND state IN ('{PieceState.PART}','{PieceState.HELD}')",
+                      (msg_id, dst))
             c.execute("INSERT OR REPLACE INTO done VALUES (?,?,?,?)", (msg_id, dst, outcome, time.time()))
         return op
 

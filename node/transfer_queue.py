@@ -21,8 +21,10 @@ A transfer is *ready* only when
 Blocked transfers are not in the ready heap, so a link with only blocked work
 costs nothing and the writer sleeps until a credit or a timer wakes it.
 
-Same interface as `node.mta.Scheduler` (push, pop, remove_if, len, bytes,
-messages) plus `credit`, `session_up`, `probe` and `has_ready`.
+Interface: push, pop, remove_if, len, bytes, messages, has_ready, plus the
+flow-control calls `credit`, `retry_now`, `session_up`, `probe` and `prune`.
+Without resource management (node/policy.py PassThrough) a transfer is one
+priority: one FIFO per priority, priorities sharing the link by stride.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ import heapq
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Hashable
+from typing import Callable, Hashable, Iterable
 
 from node.spool import Piece
 
@@ -57,10 +59,13 @@ class TransferQueue:
     """Prioritised round robin over the transfers of one outgoing link, with credit and timer blocking."""
 
     def __init__(self, wake: Callable[[], None], fifo_per_destination: bool,
-                 is_stream: Callable[[Piece], bool], gate: Callable[[Piece], float] | None = None) -> None:
+                 is_stream: Callable[[Piece], bool], gate: Callable[[Piece], float] | None = None,
+                 key: Callable[[Piece], Hashable] | None = None) -> None:
         self._wake = wake
+        # which pieces form one transfer: `key` when given (the pass-through policy: one FIFO per priority),
+        # else a message, or (prio, destination) for the non-fragmenting comparator
+        self._key = key or ((lambda p: (p.prio, p.dst)) if fifo_per_destination else (lambda p: p.mkey))
         self._gate = gate           # RBSAD: drawn when a message first reaches the head of its transfer
-        self._fifo = fifo_per_destination
         self._is_stream = is_stream
         self._transfers: dict[Hashable, _Transfer] = {}
         self._waiting: dict[Hashable, _Transfer] = {}      # transfers with a timer (retry or RBSAD)
@@ -84,8 +89,9 @@ class TransferQueue:
     def messages(self) -> int:
         return len(self._msgs)
 
-    def _key(self, p: Piece) -> Hashable:
-        return (p.prio, p.dst) if self._fifo else p.mkey
+    def message_keys(self) -> Iterable[tuple[str, str]]:
+        """The message copies with a piece in this queue."""
+        return self._msgs.keys()
 
     def push(self, p: Piece, front: bool = False) -> None:
         key = self._key(p)
@@ -195,6 +201,8 @@ class TransferQueue:
 
     def prune(self, idle: float) -> None:
         """Forget stream credits of messages that left this link long ago."""
+        if not self._credit_seen:
+            return
         now = time.monotonic()
         live = {p.mkey for t in self._transfers.values() for p in t.queue}
         for mkey, seen in list(self._credit_seen.items()):

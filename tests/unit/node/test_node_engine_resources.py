@@ -45,7 +45,7 @@ def transit(msg: str, size: int, hops: int = 1, dst: str = "n5") -> list[Piece]:
 def test_submissions_beyond_the_input_pool_are_refused_as_congested(tmp_path: Path) -> None:
     async def go() -> tuple[list, dict]:
         eng = await engine(tmp_path, input_pool=4)
-        assert isinstance(eng.queues["n4"], TransferQueue)
+        assert isinstance(eng.peers["n4"].queue, TransferQueue)
         out = [await eng.submit("alice", [("n5", "bob")], None, 100) for _ in range(3)]
         snap = eng.snapshot()
         await close(eng)
@@ -69,7 +69,7 @@ def test_a_full_class_refuses_for_now_and_an_ack_frees_the_buffer(tmp_path: Path
         assert await eng.receive("n2", first) == [None]
         verdict = await eng.receive("n2", second)
         assert isinstance(verdict[0], tuple) and verdict[0][0].startswith("class_full") and verdict[0][1] > 0
-        assert eng.stats["n2"].deferred_in == 1 and eng.stats["n2"].refused_in == 0
+        assert eng.peers["n2"].stats.deferred_in == 1 and eng.peers["n2"].stats.refused_in == 0
         sent = eng.take("n4", 10, 1 << 20)
         assert [p.msg_id for p in sent] == ["a"]
         eng.acked("n4", sent)                         # n4 stored it: the class-1 buffer is ours again
@@ -86,7 +86,7 @@ def test_a_piece_refused_for_now_is_kept_and_offered_again(tmp_path: Path) -> No
         assert ok
         p = eng.take("n4", 10, 1 << 20)[0]
         eng.refused("n4", p, "class_full: no room", retry_after=0.05)
-        assert eng.orphans == {} and len(eng.queues["n4"]) == 1 and eng.take("n4", 10, 1 << 20) == []
+        assert eng.orphans == {} and len(eng.peers["n4"].queue) == 1 and eng.take("n4", 10, 1 << 20) == []
         await asyncio.sleep(0.1)
         again = eng.take("n4", 10, 1 << 20)
         assert [x.key for x in again] == [p.key] and again[0].retries == 1

@@ -67,7 +67,7 @@ def test_out_of_order_and_duplicate_fragments_reassemble_once(tmp_path: Path) ->
             results += await eng.receive("n2", shuffled[i:i + 4])
         assert results == [None] * len(shuffled)  # duplicates are acked (the sender may drop them) too
         await eng.settle()
-        assert eng.stats["n2"].duplicates_in == 3
+        assert eng.peers["n2"].stats.duplicates_in == 3
         # a late duplicate after delivery is dropped as well
         await eng.receive("n2", ps[:1])
         await eng.settle()
@@ -88,10 +88,10 @@ def test_transit_fragment_is_queued_at_once_when_fragmenting_but_held_when_not(t
         ps = pieces_of(b"y" * 300, dst="n5")
         await eng.receive("n2", ps[:2])
         await eng.settle()
-        early = len(eng.queues["n4"])
+        early = len(eng.peers["n4"].queue)
         await eng.receive("n2", ps[2:])
         await eng.settle()
-        late = len(eng.queues["n4"])
+        late = len(eng.peers["n4"].queue)
         await _close(eng)
         return early, late
 
@@ -113,16 +113,16 @@ def test_recovery_requeues_unacked_and_dedup_survives_restart(tmp_path: Path) ->
 
     async def second() -> None:
         eng = await _engine(tmp_path)
-        assert len(eng.queues["n4"]) == 3     # unacknowledged work is queued again
+        assert len(eng.peers["n4"].queue) == 3     # unacknowledged work is queued again
         assert await eng.receive("n2", ps) == [None] * 3
-        assert eng.stats["n2"].duplicates_in == 3 and len(eng.queues["n4"]) == 3
+        assert eng.peers["n2"].stats.duplicates_in == 3 and len(eng.peers["n4"].queue) == 3
         got = eng.take("n4", 10, 1 << 20)
         eng.acked("n4", got)
         await _close(eng)
 
     async def third() -> None:
         eng = await _engine(tmp_path)
-        assert len(eng.queues["n4"]) == 0     # acked copies are gone for good
+        assert len(eng.peers["n4"].queue) == 0     # acked copies are gone for good
         await _close(eng)
 
     asyncio.run(first())
@@ -149,7 +149,7 @@ def test_crash_between_durable_write_and_ack_loses_nothing(tmp_path: Path) -> No
     async def after() -> tuple[int, int]:
         eng = await _engine(tmp_path)
         await eng.settle()
-        n = len(eng.queues["n4"])
+        n = len(eng.peers["n4"].queue)
         rows = await eng.spool.run(Spool.op_mailbox("", False))
         await _close(eng)
         return n, len(rows)
@@ -190,7 +190,7 @@ def test_reassembly_inactivity_timeout_aborts_and_reports(tmp_path: Path) -> Non
         late = await eng.receive("n2", ps[2:])   # the straggler is acked but not delivered
         await eng.settle()
         rows = await eng.spool.run(Spool.op_mailbox("", False))
-        q = len(eng.queues["n2"])           # the report travels back towards n1 via n2
+        q = len(eng.peers["n2"].queue)           # the report travels back towards n1 via n2
         await _close(eng)
         return late, rows, q
 
@@ -211,13 +211,13 @@ def test_large_submission_releases_early_chunks_before_it_is_accepted(tmp_path: 
         task = asyncio.ensure_future(eng.submit("alice", [("n5", "bob")], None, n_frags * 100))
         queued_while_pending = 0       # queue length the first time pieces show up, the submission pending
         while not task.done():
-            if not queued_while_pending and len(eng.queues["n4"]):
-                queued_while_pending = len(eng.queues["n4"])
+            if not queued_while_pending and len(eng.peers["n4"].queue):
+                queued_while_pending = len(eng.peers["n4"].queue)
             await asyncio.sleep(0)
         accepted, msg_id, _ = task.result()
         assert accepted
         status = await eng.spool.run(Spool.op_status(msg_id))
-        total = len(eng.queues["n4"])
+        total = len(eng.peers["n4"].queue)
         await _close(eng)
         return queued_while_pending, total, status["states"].get("queued", 0) if status["origin"] else -1
 
@@ -239,7 +239,7 @@ def test_recovery_drops_pieces_of_a_submission_cut_short_by_a_crash(tmp_path: Pa
 
     async def restart() -> int:
         eng = await _engine(tmp_path)
-        n = len(eng.queues["n4"])
+        n = len(eng.peers["n4"].queue)
         await _close(eng)
         return n
 

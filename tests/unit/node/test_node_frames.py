@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from node import config
-from node.mta import Scheduler, frame_from_piece, piece_from_frame, split
+from node.codec import frame_from_piece, piece_from_frame
+from node.mta import split
 from node.rpc import link_pb2
 from node.spool import Piece
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from node import config
-from node.mta import MAX_RUN, frames_from_pieces, piece_from_frame, pieces_from_run, split
+from node.codec import MAX_RUN, frames_from_pieces, piece_from_frame, pieces_from_run
+from node.mta import split
 from node.rpc import link_pb2
 from node.spool import Piece, Spool
 

@@ -1,0 +1,107 @@
+"""The engine's admission policy seam: who may store what here, and how a link's queue is served.
+
+The engine asks its policy at every decision about buffer space (a submission,
+an arriving piece, a piece forwarded, dropped or recovered) and lets it build
+each link's outgoing queue. Two implementations:
+
+  PassThrough       the default: admits everything, holds no accounts; each link's
+                    queue is one FIFO per priority, priorities sharing the link
+                    by stride (priority P served about P times as often as 1)
+  ResourceManager   Brachman's resource management (node/resource_manager.py):
+                    buffer classes, message streams with credits, recipient space,
+                    RBSAD; the queue serves messages (or, non-fragmenting, one FIFO
+                    per destination) by prioritised round robin
+
+`make_policy` picks one from the node config (`resources:` present or not).
+"""
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+from node.config import NodeConfig
+from node.resource_manager import ResourceManager
+from node.spool import Piece
+from node.transfer_queue import TransferQueue
+
+
+class ResourcePolicy(Protocol):
+    managed: bool        # True when the policy keeps accounts (metrics then carry them)
+
+    def make_queue(self, peer: str, wake: Callable[[], None]) -> TransferQueue: ...
+    def is_stream(self, p: Piece) -> bool: ...
+    def admit_submission(self, pieces: list[Piece], fragments: int, internal: bool) -> str | None: ...
+    def admit(self, peer: str, p: Piece) -> tuple[str, float] | None: ...
+    def stored(self, peer: str, p: Piece, fresh: bool) -> None: ...
+    def forwarded(self, p: Piece) -> None: ...
+    def dropped(self, p: Piece) -> None: ...
+    def recover(self, p: Piece) -> None: ...
+    def release_mail(self, msg_id: str) -> None: ...
+    def session_up(self, peer: str) -> None: ...
+    def take_credits(self, peer: str) -> list[tuple[tuple[str, str], int]]: ...
+    def has_credits(self, peer: str) -> bool: ...
+    def sweep(self, idle: float, stream_idle: float) -> None: ...
+    def snapshot(self) -> dict: ...
+    async def run_background(self) -> None: ...
+
+
+class PassThrough:
+    """Admits everything and keeps no accounts."""
+
+    managed = False
+
+    def make_queue(self, peer: str, wake: Callable[[], None]) -> TransferQueue:
+        return TransferQueue(wake, fifo_per_destination=False, is_stream=self.is_stream, key=_priority)
+
+    def is_stream(self, p: Piece) -> bool:
+        return False
+
+    def admit_submission(self, pieces: list[Piece], fragments: int, internal: bool) -> str | None:
+        return None
+
+    def admit(self, peer: str, p: Piece) -> tuple[str, float] | None:
+        return None
+
+    def stored(self, peer: str, p: Piece, fresh: bool) -> None:
+        pass
+
+    def forwarded(self, p: Piece) -> None:
+        pass
+
+    def dropped(self, p: Piece) -> None:
+        pass
+
+    def recover(self, p: Piece) -> None:
+        pass
+
+    def release_mail(self, msg_id: str) -> None:
+        pass
+
+    def session_up(self, peer: str) -> None:
+        pass
+
+    def take_credits(self, peer: str) -> list[tuple[tuple[str, str], int]]:
+        return []
+
+    def has_credits(self, peer: str) -> bool:
+        return False
+
+    def sweep(self, idle: float, stream_idle: float) -> None:
+        pass
+
+    def snapshot(self) -> dict:
+        return {}
+
+    async def run_background(self) -> None:
+        return None
+
+
+def _priority(p: Piece) -> int:
+    return p.prio
+
+
+def make_policy(cfg: NodeConfig, wake: Callable[[str], None]) -> ResourcePolicy:
+    """The node's policy: resource management when the config has a `resources:` section."""
+    return ResourceManager(cfg, wake) if cfg.resources.enabled else PassThrough()
+
+
+__all__ = ["PassThrough", "ResourcePolicy", "make_policy"]

@@ -1,0 +1,69 @@
+"""Non-delivery reports: what happens when this node gives up on a message copy.
+
+Every undeliverable copy gets one line in reports.jsonl and one log line; the
+originator gets one report message per copy per node (remembered durably in
+the spool), never a report about a report. The report is a new message from
+`mailer-daemon` at this node: it is stored and queued through the engine's
+`originate` path, not through the engine's `submit` (no user-input checks, no
+re-entry into the submission path); like any message it gets a submission record.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from node.records import Records
+from node.spool import Piece, Spool
+
+REPORT_KIND = "ndr"
+REPORTER = "mailer-daemon"
+
+
+@dataclass
+class NewMessage:
+    """A message this node originates: from a user's submission or a report."""
+    originator: str
+    recipients: list[tuple[str, str]]        # (node, user)
+    payload: bytes
+    priority: int
+    lifetime: float
+    kind: str = ""
+    msg_id: str | None = None
+
+
+Originate = Callable[[NewMessage], Awaitable[tuple[bool, str, str]]]
+
+
+class Reporter:
+    def __init__(self, me: str, spool: Spool, records: Records, lifetime: float, originate: Originate,
+                 log: logging.Logger) -> None:
+        self.me = me
+        self.spool = spool
+        self.records = records
+        self.lifetime = lifetime
+        self._originate = originate
+        self.log = log
+        self.made = 0
+
+    async def report(self, p: Piece, reason: str, event: str = "ndr_made") -> None:
+        """Record why the copy `p` is not delivered and tell its originator (once per copy per node)."""
+        self.records.write("report", event=event, msg_id=p.msg_id, dst=p.dst, reason=reason, src=p.src,
+                           originator=p.originator)
+        self.log.warning("message %s for %s not delivered: %s", p.msg_id, p.dst, reason)
+        if p.kind == REPORT_KIND or not p.src:
+            return
+        if not await self.spool.run(Spool.op_ndr_once(p.msg_id, p.dst)):
+            return
+        self.made += 1
+        body = json.dumps({"msg_id": p.msg_id, "dst": p.dst, "reason": reason, "at": self.me}).encode()
+        ok, _mid, why = await self._originate(NewMessage(REPORTER, [(p.src, p.originator)], body, p.prio,
+                                                         self.lifetime, REPORT_KIND, f"ndr.{p.msg_id}.{p.dst}"))
+        if not ok:
+            self.log.error("cannot send a non-delivery report for %s to %s: %s", p.msg_id, p.src, why)
+
+    def delivered(self, m: Piece, now: float) -> None:
+        """A report reached its originator here."""
+        self.records.write("report", ts=now, event="ndr_delivered", msg_id=m.msg_id, dst=m.dst,
+                           reason="non-delivery report reached the originator", src=m.src)
