@@ -36,6 +36,7 @@ from typing import Any, Iterable, Iterator
 
 from testbed import registry
 from node.errors import UserError
+from node.names import NODE_NAME_RULE, is_node_name
 from testbed.runtime.base import Host, Runtime, normalise_sysctls
 from testbed.shaping.base import LinkEnd, Shaper
 from testbed.topology.model import AddressPlan, Direction, Interface, Link, Topology
@@ -119,8 +120,8 @@ class Network:
         if len(set(names)) != len(names):
             raise UserError("the topology names a node twice.")
         for n in names:
-            if not n or len(n) > 40 or not all(c.isalnum() or c in "_-" for c in n):
-                raise UserError(f"node name {n!r} must be 1-40 letters, digits, '_' or '-'.")
+            if not is_node_name(n):
+                raise UserError(f"node name {n!r} must be {NODE_NAME_RULE}.")
         seen = set()
         for link in self.topology.links:
             for end in link.ends():

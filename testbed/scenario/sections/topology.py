@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from node.names import NODE_NAME_RULE, is_node_name
 from testbed.scenario.checks import Check, KeyPath, names_text, show
 from testbed.scenario.sections.base import Section
 from testbed.scenario.sections.links import link_plain, parse_link_entry
@@ -16,8 +17,8 @@ POOLS = ("data_pool", "loopback_pool", "mgmt_pool")
 
 
 def check_node_name(c: Check, path: KeyPath, name: Any) -> None:
-    if not isinstance(name, str) or not name or len(name) > 10 or not all(ch.isalnum() or ch in "_-" for ch in name):
-        c.fail(path, f"expected a node name of 1-10 letters, digits, '_' or '-', got {show(name)}")
+    if not is_node_name(name):
+        c.fail(path, f"expected a node name of {NODE_NAME_RULE}, got {show(name)}")
     if name == "all":
         c.fail(path, "'all' is reserved (nodes.all, workload nodes: all); pick another node name")
 
