@@ -4,11 +4,12 @@ Pure, synchronous bookkeeping classes with the clock passed in as ``now``; the
 node engine calls them from its event loop.  Nothing here does I/O or sleeps.
 
 - :mod:`buffer_pool`     structured transit buffer pool, expression 5.1 adjustment
-- :mod:`streams`         message streams with hop-by-hop credits
 - :mod:`recipient_pool`  recipient buffer space: preallocation, optimistic, quotas
 - :mod:`rbsad`           recipient buffer space allocation delay emulation
-- :mod:`link_scheduler`  prioritised round robin per outgoing link
-- :mod:`snapshot`        all of the above as one metrics record
+
+Message streams, the link queue and the metrics record are the node's own:
+node/resource_manager.py (streams with hop-by-hop credits, ``snapshot``) and
+node/transfer_queue.py (prioritised round robin per outgoing link).
 """
 from node.resources.buffer_pool import (
     BufferPool,
@@ -16,7 +17,6 @@ from node.resources.buffer_pool import (
     apply_class_deltas,
     class_limit_deltas,
 )
-from node.resources.link_scheduler import LinkScheduler, LinkSchedulerConfig
 from node.resources.rbsad import RbsadConfig, RbsadDelay
 from node.resources.recipient_pool import (
     HybridChooser,
@@ -26,22 +26,12 @@ from node.resources.recipient_pool import (
     RemovalProcess,
     ReservationState,
 )
-from node.resources.snapshot import resources_snapshot
-from node.resources.streams import (
-    StreamConfig,
-    StreamError,
-    StreamRecord,
-    StreamTable,
-    stream_allocation_targets,
-)
 
 __all__ = [
     "BufferPool",
     "BufferPoolConfig",
     "apply_class_deltas",
     "class_limit_deltas",
-    "LinkScheduler",
-    "LinkSchedulerConfig",
     "RbsadConfig",
     "RbsadDelay",
     "HybridChooser",
@@ -50,10 +40,4 @@ __all__ = [
     "RecipientPoolConfig",
     "RemovalProcess",
     "ReservationState",
-    "resources_snapshot",
-    "StreamConfig",
-    "StreamError",
-    "StreamRecord",
-    "StreamTable",
-    "stream_allocation_targets",
 ]

@@ -55,25 +55,3 @@ def test_split_covers_the_message_exactly() -> None:
     assert split(2500, 1000) == [(0, 1000), (1000, 1000), (2000, 500)]
     assert sum(n for _o, n in split(12345, 1000)) == 12345
 
-
-def _piece(msg: str, off: int, prio: int) -> Piece:
-    return Piece(msg, "n3", off, 100, 0, "n1", "", [], prio, 0.0, 0.0, "", 1, b"x" * 10)
-
-
-def test_scheduler_serves_priorities_and_keeps_fifo_and_counts() -> None:
-    s = Scheduler()
-    for i, prio in enumerate([1, 2, 1, 2]):
-        s.push(_piece(f"m{i}", 0, prio))
-    s.push(_piece("m0", 10, 1))
-    assert len(s) == 5 and s.messages == 4 and s.bytes == 50
-    order = [s.pop().msg_id for _ in range(5)]
-    assert order == ["m1", "m3", "m0", "m2", "m0"]
-    assert s.pop() is None and s.bytes == 0 and s.messages == 0
-
-
-def test_scheduler_front_push_and_remove() -> None:
-    s = Scheduler()
-    s.push(_piece("a", 0, 1))
-    s.push(_piece("b", 0, 1), front=True)
-    gone = s.remove_if(lambda p: p.msg_id == "a")
-    assert [p.msg_id for p in gone] == ["a"] and s.pop().msg_id == "b"

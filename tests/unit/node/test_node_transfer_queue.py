@@ -147,3 +147,47 @@ def test_room_signal_wakes_a_few_refused_transfers_but_not_an_rbsad_wait() -> No
         assert len(got) == 2 and "rbsad" not in got
         assert q.pop() is None and len(q) == 1
     asyncio.run(body())
+
+
+# -- the node's default queue (no resource management, node/policy.py PassThrough): one FIFO per priority ------
+# Moved from the legacy FIFO scheduler's tests (node.mta.Scheduler, strict priority). With stride the
+# priorities share the link instead of the higher one always going first.
+
+def pass_through_queue() -> TransferQueue:
+    return TransferQueue(lambda: None, fifo_per_destination=False, is_stream=lambda p: False, gate=None,
+                         key=lambda p: p.prio)
+
+
+def test_default_queue_keeps_fifo_per_priority_and_counts() -> None:
+    q = pass_through_queue()
+    for i, prio in enumerate([1, 2, 1, 2]):
+        q.push(piece(f"m{i}", prio=prio))
+    q.push(piece("m0", off=10, prio=1))
+    assert len(q) == 5 and q.messages == 4 and q.bytes == 50
+    out = [q.pop() for _ in range(5)]
+    assert [(p.msg_id, p.off) for p in out if p.prio == 1] == [("m0", 0), ("m2", 0), ("m0", 10)]
+    assert [p.msg_id for p in out if p.prio == 2] == ["m1", "m3"]
+    assert q.pop() is None and len(q) == 0 and q.bytes == 0 and q.messages == 0
+
+
+def test_default_queue_serves_priority_2_about_twice_as_often_as_1_under_backlog() -> None:
+    q = pass_through_queue()
+    for i in range(3000):                         # many messages per priority: still one FIFO each
+        q.push(piece(f"low{i}", prio=1))
+        q.push(piece(f"high{i}", prio=2))
+    out = [q.pop() for _ in range(1500)]
+    low = [p.msg_id for p in out if p.prio == 1]
+    high = [p.msg_id for p in out if p.prio == 2]
+    assert abs(len(high) / len(low) - 2.0) <= 0.2, (len(high), len(low))
+    assert low == [f"low{i}" for i in range(len(low))]       # FIFO within a priority
+    assert high == [f"high{i}" for i in range(len(high))]
+
+
+def test_default_queue_front_push_and_remove() -> None:
+    q = pass_through_queue()
+    q.push(piece("a"))
+    q.push(piece("c"))
+    q.push(piece("b"), front=True)                # e.g. a refused piece: offered again first
+    gone = q.remove_if(lambda p: p.msg_id == "a")
+    assert [p.msg_id for p in gone] == ["a"] and len(q) == 2 and q.messages == 2 and q.bytes == 20
+    assert [q.pop().msg_id, q.pop().msg_id] == ["b", "c"] and q.pop() is None

@@ -1,145 +1,252 @@
-"""Message streams: credits throttle a 4-hop chain back to the source; half-allocation; expiry."""
+"""Message streams as the node runs them (node/resource_manager.py with node/transfer_queue.py).
+
+Credits throttle a 4-hop chain back to the source; a stream opens only when its whole allocation fits;
+credits go out only for free, unpromised slots; an idle stream that holds nothing closes.
+"""
 from __future__ import annotations
+
+import time
+from dataclasses import replace
 
 import pytest
 
-from node.resources.buffer_pool import BufferPool, BufferPoolConfig
-from node.resources.streams import StreamConfig, StreamError, StreamTable
+from node.config import NodeConfig, from_dict
+from node.resource_manager import ROOM, ResourceManager
+from node.spool import Piece
+from node.transfer_queue import TransferQueue
 
-HOPS = 4  # S -> M1 -> M2 -> M3 -> R
+F = 1000
+NAMES = ["s", "m1", "m2", "m3", "r"]  # source -> three transit MTAs -> recipient MTA
+HOPS = len(NAMES) - 1
 SID = "msg-1"
+MKEY = (SID, "r")
+
+
+def chain_cfg(name: str, allocation: int) -> NodeConfig:
+    """A node of the chain; it knows all five nodes, so it has buffer classes 0..4 (class k at hop k)."""
+    i = NAMES.index(name)
+    neighbours = {n: f"127.0.0.1:{7000 + j}" for j, n in enumerate(NAMES) if abs(j - i) == 1}
+    routes = {n: NAMES[i + 1] if j > i else NAMES[i - 1] for j, n in enumerate(NAMES) if abs(j - i) > 1}
+    return from_dict({"name": name, "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2",
+                      "neighbours": neighbours, "routes": routes,
+                      "resources": {"stream_allocation": allocation, "transit_buffers": 40, "class_min": 1,
+                                    "input_pool": 40, "adjust_every": 10**6,      # fixed class limits
+                                    "recipient_pool": 40, "recipient_single_share": 0.25,   # multi part: 30
+                                    "removal_interval": 0.0, "rbsad": 0.0}})
+
+
+def frag(msg: str, dst: str, off: int, fragments: int, hops: int, src: str = "s") -> Piece:
+    now = time.time()
+    return Piece(msg, dst, off * F, fragments * F, hops, src, "", ["bob"], 1, now, now + 3600, "", fragments,
+                 b"x" * F)
 
 
 class Chain:
-    """Five MTAs, each with its own buffer pool and stream table; intermediate hop k uses class k."""
+    """Five resource managers and the four outgoing queues between them, wired as the engine wires them:
+    a popped piece is offered to the next hop (admit), stored there (stored) and acked (forwarded); a
+    "not now" refusal puts it back at the front (with its credit back, unless the stream was full); the
+    credits a hop grants (take_credits) reach the previous hop's queue (credit)."""
 
-    def __init__(self, fragments: int, max_allocation: int) -> None:
-        cfg = StreamConfig(max_allocation=max_allocation, lifetime=100.0)
-        self.pools = [BufferPool(BufferPoolConfig.for_longest_route(HOPS, class_initial=10, readjust_every=1000))
-                      for _ in range(HOPS + 1)]
-        self.tables = [StreamTable(p, cfg) for p in self.pools]
+    def __init__(self, fragments: int, allocation: int) -> None:
+        self.rms = [ResourceManager(chain_cfg(n, allocation), lambda _peer: None) for n in NAMES]
+        self.queues: list[TransferQueue] = [rm.make_queue(NAMES[k + 1], lambda: None)
+                                            for k, rm in enumerate(self.rms[:-1])]
+        self.allocation = allocation
         self.fragments = fragments
-        self.consumed = 0
-        names = ["S", "M1", "M2", "M3", "R"]
-        for k, table in enumerate(self.tables):
-            rec = table.open(
-                SID,
-                upstream=names[k - 1] if k else None,
-                downstream=names[k + 1] if k < HOPS else None,
-                buffer_class=k if 0 < k < HOPS else None,  # source: input pool; recipient: recipient space
-                fragments=fragments,
-                now=0.0,
-                held=fragments if k == 0 else 0,
-            )
-            assert rec is not None
+        self.delivered = 0
+        self.rooms = 0
+        self.refusals: list[str] = []
+        pieces = [frag(SID, "r", o, fragments, hops=0) for o in range(fragments)]
+        assert self.rms[0].admit_submission(pieces, fragments, internal=False) is None
+        for p in pieces:
+            self.queues[0].push(p)
 
-    def step(self, now: float, recipient_reads: bool) -> int:
+    def step(self) -> int:
         moved = 0
-        for k in range(HOPS, 0, -1):  # grants travel upstream
-            credits = self.tables[k].grant(SID)
-            if credits:
-                self.tables[k - 1].on_credit(SID, credits, now)
-        for k in range(HOPS - 1, -1, -1):  # fragments travel downstream, one turn per hop
-            for _ in range(self.tables[k].can_send(SID)):
-                self.tables[k].on_fragment_forwarded(SID, now)
-                self.tables[k + 1].on_fragment_received(SID, now)
+        for k in range(HOPS, 0, -1):                    # credits travel upstream
+            for mkey, n in self.rms[k].take_credits(NAMES[k - 1]):
+                if mkey == ROOM:
+                    self.rooms += 1                     # this loop offers refused pieces every step anyway
+                else:
+                    self.queues[k - 1].credit(mkey, n)
+        for k in range(HOPS - 1, -1, -1):               # fragments travel downstream, one hop per step
+            q, sender, receiver = self.queues[k], self.rms[k], self.rms[k + 1]
+            while (p := q.pop()) is not None:
+                arrived = replace(p, hops=p.hops + 1, charge=None, not_before=0.0, retries=0)
+                verdict = receiver.admit(NAMES[k], arrived)
+                if verdict is not None:
+                    assert verdict[1] > 0, verdict     # "not now", never a permanent refusal
+                    self.refusals.append(verdict[0].split(":")[0])
+                    if sender.is_stream(p) and not verdict[0].startswith("stream_full"):
+                        q.credit(p.mkey, 1)
+                    q.push(p, front=True)
+                    break                               # offered again next step
+                receiver.stored(NAMES[k], arrived, True)
+                sender.forwarded(p)
                 moved += 1
-        rec = self.tables[HOPS].get(SID)
-        assert rec is not None
-        while recipient_reads and rec.held:
-            self.tables[HOPS].on_fragment_consumed(SID, now)
-            self.consumed += 1
+                if k + 1 < HOPS:
+                    self.queues[k + 1].push(arrived)
+                else:
+                    self.delivered += 1
         return moved
 
     def check_within_allocation(self) -> None:
         for k in range(1, HOPS):
-            rec = self.tables[k].get(SID)
-            assert rec is not None
-            assert rec.held + rec.granted_upstream <= rec.allocation
-            assert self.pools[k].usage(k) == rec.allocation  # exactly the allocation, in class k only
-            assert sum(self.pools[k].usage(c) for c in range(HOPS + 1)) == rec.allocation
+            st = self.rms[k].streams.get(MKEY)
+            usage = self.rms[k].pool.snapshot()["usage"]
+            if st is None:
+                assert sum(usage) == 0
+                continue
+            assert st.allocation == self.allocation
+            assert st.held + st.granted <= st.allocation
+            assert usage[k] == st.allocation and sum(usage) == st.allocation   # exactly the allocation, class k
 
 
 @pytest.mark.parametrize("allocation", [1, 3])
 def test_stalled_recipient_throttles_the_source(allocation: int) -> None:
-    chain = Chain(fragments=30, max_allocation=allocation)
-    for t in range(200):
-        chain.step(float(t), recipient_reads=False)
+    chain = Chain(fragments=30, allocation=allocation)
+    r = chain.rms[HOPS]
+    # The recipient's mailbox holds an unread 5-fragment message: 25 of the 30 multi-fragment slots are left,
+    # so the stream's reservation (the whole message, 5.5.1) has to wait.
+    for o in range(5):
+        hog = frag("hog", "r", o, 5, hops=HOPS, src="m3")
+        assert r.admit("m3", hog) is None
+        r.stored("m3", hog, True)
+    r.take_credits("m3")                               # the hog's own credits: not part of this chain
+
+    for _ in range(200):
+        chain.step()
         chain.check_within_allocation()
-    # Everything downstream of the source is full: 3 intermediates + recipient slots.
-    source = chain.tables[0].get(SID)
-    assert source is not None
-    assert source.forwarded == 4 * allocation
-    assert source.held == 30 - 4 * allocation
-    assert chain.step(200.0, recipient_reads=False) == 0  # no movement at all
+    # Every transit hop holds exactly its allocation and grants no more; the source keeps the rest.
+    # (Was 4 x allocation past the source, the recipient holding stream slots too: the recipient MTA now
+    # reserves the whole message up front, so without space it refuses the first fragment.)
+    for k in range(1, HOPS):
+        assert chain.rms[k].streams[MKEY].held == allocation
+    assert chain.rms[0].pool.usage(0) == 30 - 3 * allocation
+    assert len(chain.queues[0]) == 30 - 3 * allocation
+    assert chain.delivered == 0 and r.recipient.queue_length() == 1
+    assert chain.step() == 0                           # no movement at all
+    assert chain.refusals and set(chain.refusals) == {"recipient_wait"}   # credits, not refusals, throttle
 
-    for t in range(201, 400):  # recipient starts reading: the stream drains completely
-        chain.step(float(t), recipient_reads=True)
+    r.release_mail("hog")                              # the mail is read: the queued reservation is granted
+    for _ in range(400):
+        chain.step()
         chain.check_within_allocation()
-    assert chain.consumed == 30
-    assert all(table.finished(SID) for table in chain.tables)
-    for k, table in enumerate(chain.tables):
-        table.close(SID)
-        assert sum(chain.pools[k].usage(c) for c in range(HOPS + 1)) == 0
+        if chain.delivered == 30:
+            break
+    assert chain.delivered == 30 and chain.rooms >= 1  # m3 was told there is room again
+    assert r.recipient.used("multi") == 30
+    for k, rm in enumerate(chain.rms):
+        assert rm.streams == {}, k
+        assert sum(rm.pool.snapshot()["usage"]) == 0, k
+    assert all(len(q) == 0 for q in chain.queues)
 
 
-def test_half_allocation_rule() -> None:
-    table = StreamTable(BufferPool(BufferPoolConfig(num_classes=3, class_initial=10)), StreamConfig(max_allocation=4))
-    rec = table.open("s", upstream="A", downstream="C", buffer_class=1, fragments=10, now=0.0)
-    assert rec is not None and rec.allocation == 4
-    assert table.grant("s") == 4
-    assert table.grant("s") == 0  # already promised
-    for _ in range(4):
-        table.on_fragment_received("s", 0.0)
-    table.on_credit("s", 4, 0.0)
-    assert table.can_send("s") == 2  # half of 4
-    one = StreamTable(BufferPool(BufferPoolConfig(num_classes=3, class_initial=10)), StreamConfig(max_allocation=1))
-    one.open("t", upstream="A", downstream="C", buffer_class=1, fragments=5, now=0.0)
-    one.grant("t")
-    one.on_fragment_received("t", 0.0)
-    one.on_credit("t", 1, 0.0)
-    assert one.can_send("t") == 1  # allocation 1 still moves
+def cfg(**res) -> NodeConfig:
+    """Node b between a and c; it knows five nodes, so classes 0..4."""
+    return from_dict({"name": "b", "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2",
+                      "neighbours": {"a": "127.0.0.1:3", "c": "127.0.0.1:4"}, "routes": {"d": "c", "e": "c"},
+                      "resources": {"adjust_every": 10**6, **res}})
 
 
-def test_allocation_is_capped_by_message_size_and_refused_without_room() -> None:
-    pool = BufferPool(BufferPoolConfig(num_classes=3, class_initial=5, class_minimum=1))
-    table = StreamTable(pool, StreamConfig(max_allocation=4))
-    rec = table.open("small", upstream="A", downstream="C", buffer_class=1, fragments=3, now=0.0)
-    assert rec is not None and rec.allocation == 3
-    assert table.open("big", upstream="A", downstream="C", buffer_class=1, fragments=9, now=0.0) is None
-    assert table.snapshot()["refused_opens"] == 1
-    assert pool.usage(1) == 3
+def manager(**res) -> ResourceManager:
+    return ResourceManager(cfg(**res), lambda _peer: None)
 
 
-def test_fragment_without_credit_is_a_protocol_error() -> None:
-    table = StreamTable(BufferPool(BufferPoolConfig(num_classes=3, class_initial=5)))
-    table.open("s", upstream="A", downstream="C", buffer_class=1, fragments=5, now=0.0)
-    with pytest.raises(StreamError):
-        table.on_fragment_received("s", 0.0)
-    with pytest.raises(StreamError):
-        table.on_fragment_received("nope", 0.0)
+def arrive(rm: ResourceManager, p: Piece, peer: str = "a") -> None:
+    assert rm.admit(peer, p) is None
+    rm.stored(peer, p, True)
 
 
-def test_expiry_releases_buffers() -> None:
-    pool = BufferPool(BufferPoolConfig(num_classes=3, class_initial=5))
-    table = StreamTable(pool, StreamConfig(max_allocation=2, lifetime=10.0))
-    table.open("a", upstream="A", downstream="C", buffer_class=2, fragments=5, now=0.0)
-    table.open("b", upstream="A", downstream="C", buffer_class=2, fragments=5, now=5.0)
-    assert pool.usage(2) == 4
-    assert table.expire(9.9) == []
-    assert table.expire(10.0) == ["a"]
-    assert pool.usage(2) == 2
-    table.on_credit("b", 0, 12.0)  # activity extends the lifetime
-    assert table.expire(20.0) == []
-    assert table.expire(22.0) == ["b"]
-    assert pool.usage(2) == 0 and len(table) == 0
+def test_credits_only_for_free_unpromised_slots_and_fragments_share_the_link_one_by_one() -> None:
+    # Was the half-allocation rule (ceil(allocation/2) fragments per turn): the node has no burst limit;
+    # its queue multiplexes fragment by fragment, so a stream never sends two in a row while another waits.
+    rm = manager(stream_allocation=4, transit_buffers=40)
+    frags = [frag("s", "d", o, 10, hops=1, src="a") for o in range(10)]
+    arrive(rm, frags[0])
+    assert rm.take_credits("a") == [(("s", "d"), 3)]  # 4 slots, one used by the set-up fragment
+    assert rm.take_credits("a") == []                 # already promised
+    for p in frags[1:4]:
+        arrive(rm, p)
+    assert rm.take_credits("a") == []                 # every slot full, none promised twice
+    st = rm.streams[("s", "d")]
+    assert st.held == 4 and st.granted == 0
+
+    q = rm.make_queue("c", lambda: None)
+    other = [frag("o", "d", o, 4, hops=1, src="a") for o in range(4)]
+    for p in frags[:4] + other:
+        q.push(p)
+    q.credit(("s", "d"), 3)                            # next hop c granted the rest of both allocations
+    q.credit(("o", "d"), 3)
+    order = [q.pop().msg_id for _ in range(8)]
+    assert order.count("s") == 4 and order.count("o") == 4
+    assert all(a != b for a, b in zip(order, order[1:])), order
+    assert q.pop() is None                             # no credit left for either stream
 
 
-def test_stream_allocation_targets_expression_5_1_within_a_class() -> None:
-    from node.resources.streams import stream_allocation_targets
+def test_allocation_one_still_moves() -> None:
+    rm = manager(stream_allocation=1, transit_buffers=40)
+    frags = [frag("s", "d", o, 5, hops=1, src="a") for o in range(5)]
+    for p in frags:
+        arrive(rm, p)
+        assert rm.take_credits("a") == []             # the one slot is taken
+        rm.forwarded(p)
+        expect = [] if p is frags[-1] else [(("s", "d"), 1)]
+        assert rm.take_credits("a") == expect         # freed by the ack: one credit upstream
+    assert rm.streams == {} and rm.pool.usage(1) == 0
 
-    # Class of 20 buffers; throughputs 6/3/1 of 10 -> 12, 6, 2, clamped to [1, 8].
-    assert stream_allocation_targets(20, {"a": 6, "b": 3, "c": 1}, minimum=1, maximum=8) == {"a": 8, "b": 6, "c": 2}
-    assert stream_allocation_targets(20, {"a": 0, "b": 0}, minimum=1, maximum=8) == {"a": 1, "b": 1}
-    with pytest.raises(ValueError):
-        stream_allocation_targets(20, {}, minimum=3, maximum=2)
+
+def test_allocation_is_capped_by_message_size_and_granted_only_when_it_all_fits() -> None:
+    rm = manager(stream_allocation=4, transit_buffers=20, class_min=1)   # 4 transit classes of 5
+    assert rm.pool.snapshot()["limits"][1] == 5
+    small = [frag("small", "d", o, 3, hops=1, src="a") for o in range(3)]
+    arrive(rm, small[0])
+    assert rm.streams[("small", "d")].allocation == 3 and rm.pool.usage(1) == 3   # min(3 fragments, 4)
+    verdict = rm.admit("a", frag("big", "d", 0, 9, hops=1, src="a"))
+    assert verdict is not None and verdict[0].startswith("stream_refused") and verdict[1] > 0
+    assert rm.snapshot()["refusals"] == {"stream_refused": 1}
+    assert rm.pool.usage(1) == 3 and ("big", "d") not in rm.streams   # 2 were free: none taken
+    for p in small[1:]:
+        arrive(rm, p)
+    for p in small:
+        rm.forwarded(p)                                # the whole message left: its stream closes
+    assert rm.streams == {} and rm.pool.usage(1) == 0
+    arrive(rm, frag("big", "d", 0, 9, hops=1, src="a"))
+    assert rm.streams[("big", "d")].allocation == 4 and rm.pool.usage(1) == 4
+
+
+def test_a_fragment_beyond_the_allocation_is_refused_for_now_and_an_unknown_stream_opens() -> None:
+    # Was a protocol error (StreamError) in the old table: the node answers "not now" instead, so a
+    # credit restored after a reconnect or a probe costs a retry, never the session.
+    rm = manager(stream_allocation=2, transit_buffers=40)
+    frags = [frag("s", "d", o, 10, hops=1, src="a") for o in range(10)]
+    arrive(rm, frags[0])
+    arrive(rm, frags[1])
+    verdict = rm.admit("a", frags[2])
+    assert verdict is not None and verdict[0].startswith("stream_full") and verdict[1] > 0
+    assert rm.streams[("s", "d")].held == 2 and rm.pool.usage(1) == 2
+    late = frag("late", "d", 5, 10, hops=1, src="a")  # its stream closed here or was never seen
+    arrive(rm, late)
+    assert rm.streams[("late", "d")].held == 1 and rm.pool.usage(1) == 4
+
+
+def test_idle_streams_that_hold_nothing_close_and_free_their_buffers() -> None:
+    # Was expiry after a fixed lifetime whatever the stream held: the node closes a stream only when it
+    # holds no fragment here and saw no activity for `stream_idle` seconds (sweep).
+    rm = manager(stream_allocation=2, transit_buffers=40)
+    a0, b0 = frag("a", "d", 0, 5, hops=2, src="a"), frag("b", "d", 0, 5, hops=2, src="a")
+    arrive(rm, a0)
+    rm.forwarded(a0)                                   # a holds nothing any more
+    arrive(rm, b0)                                     # b holds its fragment
+    assert rm.pool.usage(2) == 4
+    rm.sweep(idle=60.0, stream_idle=60.0)
+    assert len(rm.streams) == 2
+    time.sleep(0.3)
+    rm.sweep(idle=60.0, stream_idle=0.15)
+    assert list(rm.streams) == [("b", "d")] and rm.pool.usage(2) == 2   # a closed; b holds a fragment
+    rm.forwarded(b0)                                   # activity: b's idle time starts again
+    rm.sweep(idle=60.0, stream_idle=0.15)
+    assert list(rm.streams) == [("b", "d")]
+    time.sleep(0.3)
+    rm.sweep(idle=60.0, stream_idle=0.15)
+    assert rm.streams == {} and rm.pool.usage(2) == 0
