@@ -10,7 +10,7 @@ by the code that schedules things, never by the loader.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from testbed.topology.model import Direction
@@ -131,6 +131,32 @@ class Fault:
     params: dict[str, Any] = field(default_factory=dict)
 
 
+# --- routing --------------------------------------------------------------------
+
+@dataclass(eq=False)
+class RoutingSpec:
+    """How the nodes' routing tables are computed from the topology (the `routing:` section).
+
+    A scenario may write just the policy: `routing: delay` means `routing: {policy: delay}`. So a
+    RoutingSpec equals the policy name that would load as it (all other settings at their defaults),
+    and `scenario.routing == "delay"` reads as in the file. Code that needs the policy itself reads
+    `.policy`.
+    """
+
+    # auto | shortest | unidirectional | delay (auto: shortest paths with a seeded random tie-break,
+    # or delay for intercontinental6; unidirectional: one way round a ring)
+    policy: str = "auto"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            other = RoutingSpec(policy=other)
+        if not isinstance(other, RoutingSpec):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self))
+
+    __hash__ = None  # type: ignore[assignment]   # mutable, like the other specs
+
+
 # --- sweeps ---------------------------------------------------------------------
 
 @dataclass
@@ -151,9 +177,7 @@ class Scenario:
     link_defaults: Direction = field(default_factory=Direction)
     links: list[LinkOverride] = field(default_factory=list)   # per-link overrides (generated topologies)
     runtime: str = "netns"               # netns | docker
-    # auto | shortest | unidirectional | delay: how node routing tables are computed from the topology
-    # (auto: shortest paths with a seeded random tie-break; unidirectional: one way round a ring)
-    routing: str = "auto"
+    routing: RoutingSpec = field(default_factory=RoutingSpec)   # a policy name is accepted and converted
     shaper: str = "auto"                 # auto | netem | wire
     capture: CaptureSpec = field(default_factory=CaptureSpec)
     # extra sysctls set in every host's network namespace (net.* only), e.g. TCP tuning of the emulated hosts
@@ -164,3 +188,7 @@ class Scenario:
     sweep: SweepSpec = field(default_factory=SweepSpec)
     quick: dict[str, Any] = field(default_factory=dict)      # dotted key -> value, applied by --quick
     source: str = field(default="", compare=False)  # the file it was loaded from (for messages; not compared)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.routing, str):       # the file's shorthand `routing: delay`
+            self.routing = RoutingSpec(policy=self.routing)
