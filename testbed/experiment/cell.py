@@ -137,7 +137,8 @@ class _CellRun:
         self.network.start()
         configs = nodeconfig.node_configs(wall, self.network, self.rep_dir)
         paths = nodeconfig.write_configs(configs, self.rep_dir)
-        schedule = workload.schedule(self.model, self.network.topology.node_names())
+        # Daemon-less hosts (plain IP routers) neither submit nor receive.
+        schedule = workload.schedule(self.model, nodeconfig.daemon_hosts(wall, self.network))
 
         self.phase("starting")
         self.daemons = NodeDaemons(self.network, paths, docker=wall.runtime == "docker")
