@@ -21,7 +21,7 @@ import yaml
 
 from testbed.scenario.checks import MISSING, Check, KeyPath, ScenarioError, kind_of, path_text, show
 from testbed.scenario.sections import SCENARIO_KEYS, SECTIONS, read_order
-from testbed.scenario.sections import topology as topology_section
+from testbed.scenario.sections import nodes as nodes_section, topology as topology_section
 from testbed.scenario.spec import Scenario
 
 __all__ = ["ScenarioError", "dump_resolved", "load", "load_text", "path_text", "to_plain"]
@@ -127,6 +127,7 @@ def _validate(c: Check, data: Any) -> Scenario:
     for section in SECTIONS:
         if section.check is not None:
             section.check(c, top.get(section.key, MISSING), s, topo)
+    nodes_section.check_daemon_references(c, s, topo)     # workload and faults naming daemon-less hosts
     s.source = c.source
     return s
 
