@@ -4,7 +4,8 @@ Where a node's management address comes from, first match wins:
   --address HOST:PORT
   WANBED_NODE_ADDRESS=HOST:PORT            (one address for this command)
   WANBED_NODES="n1=HOST:PORT,n2=HOST:PORT"  (a map by node name)
-  the running network's state (testbed/netstate.py), when it exists.
+  the running network's state (testbed/netstate.py), when it exists; a host there
+  that runs no node daemon (daemon: false, or `testbed up --no-nodes`) is one clear error.
 """
 from __future__ import annotations
 
@@ -42,8 +43,17 @@ def resolve_address(node: str, address: str | None) -> str:
                 except Exception as exc:  # the state API is someone else's; report, don't crash
                     raise UserError(f"cannot read the running network's state for {node}: {exc}.") from None
                 if addr:
+                    _check_daemon(node)
                     return str(addr)
     raise UserError(f"no management address for node {node!r}: pass --address HOST:PORT or set WANBED_NODES.")
+
+
+def _check_daemon(node: str) -> None:
+    """A daemon-less host (a plain IP router) or a `--no-nodes` network: say so instead of a connection error."""
+    from testbed import live_nodes
+    problem = live_nodes.daemon_problem(node)
+    if problem:
+        raise UserError(f"{problem}.")
 
 
 def _send(args: argparse.Namespace) -> int:

@@ -1,9 +1,10 @@
 """Network commands: up, down, status, exec, link, partition, heal, clean.
 
-`up` leaves a supervisor process (testbed/netsupervisor.py) holding the network and
-returns; every other command finds that run in the registry (kind "up") and
-acts on the state it recorded (testbed/netstate.py). `down` signals the
-supervisor by its pid and waits for the teardown to finish.
+`up` leaves a supervisor process (testbed/netsupervisor.py) holding the network, starts
+the node daemons (testbed/live_nodes.py; not with --no-nodes) and returns; every other
+command finds that run in the registry (kind "up") and acts on the state it recorded
+(testbed/netstate.py). `down` stops the daemons and then
+signals the supervisor, both by pid, and waits for the teardown to finish.
 """
 from __future__ import annotations
 
@@ -60,6 +61,12 @@ def _up(args: argparse.Namespace) -> int:
     live = netstate.running()
     if live:
         raise UserError(f"network {live[0].run_id} is already up; run `testbed down` first.")
+    scenario = None
+    if not args.no_nodes and not args.factory:     # a test factory's network has no scenario to configure nodes from
+        from testbed import live_nodes
+        from testbed.scenario import load
+        scenario = load(args.scenario)
+        live_nodes.check(scenario)                 # bad node settings: one error before anything is built
     run_id = registry.new_run_id()
     run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / "up" / registry.prefix(run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -84,7 +91,29 @@ def _up(args: argparse.Namespace) -> int:
         raise UserError(f"the network came up but its state is gone; see {run_dir / 'supervisor.log'}.")
     net = netstate.attach(rec)
     _print_tables(net.describe(), run_dir)
+    if scenario is not None:
+        _start_nodes(rec, scenario)
     return 0
+
+
+def _start_nodes(rec: registry.RunRecord, scenario: Any) -> None:
+    """The node daemons of a fresh `up` (testbed/live_nodes.py); if they fail, the network goes down too."""
+    from testbed import live_nodes
+    try:
+        nodes = live_nodes.start(rec, scenario)
+    except BaseException as exc:
+        try:
+            _stop_supervisor(rec)
+        except UserError:
+            pass                 # its own message names the pid; the daemons' error matters more here
+        if isinstance(exc, UserError):
+            raise UserError(f"{exc}\n(network {rec.run_id} was taken down again)") from None
+        raise
+    print(f"node daemons: {', '.join(d.host for d in nodes.daemons)} (healthy)"
+          + (f"; no daemon: {', '.join(nodes.without_daemon)}" if nodes.without_daemon else ""))
+    if nodes.sessions_missing:
+        print(f"warning: neighbour sessions of {', '.join(nodes.sessions_missing)} were not all up yet")
+    print(f"node records: {nodes.records_dir}/<host>/ (removed by `testbed down` unless --keep)")
 
 
 def _read_report(fd: int, proc: subprocess.Popen, timeout: float) -> dict[str, Any]:
@@ -157,7 +186,21 @@ def _fmt_dir(d: dict[str, Any]) -> str:
 
 
 def _down(args: argparse.Namespace) -> int:
+    from testbed import live_nodes
     rec = _current_any()
+    nodes = live_nodes.stop(rec.run_id)       # the daemons first, by pid, while their network still carries them
+    _stop_supervisor(rec)
+    if nodes is not None:
+        if args.keep:
+            print(f"node records kept in {nodes.records_dir}")
+        else:
+            live_nodes.remove_records(nodes)
+    print(f"network {rec.run_id} is down")
+    return 0
+
+
+def _stop_supervisor(rec: registry.RunRecord) -> None:
+    """SIGTERM the supervisor holding the network and wait until its teardown is complete."""
     try:
         os.kill(rec.owner_pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -171,8 +214,6 @@ def _down(args: argparse.Namespace) -> int:
     if registry.load(rec.run_id) is not None:     # the supervisor died without finishing: finish for it
         from testbed import cleanup
         cleanup.clean(only=[rec.run_id])
-    print(f"network {rec.run_id} is down")
-    return 0
 
 
 def _current_any() -> registry.RunRecord:
@@ -317,9 +358,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runtime", choices=("netns", "docker"), help="host runtime (default: the scenario's)")
     p.add_argument("--shaper", choices=("auto", "netem", "wire"), help="link shaping backend (default: the scenario's)")
     p.add_argument("--run-dir", help="where topology.json, events.jsonl and logs go (default: runs/up/<run>)")
+    p.add_argument("--no-nodes", action="store_true", help="build the network only; start no node daemons")
     p.add_argument("--factory", help=argparse.SUPPRESS)   # MODULE:FUNCTION building the Network (tests)
     p.set_defaults(handler=_up)
-    p = sub.add_parser("down", help="tear down the running network")
+    p = sub.add_parser("down", help="stop the node daemons and tear down the running network")
+    p.add_argument("--keep", action="store_true", help="keep the node daemons' records (<run dir>/nodes/)")
     p.set_defaults(handler=_down)
     p = sub.add_parser("status", help="hosts, links and their state")
     p.add_argument("--json", action="store_true", help="machine-readable output")

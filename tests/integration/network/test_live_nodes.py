@@ -1,0 +1,91 @@
+"""`testbed up` starts node daemons (not on a daemon-less router), mail flows across the router, `down` ends all."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from network_support import TESTS_DIR, free_mgmt_subnet, ours_left
+from testbed import netstate, registry
+from testbed.runtime.netns import netns_pids
+
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
+              pytest.mark.timeout(240)]
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def cli(*args: str, timeout: float = 150) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(TESTS_DIR) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout, env=env)
+
+
+def scenario_file(tmp_path: Path) -> Path:
+    p = tmp_path / "live.yaml"
+    p.write_text(f"""name: livetest
+topology: {{generator: linear, nodes: [n1, r, n2], mgmt_pool: {free_mgmt_subnet()}}}
+link_defaults: {{delay: 2ms}}
+shaper: auto
+nodes:
+  all: {{session: {{keepalive: 0.3, hold_time: 1.5, backoff_min: 0.05, backoff_max: 0.5}}}}
+  r: {{daemon: false}}
+""")
+    return p
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_up_with_a_daemonless_router_delivers_and_down_leaves_nothing(tmp_path: Path) -> None:
+    if netstate.running():
+        pytest.skip("a `testbed up` network is running on this machine; not touching it")
+    run_dir = tmp_path / "run"
+    r = cli("up", str(scenario_file(tmp_path)), "--run-dir", str(run_dir))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rec = netstate.running()[0]
+    pids: list[int] = []
+    try:
+        assert "node daemons: n1, n2 (healthy); no daemon: r" in r.stdout
+        nodes = rec.state["nodes"]
+        pids = [d["pid"] for d in nodes["daemons"]]
+        assert [d["host"] for d in nodes["daemons"]] == ["n1", "n2"] and nodes["without_daemon"] == ["r"]
+        assert all(_alive(p) for p in pids)
+        prefix = registry.prefix(rec.run_id)
+        assert netns_pids(f"{prefix}-r") == []                            # the router runs nothing
+        assert not (run_dir / "nodes" / "r" / "node.yaml").exists()
+        cfg = yaml.safe_load((run_dir / "nodes" / "n1" / "node.yaml").read_text())
+        assert list(cfg["neighbours"]) == ["n2"] and "daemon" not in cfg    # n2 is n1's MTA neighbour, over r
+
+        r = cli("send", "n1", "--to", "n2", "--size", "3000")
+        assert r.returncode == 0, r.stderr
+        msg_id = r.stdout.strip()
+        deadline, items = time.monotonic() + 30, []
+        while time.monotonic() < deadline:
+            r = cli("mailbox", "n2", "--json")
+            assert r.returncode == 0, r.stderr
+            items = json.loads(r.stdout)
+            if items:
+                break
+            time.sleep(0.3)
+        assert [(i["msg_id"], i["src"], i["size"], i["hops"]) for i in items] == [(msg_id, "n1", 3000, 1)]
+
+        r = cli("send", "r", "--to", "n2", "--size", "10")
+        assert r.returncode == 2 and "r runs no node daemon" in r.stderr and "Traceback" not in r.stderr
+    finally:
+        down = cli("down")
+    assert down.returncode == 0, down.stderr
+    assert [p for p in pids if _alive(p)] == []
+    assert ours_left(rec.run_id) == [] and registry.load(rec.run_id) is None
+    assert not (run_dir / "nodes").exists()                               # records removed without --keep
