@@ -28,6 +28,7 @@ from testbed.cleanup import process_start
 from testbed.experiment import nodeconfig, timescale
 from testbed.experiment.cell import HEALTH_TIMEOUT, SESSION_TIMEOUT
 from testbed.experiment.daemons import TERM_GRACE, NodeDaemons
+from testbed.network import Network
 from testbed.runtime.netns import terminate_pids
 from testbed.scenario.spec import Scenario
 
@@ -78,7 +79,7 @@ def start(record: registry.RunRecord, scenario: Scenario) -> LiveNodes:
     `scenario` is the one the network was built from (model units). On any failure the daemons
     already started are stopped again before the error propagates.
     """
-    net = netstate.attach(record)
+    net = Network.attach(record.run_id)
     run_dir = Path(record.state["run_dir"])
     runtime = record.state.get("runtime") or scenario.runtime
     # `up --runtime` may differ from the file; the records directory depends on it.

@@ -1,10 +1,13 @@
 """The state of a running network, kept so later processes (the CLI) can find and change it.
 
-The state lives in the run's registry record (`state`): topology, address plan,
-link state, partitions, the shaper's own reattach state, the run directory. A
-`testbed link` call in another shell attaches a Network to it, applies the
-change through the shaper's attach() and writes the state back. Changes are
-serialised with a lock file so two CLI calls cannot lose each other's update.
+The state lives in the run's registry record (`state`): runtime, shaper and its
+own reattach state, network namespaces, the run directory; the big part
+(topology, address plan, link state, partitions) is a compact file beside the
+record. This module only stores and finds that state; `Network.attach` (in
+testbed/network.py, which writes it) turns it back into a Network, so a
+`testbed link` call in another shell applies its change through the shaper's
+reattach state and writes the state back. Changes are serialised with a lock
+file so two CLI calls cannot lose each other's update.
 
 `testbed up` registers its run with kind "up"; that is "the running network"
 the CLI commands act on (API users and tests use other kinds and never clash).
@@ -16,15 +19,12 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 from testbed import registry
 from node.errors import UserError
 from testbed.topology.model import (AddressPlan, Direction, GilbertElliott, Interface, Lan, Link, Node, Route,
                                     Topology)
-
-if TYPE_CHECKING:
-    from testbed.network import Network
 
 UP_KIND = "up"
 DEFAULT_MGMT_PORT = 7001        # the node daemon's mgmt_listen port unless the run records another
@@ -35,40 +35,25 @@ def state_path(run_id: str) -> Path:
     return registry.REGISTRY_DIR / f"{registry.prefix(run_id)}.state.json"
 
 
-def save(net: "Network", ready: bool | None = None) -> None:
-    rec = registry.load(net.run_id)
+def save(run_id: str, state: dict[str, Any], big: dict[str, Any], ready: bool | None = None) -> None:
+    """Write `big` (topology, plan, link state, partitions) to the state file and merge `state` into the
+    run's registry record. A None `shaper_state` keeps the recorded one: a process that cannot reach
+    the shaper must not erase how others reattach to it."""
+    rec = registry.load(run_id)
     if rec is None:
         return          # torn down meanwhile
-    state = dict(rec.state)
-    shaper_state: Any = None
-    if net.shaper is not None and hasattr(net.shaper, "state"):
-        try:
-            shaper_state = net.shaper.state()
-        except Exception:       # the shaper's reattach state is optional for a network that stays in-process
-            shaper_state = None
-    big = {"topology": topology_to_dict(net.topology),
-           "plan": plan_to_dict(net.plan) if net.plan is not None else None,
-           "link_state": net.link_state, "partitions": net.partitions,
-           "partitioned_hosts": sorted(net.partitioned_hosts)}
-    path = state_path(net.run_id)
+    path = state_path(run_id)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(big, separators=(",", ":")))    # compact: the C encoder, fast at 100 hosts
     tmp.replace(path)
-    state.update({
-        "component": "network",
-        "run_dir": str(Path(net.run_dir).resolve()) if net.run_dir else "",
-        "runtime": getattr(net.runtime, "name", "") or str(net._runtime_choice),
-        "shaper": net.shaper_name,
-        "shaper_message": net.shaper_message,
-        "shaper_state": shaper_state if shaper_state is not None else state.get("shaper_state"),
-        "netns": {n: h.netns for n, h in net.hosts.items()},
-        "pools": list(net.pools),
-        "sysctls": dict(net.sysctls),
-        "state_file": str(path),
-    })
+    merged = dict(rec.state)
+    merged.update(state)
+    if state.get("shaper_state") is None:
+        merged["shaper_state"] = rec.state.get("shaper_state")
+    merged["state_file"] = str(path)
     if ready is not None:
-        state["ready"] = ready
-    rec.state = state
+        merged["ready"] = ready
+    rec.state = merged
     registry.save(rec)
 
 
@@ -156,67 +141,6 @@ def plan_from_dict(d: dict[str, Any]) -> AddressPlan:
         mgmt_address=dict(d["mgmt_address"]), mgmt_subnet=d.get("mgmt_subnet", ""),
         loopback=dict(d.get("loopback", {})),
     )
-
-
-def attach(record: registry.RunRecord) -> "Network":
-    """A Network object for a network another process holds: queries and runtime changes, never stop()."""
-    from testbed.network import Network
-    from testbed.runtime.netns import NetnsHost
-
-    st = load_state(record)
-    net = Network(topology_from_dict(st["topology"]), plan_from_dict(st["plan"]), run_dir=st["run_dir"],
-                  run_id=record.run_id, pools=tuple(st.get("pools") or ()), kind=record.kind,  # type: ignore[arg-type]
-                  handle_signals=False)
-    net.sysctls = dict(st.get("sysctls", {}))
-    net._attached = True
-    net._started = True
-    net.link_state = st.get("link_state", {})
-    net.partitions = st.get("partitions", [])
-    net.partitioned_hosts = set(st.get("partitioned_hosts", []))
-    net.shaper_name = st.get("shaper", "")
-    net.shaper_message = st.get("shaper_message", "")
-    kind = st.get("runtime", "netns")
-    hosts: dict[str, Any] = {}
-    for n, ns in st.get("netns", {}).items():
-        workdir = Path(st["run_dir"]) / "nodes" / n
-        if kind == "docker":
-            # The named netns of a container carries the container's name (see DockerHost).
-            from testbed.image import NODE_USER
-            from testbed.runtime.docker import DockerHost
-            hosts[n] = DockerHost(n, ns, workdir, user=NODE_USER)
-            hosts[n].sysctls = dict(st.get("sysctls", {}))   # set again when a fault restarts the container
-        else:
-            hosts[n] = NetnsHost(n, ns, workdir)
-    net.runtime = _AttachedRuntime(kind, hosts)
-    net.shaper = _attach_shaper(st)
-    return net
-
-
-def _attach_shaper(st: dict[str, Any]) -> Any:
-    if st.get("shaper_state") is None:
-        return None
-    hook = st["shaper_state"].get("attach") if isinstance(st["shaper_state"], dict) else None
-    if isinstance(hook, str) and ":" in hook:
-        # A shaper outside testbed.shaping (a test's) names its own reattach function.
-        import importlib
-        mod, _, fn = hook.partition(":")
-        return getattr(importlib.import_module(mod), fn)(st["shaper_state"])
-    try:
-        from testbed.shaping import attach as shaping_attach  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return shaping_attach(st["shaper_state"])
-
-
-class _AttachedRuntime:
-    """Just enough of a Runtime for queries and exec: the hosts by name. Closing is the owner's job."""
-
-    def __init__(self, name: str, hosts: dict[str, Any]) -> None:
-        self.name = name
-        self.hosts = hosts
-
-    def close(self) -> None:
-        pass
 
 
 def mgmt_address(node: str) -> str:

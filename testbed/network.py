@@ -5,6 +5,8 @@
         net.set_link("n1", "n2", delay=0.02)
         net.partition(["n1", "n2"], ["n4"]); net.heal()
 
+    net = Network.attach(run_id)     # another process's running network (the CLI): queries and changes, no stop()
+
 Build order (every step recorded first, so a failure half-way tears down what exists):
 register the run id -> check the pools against the machine's routes -> hosts ->
 management bridge `<prefix>-mgmt` in the root namespace + one veth per host (eth0
@@ -22,10 +24,12 @@ import atexit
 import contextlib
 import dataclasses
 import fcntl
+import importlib
 import ipaddress
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -34,10 +38,11 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from testbed import registry
 from node.errors import UserError
 from node.names import NODE_NAME_RULE, is_node_name
+from testbed import cleanup, netstate, registry
 from testbed.runtime.base import Host, Runtime, normalise_sysctls
+from testbed.runtime.netns import NetnsHost, run_ip
 from testbed.shaping.base import LinkEnd, Shaper
 from testbed.topology.model import AddressPlan, Direction, Interface, Link, Topology
 
@@ -112,6 +117,29 @@ class Network:
         kw.setdefault("sysctls", scenario.sysctls)
         return cls(topo, None, run_dir=run_dir, capture=capture,
                    pools=(spec.data_pool, spec.loopback_pool, spec.mgmt_pool), **kw)
+
+    @classmethod
+    def attach(cls, run_id: str) -> "Network":
+        """The network of run `run_id`, which another process holds (`testbed up`'s supervisor): queries
+        and runtime changes (link, partition, heal) through its saved state; stop() leaves it alone."""
+        record = registry.load(run_id)
+        if record is None:
+            raise UserError(f"the state of network {run_id} is missing; it may be shutting down.")
+        st = netstate.load_state(record)
+        net = cls(netstate.topology_from_dict(st["topology"]), netstate.plan_from_dict(st["plan"]),
+                  run_dir=st["run_dir"], run_id=run_id, pools=tuple(st.get("pools") or ()),  # type: ignore[arg-type]
+                  kind=record.kind, handle_signals=False)
+        net.sysctls = dict(st.get("sysctls", {}))      # as recorded (already normalised by the owner)
+        net._attached = True
+        net._started = True
+        net.link_state = st.get("link_state", {})
+        net.partitions = st.get("partitions", [])
+        net.partitioned_hosts = set(st.get("partitioned_hosts", []))
+        net.shaper_name = st.get("shaper", "")
+        net.shaper_message = st.get("shaper_message", "")
+        net.runtime = _AttachedRuntime(st.get("runtime", "netns"), _attached_hosts(st))
+        net.shaper = _attached_shaper(st)
+        return net
 
     def _validate_topology(self) -> None:
         names = self.topology.node_names()
@@ -254,7 +282,6 @@ class Network:
                     self.shaper.close()
                 except Exception:
                     log.exception("closing the shaper of run %s failed", self.run_id)
-            from testbed.runtime.netns import run_ip
             for ns in self.lan_netns:
                 run_ip(["netns", "del", ns], check=False)
             if self.runtime is not None:
@@ -262,17 +289,14 @@ class Network:
                     self.runtime.close()
                 except Exception:
                     log.exception("closing the runtime of run %s failed", self.run_id)
-            from testbed import cleanup
             try:
                 # Safety net: anything left with this run's prefix (a half-made veth, the bridge).
                 cleanup.remove_run_resources(self.run_id)
             except Exception:
                 log.exception("sweeping run %s failed", self.run_id)
             registry.unregister(self.run_id)
-            from testbed import netstate
             netstate.state_path(self.run_id).unlink(missing_ok=True)    # the CLI's view of this network
             if self._own_run_dir and self.run_dir is not None:
-                import shutil
                 shutil.rmtree(self.run_dir, ignore_errors=True)
             self._old_handlers = installed
             self._restore_signal_handlers()
@@ -391,7 +415,6 @@ class Network:
                                     f"{r.get('dev', '?')}; choose another pool in the scenario's topology section.")
 
     def _build_mgmt(self) -> None:
-        from testbed.runtime.netns import run_ip
         assert self.runtime is not None and self.plan is not None
         net = self._mgmt_network()
         bridge = mgmt_bridge_name(self.run_id)
@@ -424,7 +447,6 @@ class Network:
         Its own namespace keeps LAN traffic out of the root namespace's netfilter. LANs are not shaped
         (the shaper contract is point-to-point); use links through a hub host for impaired stars.
         """
-        from testbed.runtime.netns import run_ip
         for i, lan in enumerate(self.topology.lans):
             ns = lan_netns_name(self.run_id, i)
             self.lan_netns.append(ns)
@@ -574,6 +596,15 @@ class Network:
         if not params:
             raise UserError("set_link needs at least one parameter to change.")
         _check_params(params)
+        self._change_link(a, b, direction, params)
+
+    def clear_rate(self, a: str, b: str, direction: str = "both") -> None:
+        """Lift the rate limit of the a-b link (set_link takes rate=None as "unchanged")."""
+        if direction not in DIRECTIONS:
+            raise UserError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}.")
+        self._change_link(a, b, direction, {"rate": None})
+
+    def _change_link(self, a: str, b: str, direction: str, params: dict[str, Any]) -> None:
         link, reverse = self._link(a, b)
         fwd, back = direction in ("both", "a_to_b"), direction in ("both", "b_to_a")
         if reverse:
@@ -705,13 +736,78 @@ class Network:
                 "hosts": hosts, "links": links, "partitions": self.partitions}
 
     def _save_state(self, ready: bool | None = None) -> None:
+        """topology.json in the run directory, and the state other processes attach with (testbed/netstate.py)."""
         assert self.run_dir is not None
         desc = self.describe()
         tmp = self.run_dir / "topology.json.tmp"
         tmp.write_text(json.dumps(desc, separators=(",", ":")))   # compact: C encoder (indent is pure Python)
         tmp.replace(self.run_dir / "topology.json")
-        from testbed import netstate
-        netstate.save(self, ready=ready)
+        big = {"topology": netstate.topology_to_dict(self.topology),
+               "plan": netstate.plan_to_dict(self.plan) if self.plan is not None else None,
+               "link_state": self.link_state, "partitions": self.partitions,
+               "partitioned_hosts": sorted(self.partitioned_hosts)}
+        state = {"component": "network",
+                 "run_dir": str(Path(self.run_dir).resolve()),
+                 "runtime": getattr(self.runtime, "name", "") or str(self._runtime_choice),
+                 "shaper": self.shaper_name, "shaper_message": self.shaper_message,
+                 "shaper_state": self._shaper_state(),
+                 "netns": {n: h.netns for n, h in self.hosts.items()},
+                 "pools": list(self.pools), "sysctls": dict(self.sysctls)}
+        netstate.save(self.run_id, state, big, ready=ready)
+
+    def _shaper_state(self) -> Any:
+        """How another process reattaches to the shaper; None when it cannot (the recorded one is kept)."""
+        if self.shaper is None or not hasattr(self.shaper, "state"):
+            return None
+        try:
+            return self.shaper.state()
+        except Exception:       # the reattach state is optional for a network that stays in-process
+            return None
+
+
+class _AttachedRuntime:
+    """Just enough of a Runtime for queries and exec: the hosts by name. Closing is the owner's job."""
+
+    def __init__(self, name: str, hosts: dict[str, Any]) -> None:
+        self.name = name
+        self.hosts = hosts
+
+    def close(self) -> None:
+        pass
+
+
+def _attached_hosts(st: dict[str, Any]) -> dict[str, Host]:
+    """The hosts of a recorded network, by name, from their recorded namespaces."""
+    kind = st.get("runtime", "netns")
+    hosts: dict[str, Host] = {}
+    for n, ns in st.get("netns", {}).items():
+        workdir = Path(st["run_dir"]) / "nodes" / n
+        if kind == "docker":
+            # The named netns of a container carries the container's name (see DockerHost).
+            from testbed.image import NODE_USER                # docker only: not needed (nor imported) for netns
+            from testbed.runtime.docker import DockerHost
+            host = DockerHost(n, ns, workdir, user=NODE_USER)
+            host.sysctls = dict(st.get("sysctls", {}))       # set again when a fault restarts the container
+            hosts[n] = host
+        else:
+            hosts[n] = NetnsHost(n, ns, workdir)
+    return hosts
+
+
+def _attached_shaper(st: dict[str, Any]) -> Shaper | None:
+    """The shaper of a recorded network, reattached from its saved state (None: it cannot be reached)."""
+    if st.get("shaper_state") is None:
+        return None
+    hook = st["shaper_state"].get("attach") if isinstance(st["shaper_state"], dict) else None
+    if isinstance(hook, str) and ":" in hook:
+        # A shaper outside testbed.shaping (a test's) names its own reattach function.
+        mod, _, fn = hook.partition(":")
+        return getattr(importlib.import_module(mod), fn)(st["shaper_state"])
+    try:
+        from testbed.shaping import attach as shaping_attach  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return shaping_attach(st["shaper_state"])
 
 
 def _root_routes() -> list[str]:

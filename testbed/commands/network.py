@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from testbed import netstate, registry
+from testbed.network import Network
 from testbed.scenario import units
 from node.errors import UserError
 
@@ -89,7 +90,7 @@ def _up(args: argparse.Namespace) -> int:
     rec = registry.load(run_id)
     if rec is None:
         raise UserError(f"the network came up but its state is gone; see {run_dir / 'supervisor.log'}.")
-    net = netstate.attach(rec)
+    net = Network.attach(rec.run_id)
     _print_tables(net.describe(), run_dir)
     if scenario is not None:
         _start_nodes(rec, scenario)
@@ -232,7 +233,7 @@ def _current_any() -> registry.RunRecord:
 
 def _status(args: argparse.Namespace) -> int:
     rec = netstate.current()
-    net = netstate.attach(rec)
+    net = Network.attach(rec.run_id)
     desc = net.describe()
     if args.json:
         print(json.dumps(desc, indent=1))
@@ -273,7 +274,7 @@ def _link(args: argparse.Namespace) -> int:
         raise UserError("nothing to change: give --delay, --jitter, --loss, --rate, --down or --up.")
     rec = netstate.current()
     with netstate.locked(rec.run_id):
-        net = netstate.attach(registry.load(rec.run_id) or rec)
+        net = Network.attach(rec.run_id)
         if params:
             unlimited = "rate" in params and params["rate"] is None
             if unlimited:
@@ -281,7 +282,7 @@ def _link(args: argparse.Namespace) -> int:
             if params:
                 net.set_link(args.a, args.b, direction=args.direction, **params)
             if unlimited:
-                _set_unlimited(net, args.a, args.b, args.direction)
+                net.clear_rate(args.a, args.b, args.direction)
         if args.down:
             net.link_down(args.a, args.b)
         if args.up:
@@ -290,21 +291,6 @@ def _link(args: argparse.Namespace) -> int:
     print(f"link {link.name}: {'up' if link.up else 'down'}; {link.a}→{link.b} {_fmt_dir(vars_of(link.a_to_b))}; "
           f"{link.b}→{link.a} {_fmt_dir(vars_of(link.b_to_a))}")
     return 0
-
-
-def _set_unlimited(net: Any, a: str, b: str, direction: str) -> None:
-    # set_link drops None values (meaning "unchanged"), so lift the rate limit explicitly.
-    import dataclasses
-    link, reverse = net._link(a, b)
-    fwd, back = direction in ("both", "a_to_b"), direction in ("both", "b_to_a")
-    if reverse:
-        fwd, back = back, fwd
-    ab = dataclasses.replace(link.a_to_b, rate=None) if fwd else None
-    ba = dataclasses.replace(link.b_to_a, rate=None) if back else None
-    net._need_shaper().set_params(link.name, ab, ba)
-    link.a_to_b, link.b_to_a = ab or link.a_to_b, ba or link.b_to_a
-    net.record_event("link_set", link.name, direction=direction, rate=None)
-    net._save_state()
 
 
 def vars_of(d: Any) -> dict[str, Any]:
@@ -323,7 +309,7 @@ def _partition(args: argparse.Namespace) -> int:
     a, b = _side(args.side_a), _side(args.side_b)
     rec = netstate.current()
     with netstate.locked(rec.run_id):
-        net = netstate.attach(registry.load(rec.run_id) or rec)
+        net = Network.attach(rec.run_id)
         net.partition(a, b)
     print(f"partitioned {','.join(a)} from {','.join(b)}")
     return 0
@@ -332,7 +318,7 @@ def _partition(args: argparse.Namespace) -> int:
 def _heal(args: argparse.Namespace) -> int:
     rec = netstate.current()
     with netstate.locked(rec.run_id):
-        net = netstate.attach(registry.load(rec.run_id) or rec)
+        net = Network.attach(rec.run_id)
         n = len(net.partitions)
         net.heal()
     print(f"healed {n} partition(s)")
