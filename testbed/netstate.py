@@ -23,8 +23,7 @@ from typing import Any, Iterator
 
 from testbed import registry
 from node.errors import UserError
-from testbed.topology.model import (AddressPlan, Direction, GilbertElliott, Interface, Lan, Link, Node, Route,
-                                    Topology)
+from testbed.topology.model import AddressPlan, Direction, Interface, Lan, Link, Node, Route, Topology
 
 UP_KIND = "up"
 DEFAULT_MGMT_PORT = 7001        # the node daemon's mgmt_listen port unless the run records another
@@ -95,36 +94,23 @@ def locked(run_id: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _direction(d: dict[str, Any]) -> Direction:
-    d = dict(d)
-    if d.get("gilbert"):
-        d["gilbert"] = GilbertElliott(**d["gilbert"])
-    return Direction(**d)
-
-
 def topology_from_dict(d: dict[str, Any]) -> Topology:
     return Topology(
         name=d["name"],
         nodes=[Node(**n) for n in d["nodes"]],
-        links=[Link(a=l["a"], b=l["b"], a_to_b=_direction(l["a_to_b"]), b_to_a=_direction(l["b_to_a"]),
-                    name=l["name"], up=l["up"]) for l in d["links"]],
-        lans=[Lan(name=x["name"], members=x["members"], params=_direction(x["params"])) for x in d.get("lans", [])],
+        links=[Link(a=l["a"], b=l["b"], a_to_b=Direction.from_dict(l["a_to_b"]),
+                    b_to_a=Direction.from_dict(l["b_to_a"]), name=l["name"], up=l["up"]) for l in d["links"]],
+        lans=[Lan(name=x["name"], members=x["members"], params=Direction.from_dict(x["params"]))
+              for x in d.get("lans", [])],
     )
-
-
-def _dir_to_dict(d: Direction) -> dict[str, Any]:
-    out = dict(vars(d))
-    if d.gilbert is not None:
-        out["gilbert"] = dict(vars(d.gilbert))
-    return out
 
 
 def topology_to_dict(t: Topology) -> dict[str, Any]:
     return {"name": t.name,
             "nodes": [{"name": n.name, "role": n.role, "attrs": dict(n.attrs)} for n in t.nodes],
-            "links": [{"a": l.a, "b": l.b, "name": l.name, "up": l.up, "a_to_b": _dir_to_dict(l.a_to_b),
-                       "b_to_a": _dir_to_dict(l.b_to_a)} for l in t.links],
-            "lans": [{"name": x.name, "members": list(x.members), "params": _dir_to_dict(x.params)} for x in t.lans]}
+            "links": [{"a": l.a, "b": l.b, "name": l.name, "up": l.up, "a_to_b": l.a_to_b.to_dict(),
+                       "b_to_a": l.b_to_a.to_dict()} for l in t.links],
+            "lans": [{"name": x.name, "members": list(x.members), "params": x.params.to_dict()} for x in t.lans]}
 
 
 def plan_to_dict(plan: AddressPlan) -> dict[str, Any]:

@@ -616,7 +616,8 @@ class Network:
             link.a_to_b = new_ab
         if new_ba is not None:
             link.b_to_a = new_ba
-        self._event("link_set", link.name, direction=direction, **_jsonable(params))
+        changed = Direction(**params).to_dict()
+        self._event("link_set", link.name, direction=direction, **{k: changed[k] for k in params})
         self._save_state()
 
     def link_down(self, a: str, b: str) -> None:
@@ -728,7 +729,7 @@ class Network:
             st = self.link_state.get(l.name, {})
             links.append({"name": l.name, "a": l.a, "b": l.b, "a_if": st.get("a_if"), "b_if": st.get("b_if"),
                           "state": "up" if l.up else "down",
-                          "a_to_b": _dir_dict(l.a_to_b), "b_to_a": _dir_dict(l.b_to_a)})
+                          "a_to_b": l.a_to_b.to_dict(), "b_to_a": l.b_to_a.to_dict()})
         return {"run_id": self.run_id, "topology": self.topology.name, "runtime": getattr(self.runtime, "name", "")
                 or str(self._runtime_choice), "shaper": self.shaper_name, "shaper_message": self.shaper_message,
                 "mgmt_subnet": str(self._mgmt_network()), "mgmt_bridge": mgmt_bridge_name(self.run_id),
@@ -860,14 +861,4 @@ def _route_line(r: Any) -> str:
         return f"route replace {r.destination} via {r.via} dev {r.dev}"
     return f"route replace {r.destination} dev {r.dev}"
 
-
-def _dir_dict(d: Direction) -> dict[str, Any]:
-    out = dict(vars(d))
-    if d.gilbert is not None:
-        out["gilbert"] = dict(vars(d.gilbert))
-    return out
-
-
-def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v) for k, v in params.items()}
 

@@ -288,14 +288,9 @@ def _link(args: argparse.Namespace) -> int:
         if args.up:
             net.link_up(args.a, args.b)
     link = net.topology.link(args.a, args.b)
-    print(f"link {link.name}: {'up' if link.up else 'down'}; {link.a}→{link.b} {_fmt_dir(vars_of(link.a_to_b))}; "
-          f"{link.b}→{link.a} {_fmt_dir(vars_of(link.b_to_a))}")
+    print(f"link {link.name}: {'up' if link.up else 'down'}; {link.a}→{link.b} {_fmt_dir(link.a_to_b.to_dict())}; "
+          f"{link.b}→{link.a} {_fmt_dir(link.b_to_a.to_dict())}")
     return 0
-
-
-def vars_of(d: Any) -> dict[str, Any]:
-    import dataclasses
-    return dataclasses.asdict(d)
 
 
 def _side(text: str) -> list[str]:

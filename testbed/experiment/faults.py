@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable
 
 from testbed.scenario.spec import Fault
-from testbed.topology.model import GilbertElliott
+from testbed.topology.model import Direction
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +76,8 @@ class Timeline:
             else:
                 params = dict(fault.params)
                 direction = params.pop("direction", "both")
-                if "loss_model" in params:      # the scenario's spelling -> the link model's field
-                    params["gilbert"] = _gilbert(params.pop("loss_model"))
-                self.network.set_link(a, b, direction=direction, **params)
+                # the scenario's spelling (loss_model) -> the link model's fields (gilbert)
+                self.network.set_link(a, b, direction=direction, **Direction.fields_from_scenario(params))
         elif action == "partition":
             side_a, side_b = target
             self.network.partition(side_a, side_b)
@@ -96,12 +95,6 @@ class Timeline:
             if link.name == link_name:
                 return link.a, link.b
         raise ValueError(f"no link named {link_name!r}")
-
-
-def _gilbert(plain: Any) -> GilbertElliott | None:
-    if not isinstance(plain, dict):
-        return None       # "random": plain Bernoulli loss
-    return GilbertElliott(**{k: v for k, v in plain.items() if k != "type"})
 
 
 def _target(fault: Fault) -> Any:

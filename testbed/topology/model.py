@@ -7,6 +7,9 @@ second, probabilities 0..1.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+LOSS_MODEL = "loss_model"       # the scenario's key for Direction.gilbert
 
 
 @dataclass
@@ -17,6 +20,9 @@ class GilbertElliott:
     r: float
     loss_good: float = 0.0
     loss_bad: float = 1.0
+
+    def to_dict(self) -> dict[str, float]:
+        return {"p": self.p, "r": self.r, "loss_good": self.loss_good, "loss_bad": self.loss_bad}
 
 
 @dataclass
@@ -31,6 +37,43 @@ class Direction:
     reorder: bool = False                   # jitter may reorder packets only when True
     rate: float | None = None               # bits per second; None = unlimited
     queue: int = 1000                       # packets waiting for the rate limiter; tail drop beyond
+
+    # One plain form, two spellings of the burst-loss model: the field name `gilbert` (a dict or None)
+    # in topology.json, `testbed status --json`, the saved network state and events; the scenario
+    # file's `loss_model` ("random" or {type: gilbert, p, r, loss_good, loss_bad}) in scenarios.
+
+    def to_dict(self) -> dict[str, Any]:
+        """Field name -> value (seconds, bit/s, probabilities; gilbert as a dict or None)."""
+        out = dict(vars(self))      # flat: much cheaper than asdict() at thousands of links
+        out["gilbert"] = self.gilbert.to_dict() if self.gilbert is not None else None
+        return out
+
+    @classmethod
+    def from_dict(cls, plain: dict[str, Any]) -> "Direction":
+        """The inverse of to_dict; missing keys keep their defaults."""
+        fields_ = dict(plain)
+        if fields_.get("gilbert"):
+            fields_["gilbert"] = GilbertElliott(**fields_["gilbert"])
+        return cls(**fields_)
+
+    def to_scenario(self) -> dict[str, Any]:
+        """The scenario file's spelling of to_dict: `loss_model` in the place of `gilbert`."""
+        return {(LOSS_MODEL if k == "gilbert" else k): (_loss_model_plain(self.gilbert) if k == "gilbert" else v)
+                for k, v in vars(self).items()}
+
+    @staticmethod
+    def fields_from_scenario(plain: dict[str, Any]) -> dict[str, Any]:
+        """Some keys in to_scenario's form (a fault's link_set params) as Direction field values."""
+        out = {k: v for k, v in plain.items() if k != LOSS_MODEL}
+        if LOSS_MODEL in plain:
+            model = plain[LOSS_MODEL]
+            out["gilbert"] = (GilbertElliott(**{k: v for k, v in model.items() if k != "type"})
+                              if isinstance(model, dict) else None)       # "random": plain Bernoulli loss
+        return out
+
+
+def _loss_model_plain(g: GilbertElliott | None) -> str | dict[str, Any]:
+    return "random" if g is None else {"type": "gilbert", **g.to_dict()}
 
 
 @dataclass

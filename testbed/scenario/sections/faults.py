@@ -7,7 +7,7 @@ from typing import Any
 from testbed.scenario import units
 from testbed.scenario.checks import Check, KeyPath, names_text, show
 from testbed.scenario.sections.base import Section
-from testbed.scenario.sections.links import DIRECTION_KEYS, direction_plain, parse_direction
+from testbed.scenario.sections.links import DIRECTION_KEYS, parse_direction
 from testbed.scenario.sections.refs import link_name, node_list
 from testbed.scenario.spec import Fault, Scenario
 from testbed.topology.model import Direction, Topology
@@ -57,7 +57,7 @@ def _fault(c: Check, path: KeyPath, entry: Any, topo: Topology) -> Fault:
         if not raw_params:
             c.fail(path + ("params",), "missing: link_set needs the link parameters to set")
         flat = {k: v for k, v in raw_params.items() if k != "direction"}
-        plain = direction_plain(parse_direction(c, path + ("params",), flat, Direction()))
+        plain = parse_direction(c, path + ("params",), flat, Direction()).to_scenario()
         params.update({k: plain[k] for k in flat})
         direction = c.choice(path + ("params", "direction"), raw_params.get("direction", "both"),
                              ("both", "a_to_b", "b_to_a"))

@@ -74,23 +74,12 @@ def parse_link_entry(c: Check, path: KeyPath, raw: Any, base: Direction) -> Link
     return LinkOverride(a=m["a"], b=m["b"], a_to_b=there, b_to_a=back)
 
 
-def loss_model_plain(g: GilbertElliott | None) -> Any:
-    if g is None:
-        return "random"
-    return {"type": "gilbert", "p": g.p, "r": g.r, "loss_good": g.loss_good, "loss_bad": g.loss_bad}
-
-
-def direction_plain(d: Direction) -> dict[str, Any]:
-    return {"delay": d.delay, "jitter": d.jitter, "loss": d.loss, "loss_model": loss_model_plain(d.gilbert),
-            "duplicate": d.duplicate, "reorder": d.reorder, "rate": d.rate, "queue": d.queue}
-
-
 def link_plain(l: LinkOverride) -> dict[str, Any]:
     out: dict[str, Any] = {"a": l.a, "b": l.b}
     if l.a_to_b is not None:
-        out["a_to_b"] = direction_plain(l.a_to_b)
+        out["a_to_b"] = l.a_to_b.to_scenario()
     if l.b_to_a is not None:
-        out["b_to_a"] = direction_plain(l.b_to_a)
+        out["b_to_a"] = l.b_to_a.to_scenario()
     return out
 
 
@@ -101,7 +90,7 @@ def _read_link_defaults(c: Check, raw: Any, s: Scenario) -> None:
     s.link_defaults = parse_direction(c, path, c.mapping(path, raw, DIRECTION_KEYS), Direction())
 
 
-LINK_DEFAULTS = Section("link_defaults", read=_read_link_defaults, plain=lambda s: direction_plain(s.link_defaults))
+LINK_DEFAULTS = Section("link_defaults", read=_read_link_defaults, plain=lambda s: s.link_defaults.to_scenario())
 
 
 # ---- links: overrides of generated links ------------------------------------------------------
