@@ -85,6 +85,7 @@ class LinkSession:
         self.refuses: list[link_pb2.Refuse] = []
         self._stores: set[asyncio.Task] = set()
         self._task: asyncio.Task | None = None
+        self._ended = False            # set once, in run()'s cleanup: from then on nothing is taken from the queue
         self.acked_bytes = 0
         self._rate = 0.0                      # acked bytes per second, smoothed
         self._rate_mark = (0.0, 0)            # (time, acked_bytes) of the last rate sample
@@ -123,6 +124,9 @@ class LinkSession:
             # Hand the unacknowledged pieces back BEFORE the first await: this finally may itself be
             # cancelled (a new session replacing this one), and pieces left in `inflight` would sit in the
             # spool outside every queue until a restart. The cancelled reader processes no more acks.
+            # The writer may outlive its cancellation (grpc.aio can finish a write it was cancelled in):
+            # `_ended` stops it from taking pieces that nothing would ever requeue.
+            self._ended = True
             pieces = [self.inflight[s] for s in sorted(self.inflight)]
             self.inflight.clear()
             if peer.session is self:
@@ -135,8 +139,17 @@ class LinkSession:
             await asyncio.wait({reader, writer, *self._stores}, timeout=2.0)
 
     def close(self) -> None:
+        """End this session for good (shutdown, or replaced by a newer one); on the dialling side this also
+        ends the dialling."""
         if self._task is not None:
             self._task.cancel()
+
+    def hang_up(self) -> None:
+        """End the stream but not the dialling: the dialler comes back with a new session after its backoff."""
+        if self._abort is not None:
+            self._abort()
+        else:
+            self.close()
 
     def control_frames(self) -> list[link_pb2.Frame]:
         """Everything for the next batch that is not data: acks, refusals, credits, subsystem frames."""
@@ -154,7 +167,7 @@ class LinkSession:
         b = self.cfg.batch
         peer = self.peer
         wake, queue, st = peer.wake, peer.queue, peer.stats
-        while True:
+        while not self._ended:
             frames = self.control_frames()       # control before data, in every batch
             room = b.window_frames - len(self.inflight)
             if room > 0:
