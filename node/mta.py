@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 
 from node.config import NodeConfig
 from node.metrics import engine_snapshot
-from node.names import is_node_name, is_user_name
 from node.peer import Peer
 from node.policy import ResourcePolicy, make_policy
 from node.records import Records
@@ -43,11 +42,11 @@ from node.routing import Router, StaticRouter
 from node.routing.cache import CopyRoutes
 from node.rpc import link_pb2
 from node.spool import Piece, Spool
+from node.submission import submission_problem
 from node.states import PieceState as S
 
 log = logging.getLogger("node.mta")
 
-MAX_LIFETIME = 10 * 365 * 86400.0
 # Fragmenting mode: a submission of more than SUBMIT_EARLY_MIN queued pieces is stored in chunks of
 # SUBMIT_CHUNK pieces, each forwardable once durable, so the first fragments travel while the rest are written.
 SUBMIT_CHUNK = 256
@@ -142,34 +141,11 @@ class Engine:
                  sum(len(p.queue) for p in self.peers.values()), len(self.partial), len(self.held), len(self.orphans))
 
     # -- submission --------------------------------------------------------------
-    def check_submission(self, recipients: list[tuple[str, str]], size: int, priority: int,
-                         lifetime: float) -> str | None:
-        """The reason to refuse a submission before anything is stored, or None. Routes are checked later."""
-        lim = self.cfg.limits
-        if not recipients:
-            return "no recipients"
-        if len(recipients) > lim.max_recipients:
-            return f"{len(recipients)} recipients exceed the limit of {lim.max_recipients}"
-        if size < 0 or size > lim.max_message_size:
-            return f"message size {size} exceeds the limit of {lim.max_message_size} bytes"
-        if priority < 0 or priority > lim.max_priority:
-            return f"priority {priority} outside 0..{lim.max_priority}"
-        if not (0 <= lifetime <= MAX_LIFETIME) or math.isnan(lifetime):
-            return f"lifetime {lifetime} is not between 0 and {MAX_LIFETIME:.0f} seconds"
-        for node, user in recipients:
-            if not is_node_name(node):
-                return f"invalid recipient node {node!r}"
-            if user and not is_user_name(user):
-                return f"invalid recipient user {user!r}"
-            if node == self.me and self.cfg.local_users and user not in self.cfg.local_users:
-                return f"unknown recipient {user}@{node}"
-        return None
-
     async def submit(self, originator: str, recipients: list[tuple[str, str]], payload: bytes | None,
                      size: int | None, priority: int = 1, lifetime: float = 0.0) -> tuple[bool, str, str]:
         """Accept a user's message (durably) or refuse it with a reason; returns (accepted, msg_id, reason)."""
         n = len(payload) if payload is not None else int(size or 0)
-        reason = self.check_submission(recipients, n, priority, lifetime)
+        reason = submission_problem(self.cfg, recipients, n, priority, lifetime)
         if reason:
             return self._refuse_submission(originator, recipients, n, reason)
         msg_id = f"{self.me}-{uuid.uuid4().hex[:16]}"

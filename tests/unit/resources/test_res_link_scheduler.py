@@ -82,7 +82,7 @@ def test_stride_bounds_the_wait_of_a_low_priority_transfer() -> None:
 
 def test_priority_below_one_counts_as_one_and_a_removed_transfer_is_gone() -> None:
     # Was a ValueError for a priority outside 1..max_priority: the engine checks the range at submission
-    # (node/mta.py check_submission); the queue serves priority 0 like 1.
+    # (node/submission.py); the queue serves priority 0 like 1.
     q = queue()
     q.push(piece("zero", 0))
     q.push(piece("one", 1))
