@@ -37,7 +37,7 @@ def get_session(master: str | None = "local[*]", app: str = "wanbed-analysis") -
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers must run this interpreter (numpy, pyarrow and this package live in its venv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    # pyspark warns about pandas >= 3 although the report collects rows itself
+    # requirements.lock pins pandas below 3; a cluster's Python may still have pandas 3, which pyspark warns about
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
     master = master or default_master()
     builder = SparkSession.builder.master(master) if master else SparkSession.builder
