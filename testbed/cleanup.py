@@ -15,7 +15,7 @@ import re
 import subprocess
 from typing import Any, Iterable
 
-from testbed import PREFIX, registry
+from testbed import PREFIX, netlink, registry
 from testbed.runtime.netns import list_netns, netns_pids, run_ip, terminate_pids
 
 log = logging.getLogger(__name__)
@@ -25,13 +25,8 @@ TABLES = ("filter", "nat", "mangle")
 
 
 def root_links() -> list[str]:
-    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    names = []
-    for line in out.splitlines():
-        parts = line.split(": ")
-        if len(parts) > 1:
-            names.append(parts[1].split("@")[0])
-    return names
+    """Interface names in the machine's own namespace (one netlink dump)."""
+    return netlink.interface_names()
 
 
 def _iptables_chains(tool: str, table: str) -> list[str]:

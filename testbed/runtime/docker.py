@@ -27,10 +27,10 @@ Faults that are container operations:
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -39,7 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from testbed import PREFIX, registry
+from pyroute2 import NetlinkError
+
+from testbed import PREFIX, netlink, registry
 from testbed.docker_engine import docker, require_engine
 from node.errors import UserError
 from testbed.runtime.base import Host, Process, Runtime
@@ -53,7 +55,6 @@ CONTAINER_WORKDIR = "/work"
 PID_WAIT = 10.0       # seconds to wait for an exec'd process to record its pid
 START_WORKERS = 8     # concurrent `docker run`s: the engine serialises some work, more threads gain nothing
 OLD_NETNS_SUFFIX = ".old"   # '.' never occurs in a host name, so this cannot clash with another host's netns
-ROUTE_STATE_FLAGS = {"linkdown", "dead", "offload", "trap", "rt_offload", "rt_trap", "offload_failed"}
 
 
 @dataclass
@@ -93,8 +94,7 @@ class DockerHost(Host):
         if netns_exists(self.netns):
             run_ip(["netns", "delete", self.netns], check=False)
         run_ip(["netns", "attach", self.netns, str(self.init_pid())])
-        subprocess.run(["ip", "netns", "exec", self.netns, "sh", "-c", sysctl_script(self.sysctls)], check=True,
-                       capture_output=True)
+        _configure_namespaces([self.netns], self.sysctls)
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None,
               user: str | None = None) -> Process:
@@ -236,60 +236,64 @@ class DockerHost(Host):
             time.sleep(0.05)
 
 
-def _ip_json(ns: str, args: list[str]) -> list[dict]:
-    res = run_ip(["-n", ns, "-j", *args])
-    return json.loads(res.stdout or "[]")
+def _restorable(route: netlink.Route) -> bool:
+    """Routes the kernel made with an address or link (proto kernel, IPv6 link-local and multicast) come
+    back by themselves once the addresses are in place; everything else has to be added again."""
+    return (route.proto != netlink.RTPROT_KERNEL and route.type != netlink.RTN_MULTICAST
+            and not (route.dst or "").startswith(("fe80:", "ff00:")))
 
 
 def _move_namespace(old: str, new: str, report: ReplumbReport) -> None:
-    """Move every interface of netns `old` into `new` and restore addresses, routes, iptables rules."""
-    links = [l for l in _ip_json(old, ["link", "show"]) if l.get("ifname") != "lo"]
-    addrs = _ip_json(old, ["addr", "show"])
-    routes = []
-    for fam in ("-4", "-6"):
-        out = run_ip(["-n", old, "-o", fam, "route", "show"]).stdout
-        for line in out.splitlines():
-            # Flags `ip route show` prints but `ip route add` refuses (a route via a link that is down).
-            line = " ".join(w for w in line.replace("\\", " ").split() if w not in ROUTE_STATE_FLAGS)
-            # Kernel routes come back with the addresses; link-local v6 ones with the interface.
-            if line and "proto kernel" not in line and not line.startswith(("fe80:", "multicast", "ff00:")):
-                routes.append((fam, line))
-    saved = subprocess.run(["ip", "netns", "exec", old, "iptables-save"], capture_output=True, text=True)
-    if links:
-        run_ip(["-n", old], batch="".join(f"link set dev {l['ifname']} netns {new}\n" for l in links))
-    report.interfaces = [l["ifname"] for l in links]
-    lines: list[str] = []
-    for l in links:
-        if l.get("mtu"):
-            lines.append(f"link set dev {l['ifname']} mtu {l['mtu']}")
-    for a in addrs:
-        name = a.get("ifname", "")
-        for info in a.get("addr_info", []):
-            local, plen = info.get("local"), info.get("prefixlen")
-            if local is None or info.get("scope") == "link" or local in ("127.0.0.1", "::1"):
-                continue
-            peer = f" peer {info['address']}/{plen}" if info.get("address") and info["address"] != local else ""
-            cidr = f"{local}{peer}" if peer else f"{local}/{plen}"
-            lines.append(f"addr add {cidr} dev {name}")
-            report.addresses += 1
-    for l in links:
-        if "UP" in l.get("flags", []):
-            lines.append(f"link set dev {l['ifname']} up")
-    if lines:
-        run_ip(["-n", new], batch="\n".join(lines) + "\n")
-    for fam in ("-4", "-6"):
-        script = "".join(f"route add {line}\n" for f, line in routes if f == fam)
-        if not script:
-            continue
+    """Move every interface of netns `old` into `new` and restore addresses, routes, iptables rules.
+
+    Netlink through pyroute2 (testbed/netlink.py): a handful of requests per host, no `ip` processes.
+    """
+    with netlink.session(old) as src:
+        links = [l for l in netlink.links(ipr=src) if l.name != "lo"]
+        addrs = [a for a in netlink.addresses(ipr=src)
+                 if a.scope != netlink.SCOPE_LINK and a.local not in ("127.0.0.1", "::1")]
+        routes = [r for fam in (socket.AF_INET, socket.AF_INET6) for r in netlink.routes(family=fam, ipr=src)
+                  if _restorable(r)]
+        saved = subprocess.run(["ip", "netns", "exec", old, "iptables-save"], capture_output=True, text=True)
+        _all_or_raise(f"moving interfaces of {old} to {new}",
+                      [(l.name, lambda l=l: netlink.move_link(l.name, new, ipr=src)) for l in links])
+    report.interfaces = [l.name for l in links]
+    with netlink.session(new) as dst:
+        # A move leaves an interface down and without addresses: MTU, addresses, then up.
+        steps = [(f"mtu {l.name}", lambda l=l: netlink.set_mtu(l.name, l.mtu, ipr=dst)) for l in links if l.mtu]
+        steps += [(f"address {a.local} on {a.ifname}",
+                   lambda a=a: netlink.add_address(a.ifname, a.local if a.peer else f"{a.local}/{a.prefixlen}",
+                                                   peer=f"{a.peer}/{a.prefixlen}" if a.peer else None, ipr=dst))
+                  for a in addrs]
+        steps += [(f"up {l.name}", lambda l=l: netlink.set_link_up(l.name, ipr=dst)) for l in links if l.up]
+        report.addresses = len(addrs)
+        _all_or_raise(f"restoring interfaces in {new}", steps)
         # Routes after the addresses and links they depend on; one failure must not stop the others.
-        res = run_ip(["-n", new, fam], batch=script, check=False)
-        if res.returncode != 0:
-            log.warning("restoring routes in %s: %s", new, res.stderr.strip())
+        failed = []
+        for r in routes:
+            try:
+                netlink.add_route(r, ipr=dst)
+            except (NetlinkError, RuntimeError, OSError) as exc:
+                failed.append(f"{r}: {exc}")
+        if failed:
+            log.warning("restoring routes in %s: %s", new, "; ".join(failed))
     report.routes = len(routes)
     if saved.returncode == 0 and _has_rules(saved.stdout):
         subprocess.run(["ip", "netns", "exec", new, "iptables-restore", "-w"], input=saved.stdout,
                        capture_output=True, text=True, check=True)
         report.iptables = True
+
+
+def _all_or_raise(what: str, steps: list[tuple[str, Callable[[], None]]]) -> None:
+    """Run every step even when one fails (as `ip -force -batch` did), then raise naming the failures."""
+    errors = []
+    for name, step in steps:
+        try:
+            step()
+        except (NetlinkError, RuntimeError, OSError) as exc:
+            errors.append(f"{name}: {exc}")
+    if errors:
+        raise RuntimeError(f"{what} failed: " + "; ".join(errors))
 
 
 def _has_rules(iptables_save: str) -> bool:
@@ -367,13 +371,7 @@ class DockerRuntime(Runtime):
         out = docker(["inspect", "--format", fmt, *[h.container for h in made]]).stdout
         pids = {line.split()[0].lstrip("/"): int(line.split()[1]) for line in out.splitlines() if line.strip()}
         run_ip([], batch="".join(f"netns attach {h.netns} {pids[h.container]}\n" for h in made))
-        try:
-            configure_in_thread([h.netns for h in made], self.sysctls)
-        except OSError as exc:
-            log.info("in-process namespace set-up failed (%s); falling back to ip netns exec", exc)
-            for h in made:
-                subprocess.run(["ip", "netns", "exec", h.netns, "sh", "-c", sysctl_script(self.sysctls)],
-                               check=True, capture_output=True)
+        _configure_namespaces([h.netns for h in made], self.sysctls)
         return made
 
     def remove_host(self, name: str) -> None:
@@ -394,6 +392,17 @@ class DockerRuntime(Runtime):
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+def _configure_namespaces(namespaces: list[str], sysctls: dict[str, str]) -> None:
+    """lo up, forwarding and the scenario's sysctls: in-process (one setns() thread), else `ip netns exec`."""
+    try:
+        configure_in_thread(namespaces, sysctls)
+    except OSError as exc:
+        log.info("in-process namespace set-up failed (%s); falling back to ip netns exec", exc)
+        for ns in namespaces:
+            subprocess.run(["ip", "netns", "exec", ns, "sh", "-c", sysctl_script(sysctls)],
+                           check=True, capture_output=True)
 
 
 def _capture_error(fn: Callable[[DockerHost], None]) -> Callable[[DockerHost], Exception | None]:
