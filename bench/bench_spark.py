@@ -110,7 +110,7 @@ def make_capture(cfg: CaptureConfig, dest: Path) -> int:
 
 
 def capture_run_tree(pcap: Path, work: Path) -> Path:
-    """A one-run directory (DESIGN.md section 6) holding the cached capture via a symlink."""
+    """A one-run directory (docs/run-directory.md) holding the cached capture via a symlink."""
     rep = work / "cell0" / "1"
     (rep / "pcap").mkdir(parents=True, exist_ok=True)
     (rep / "nodes").mkdir(exist_ok=True)

@@ -1,4 +1,4 @@
-"""Find the runs under a run directory (DESIGN.md section 6): local, file://, hdfs:// or s3a://."""
+"""Find the runs under a run directory (docs/run-directory.md): local, file://, hdfs:// or s3a://."""
 from __future__ import annotations
 
 import json

@@ -1,6 +1,6 @@
 """summary.json: the headline figures of one repetition, read back from its run directory.
 
-Only the files are read (DESIGN.md section 6), so a summary can be recomputed
+Only the files are read (docs/run-directory.md), so a summary can be recomputed
 for any run directory, also an incomplete one: a missing file counts as empty
 and a malformed line is reported under `schema`, never a crash.
 
