@@ -1,0 +1,167 @@
+"""check_run: classify every accepted message copy of one repetition from its run directory alone.
+
+Reads (docs/run-directory.md): nodes/<node>/submissions.jsonl, deliveries.jsonl,
+reports.jsonl, the driver's workload.jsonl, and each node's spool.db as the
+teardown left it (read-only). The daemons must be stopped, so that every spool
+is complete.
+
+What is final, from node/mta.py and node/reports.py:
+- `ndr_made` is a final non-delivery: the engine writes it when it drops the
+  copy (lifetime expired in a queue) or aborts it (lifetime expired while held
+  or reassembling, reassembly timeout); the pieces are deleted from the spool.
+  Such a copy is **reported**, with the reason of its first `ndr_made` line.
+- `orphan` is NOT final: the copy was refused by its next hop or has no route;
+  the engine keeps its pieces (state `orphan`) and queues them again when the
+  routes change. An orphaned copy is therefore delivered, reported, **late**
+  (still held, state `orphan`) or lost like any other; `orphaned` only counts
+  the copies that had an orphan event.
+- Non-delivery report messages (kind "ndr", originator "mailer-daemon",
+  node/reports.py) are accounted apart: delivered (`ndr_delivered`), expired
+  (an `ndr_made` about the report itself, final), late (held), or lost.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from node.reports import REPORT_KIND, REPORTER
+from testbed.accounting.records import RecordReader, reason_group, recipients
+from testbed.accounting.spools import SPOOL_FILE, SpoolUnreadable, read_spool
+from testbed.accounting.verdict import Pair, Place, ReportAccount, Verdict
+
+NDR_PREFIX = "ndr."      # node/reports.py names a report "ndr.<msg_id>.<dst>"
+
+
+def check_run(rep_dir: Path) -> Verdict:
+    """The verdict for the repetition directory `rep_dir` (see the module docstring); never raises on bad input."""
+    rep_dir = Path(rep_dir)
+    reader = RecordReader(rep_dir)
+    node_dirs = node_directories(rep_dir)
+    verdict = Verdict(rep_dir=rep_dir, nodes=[d.name for d in node_dirs])
+
+    users: dict[Pair, None] = {}         # accepted copies of user messages (a dict keeps the first-seen order)
+    reports: dict[Pair, None] = {}       # accepted copies of report messages
+    for path in [d / "submissions.jsonl" for d in node_dirs] + [rep_dir / "workload.jsonl"]:
+        for rec in reader.records(path, "submission"):
+            if rec["accepted"] and rec["msg_id"]:
+                target = reports if _is_report(rec) else users
+                for dst in recipients(rec["dst"]):
+                    target.setdefault((rec["msg_id"], dst), None)
+
+    deliveries: Counter[Pair] = Counter()
+    for d in node_dirs:
+        for rec in reader.records(d / "deliveries.jsonl", "delivery"):
+            deliveries[(rec["msg_id"], rec["dst"])] += 1
+
+    ndr_made: dict[Pair, str] = {}
+    ndr_delivered: set[Pair] = set()
+    orphaned: set[Pair] = set()
+    events: Counter[str] = Counter()
+    for d in node_dirs:
+        for rec in reader.records(d / "reports.jsonl", "report"):
+            pair = (rec["msg_id"], rec["dst"])
+            events[rec["event"]] += 1
+            if rec["event"] == "ndr_made":
+                ndr_made.setdefault(pair, rec["reason"])
+            elif rec["event"] == "ndr_delivered":
+                ndr_delivered.add(pair)
+            elif rec["event"] == "orphan":
+                orphaned.add(pair)
+
+    held: dict[Pair, list[Place]] = {}
+    spool_delivered: set[Pair] = set()
+    for d in node_dirs:
+        try:
+            spool = read_spool(d / SPOOL_FILE, d.name)
+        except SpoolUnreadable as exc:
+            verdict.spool_problems[d.name] = str(exc)
+            continue
+        for pair, states in spool.held.items():
+            held.setdefault(pair, []).extend(Place(d.name, state, n) for state, n in sorted(states.items()))
+        spool_delivered |= spool.delivered
+        for row in spool.accepted:
+            is_report = row.originator == REPORTER or row.msg_id.startswith(NDR_PREFIX)
+            for dst in row.dsts:
+                pair = (row.msg_id, dst)
+                if is_report:
+                    reports.setdefault(pair, None)
+                elif pair not in users:
+                    users[pair] = None
+                    verdict.unrecorded_submissions.append(pair)
+
+    _classify_users(verdict, sorted(users), deliveries, spool_delivered, ndr_made, held)
+    verdict.unexpected_deliveries = {p: n for p, n in sorted(deliveries.items()) if p not in users}
+    verdict.orphaned = sum(1 for p in users if p in orphaned)
+    verdict.reports = _account_reports(sorted(reports), ndr_delivered | spool_delivered, ndr_made, held)
+    verdict.report_events = dict(sorted(events.items()))
+    verdict.record_problems, verdict.first_problems, verdict.record_lines = \
+        reader.problems, list(reader.samples), reader.lines
+    return verdict
+
+
+def node_directories(rep_dir: Path) -> list[Path]:
+    """nodes/<node>/ of every node daemon of the run, sorted by name."""
+    nodes = Path(rep_dir) / "nodes"
+    try:
+        return sorted(p for p in nodes.iterdir() if p.is_dir())
+    except OSError:
+        return []
+
+
+def _classify_users(v: Verdict, pairs: list[Pair], deliveries: Counter[Pair], spool_delivered: set[Pair],
+                    ndr_made: dict[Pair, str], held: dict[Pair, list[Place]]) -> None:
+    reasons: Counter[str] = Counter()
+    for pair in pairs:
+        n = deliveries.get(pair, 0)
+        if n >= 1 or pair in spool_delivered:
+            if n > 1:
+                v.duplicate += 1
+                v.duplicate_pairs[pair] = n - 1
+            else:
+                v.delivered += 1
+                if n == 0:
+                    v.unrecorded_deliveries.append(pair)
+            v.delivered_but_held += pair in held
+        elif pair in ndr_made:
+            v.reported += 1
+            reasons[_reason_key(ndr_made[pair], v.nodes)] += 1
+        elif pair in held:
+            v.late += 1
+            v.late_pairs[pair] = held[pair]
+        else:
+            v.lost += 1
+            v.lost_pairs.append(pair)
+    v.accepted = len(pairs)
+    v.reported_by_reason = dict(sorted(reasons.items()))
+
+
+def _account_reports(pairs: list[Pair], delivered: set[Pair], ndr_made: dict[Pair, str],
+                     held: dict[Pair, list[Place]]) -> ReportAccount:
+    out = ReportAccount(accepted=len(pairs))
+    for pair in pairs:
+        if pair in delivered:
+            out.delivered += 1
+        elif pair in ndr_made:
+            out.expired += 1
+        elif pair in held:
+            out.late += 1
+            out.late_pairs[pair] = held[pair]
+        else:
+            out.lost += 1
+            out.lost_pairs.append(pair)
+    return out
+
+
+def _is_report(rec: dict[str, Any]) -> bool:
+    return rec.get("kind") == REPORT_KIND or rec.get("originator") == REPORTER
+
+
+def _reason_key(reason: str, nodes: list[str]) -> str:
+    """A report reason grouped across nodes: "lifetime expired at n3" and "... at n7" are one reason."""
+    text = reason_group(reason)
+    if not nodes:
+        return text
+    names = "|".join(re.escape(n) for n in sorted(nodes, key=len, reverse=True))
+    return re.sub(rf"(?<![\w.-])(?:{names})(?![\w.-])", "<node>", text)
