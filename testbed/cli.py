@@ -11,10 +11,10 @@ import logging
 import sys
 
 from testbed import __version__
-from testbed.commands import experiment, image, messaging, network
+from testbed.commands import check, experiment, image, messaging, network
 from node.errors import UserError
 
-GROUPS = (network, messaging, experiment, image)
+GROUPS = (network, messaging, experiment, check, image)
 
 
 def build_parser() -> argparse.ArgumentParser:

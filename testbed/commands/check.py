@@ -1,0 +1,70 @@
+"""`testbed check`: the independent loss checker on a repetition, a cell or a whole experiment."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from node.errors import UserError
+
+EXIT_FAILED = 1       # a repetition lost or duplicated copies, or had more late ones than allowed
+
+
+def _check(args: argparse.Namespace) -> int:
+    from testbed import accounting
+
+    root = Path(args.run_dir)
+    if args.max_late is not None and args.max_late < 0:
+        raise UserError(f"--max-late must be 0 or more, got {args.max_late}.")
+    if not root.is_dir():
+        raise UserError(f"{root} is not a run directory (no such directory).")
+    reps = accounting.find_repetitions(root)
+    if not reps:
+        raise UserError(f"{root} is not a run directory: no repetition (a folder with nodes/ or summary.json) "
+                        f"in it or below it.")
+    rows: list[dict[str, Any]] = []
+    all_ok = True
+    for rep in reps:
+        verdict = accounting.check_run(rep)
+        max_late = args.max_late if args.max_late is not None else accounting.scenario_max_late(rep)
+        ok = verdict.ok(max_late)
+        all_ok = all_ok and ok
+        name = accounting.label(rep)
+        if args.json:
+            rows.append({"repetition": name, "dir": str(rep), **verdict.to_dict(max_late)})
+            continue
+        print(accounting.verdict_line(name, verdict, max_late))
+        for line in accounting.verdict_details(verdict):
+            print(f"  {line}")
+        rows.append({"ok": ok, **{k: getattr(verdict, k) for k in _COUNTS}})
+    total = {k: sum(r[k] for r in rows) for k in _COUNTS}
+    passed = sum(1 for r in rows if r["ok"])
+    if args.json:
+        json.dump({"ok": all_ok, "repetitions": rows, "total": {**total, "repetitions": len(rows), "passed": passed}},
+                  sys.stdout, indent=1)
+        print()
+    elif len(rows) > 1:
+        print(f"total: {len(rows)} repetitions: {total['accepted']} accepted: {total['delivered']} delivered, "
+              f"{total['reported']} reported, {total['late']} late, {total['lost']} lost, "
+              f"{total['duplicate']} duplicates — {passed} of {len(rows)} OK")
+    return 0 if all_ok else EXIT_FAILED
+
+
+_COUNTS = ("accepted", "delivered", "reported", "late", "lost", "duplicate")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("check", help="check a run for lost, duplicated and late messages (reads only the run directory)",
+                       description="Classify every accepted message copy of each repetition as delivered, "
+                                   "duplicate, reported undeliverable, late (still held in a spool: where) or lost. "
+                                   "Exit status 0 when every repetition passes, 1 when any lost or duplicated a "
+                                   "copy or had more late copies than allowed, 2 on bad input.")
+    p.add_argument("run_dir", metavar="RUN_DIR",
+                   help="a repetition directory (<experiment>/<cell>/<rep>) or any directory above it")
+    p.add_argument("--max-late", type=int, default=None, metavar="N",
+                   help="late (still held) copies a repetition may have and pass (default: the repetition's "
+                        "scenario max_late, else any number)")
+    p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    p.set_defaults(handler=_check)
