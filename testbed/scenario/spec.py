@@ -185,6 +185,7 @@ class Scenario:
     nodes: NodesSpec = field(default_factory=NodesSpec)
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     faults: list[Fault] = field(default_factory=list)
+    max_late: int | None = None          # copies still held at teardown a rep may have and pass; None: any
     sweep: SweepSpec = field(default_factory=SweepSpec)
     quick: dict[str, Any] = field(default_factory=dict)      # dotted key -> value, applied by --quick
     source: str = field(default="", compare=False)  # the file it was loaded from (for messages; not compared)
