@@ -50,7 +50,7 @@ class PassThrough:
     managed = False
 
     def make_queue(self, peer: str, wake: Callable[[], None]) -> TransferQueue:
-        return TransferQueue(wake, fifo_per_destination=False, is_stream=self.is_stream, key=_priority)
+        return TransferQueue(wake, fifo_per_destination=False, is_stream=None, key=_priority)
 
     def is_stream(self, p: Piece) -> bool:
         return False

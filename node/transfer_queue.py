@@ -44,6 +44,10 @@ ROOM_RETRIES = 4        # refused transfers a ROOM signal wakes at once
 IDLE_MEMORY = 4096      # transfers whose virtual pass is remembered after their queue ran empty
 
 
+def _never(p: Piece) -> bool:
+    return False
+
+
 @dataclass
 class _Transfer:
     key: Hashable
@@ -59,14 +63,15 @@ class TransferQueue:
     """Prioritised round robin over the transfers of one outgoing link, with credit and timer blocking."""
 
     def __init__(self, wake: Callable[[], None], fifo_per_destination: bool,
-                 is_stream: Callable[[Piece], bool], gate: Callable[[Piece], float] | None = None,
+                 is_stream: Callable[[Piece], bool] | None, gate: Callable[[Piece], float] | None = None,
                  key: Callable[[Piece], Hashable] | None = None) -> None:
         self._wake = wake
         # which pieces form one transfer: `key` when given (the pass-through policy: one FIFO per priority),
         # else a message, or (prio, destination) for the non-fragmenting comparator
         self._key = key or ((lambda p: (p.prio, p.dst)) if fifo_per_destination else (lambda p: p.mkey))
         self._gate = gate           # RBSAD: drawn when a message first reaches the head of its transfer
-        self._is_stream = is_stream
+        self._is_stream = is_stream or _never     # None: no message streams on this link (the hot path)
+        self._streams = is_stream is not None
         self._transfers: dict[Hashable, _Transfer] = {}
         self._waiting: dict[Hashable, _Transfer] = {}      # transfers with a timer (retry or RBSAD)
         self._heap: list[tuple[float, int, Hashable]] = []
@@ -100,12 +105,13 @@ class TransferQueue:
             start = max(self._vtime, self._idle_pass.pop(key, self._vtime))
             t = self._transfers[key] = _Transfer(key, max(1, p.prio), pass_=start)
         (t.queue.appendleft if front else t.queue.append)(p)
-        if self._is_stream(p) and p.mkey not in self.credits:
+        if self._streams and self._is_stream(p) and p.mkey not in self.credits:
             self.credits[p.mkey] = 1          # the set-up credit: the first fragment opens the stream
             self._credit_seen[p.mkey] = time.monotonic()
         self._count += 1
         self.bytes += len(p.data)
-        self._msgs[p.mkey] += 1
+        mkey = p.mkey
+        self._msgs[mkey] = self._msgs.get(mkey, 0) + 1
         self._by_prio[p.prio] += 1
         self._consider(t)
 
@@ -120,7 +126,7 @@ class TransferQueue:
                 self._consider(t)
                 continue
             p = t.queue.popleft()
-            if self._is_stream(p):
+            if self._streams and self._is_stream(p):
                 self.credits[p.mkey] = self.credits.get(p.mkey, 1) - 1
                 self._credit_seen[p.mkey] = time.monotonic()
             self._vtime = max(self._vtime, pass_)
@@ -128,7 +134,7 @@ class TransferQueue:
             self._account_out(p)
             self.served_by_priority[p.prio] += 1
             if t.queue:
-                self._consider(t)
+                self._consider(t, wake=False)
             else:
                 self._drop_transfer(t)
             return p
@@ -218,32 +224,35 @@ class TransferQueue:
         head = t.queue[0]
         if head.not_before and head.not_before > time.monotonic():
             return False
-        return not self._is_stream(head) or self.credits.get(head.mkey, 1) > 0
+        return not (self._streams and self._is_stream(head)) or self.credits.get(head.mkey, 1) > 0
 
-    def _consider(self, t: _Transfer) -> None:
-        """Put a transfer in the ready heap, or arrange to be told when it can be."""
+    def _consider(self, t: _Transfer, wake: bool = True) -> None:
+        """Put a transfer in the ready heap, or arrange to be told when it can be. `wake=False` from pop():
+        the link's writer is the caller, awake already."""
         if t.ready_seq or not t.queue:
             return
         head = t.queue[0]
-        now = time.monotonic()
         if self._gate is not None:
             at = self._gate(head)
             if at > head.not_before:
                 head.not_before = at
-        if head.not_before and head.not_before > now:
-            if t.timer is None:
-                t.timer = asyncio.get_running_loop().call_later(head.not_before - now, self._timer_fired, t.key)
-                self._waiting[t.key] = t
-            return
-        if self._is_stream(head) and self.credits.get(head.mkey, 1) <= 0:
+        if head.not_before:           # read the clock only for a piece that has to wait (not the hot path)
+            now = time.monotonic()
+            if head.not_before > now:
+                if t.timer is None:
+                    t.timer = asyncio.get_running_loop().call_later(head.not_before - now, self._timer_fired, t.key)
+                    self._waiting[t.key] = t
+                return
+        if self._streams and self._is_stream(head) and self.credits.get(head.mkey, 1) <= 0:
             if not t.blocked_since:
-                t.blocked_since = now
+                t.blocked_since = time.monotonic()
             return
         t.blocked_since = 0.0
         self._seq += 1
         t.ready_seq = self._seq
         heapq.heappush(self._heap, (t.pass_, self._seq, t.key))
-        self._wake()
+        if wake:
+            self._wake()
 
     def _timer_fired(self, key: Hashable) -> None:
         t = self._transfers.get(key)
@@ -269,12 +278,17 @@ class TransferQueue:
     def _account_out(self, p: Piece) -> None:
         self._count -= 1
         self.bytes -= len(p.data)
-        self._msgs[p.mkey] -= 1
-        if self._msgs[p.mkey] <= 0:
-            del self._msgs[p.mkey]
-        self._by_prio[p.prio] -= 1
-        if self._by_prio[p.prio] <= 0:
+        mkey = p.mkey
+        left = self._msgs[mkey] - 1
+        if left <= 0:
+            del self._msgs[mkey]
+        else:
+            self._msgs[mkey] = left
+        left = self._by_prio[p.prio] - 1
+        if left <= 0:
             del self._by_prio[p.prio]
+        else:
+            self._by_prio[p.prio] = left
 
     def snapshot(self) -> dict:
         blocked_credit = sum(1 for t in self._transfers.values() if t.blocked_since)

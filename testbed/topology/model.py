@@ -127,6 +127,17 @@ class Topology:
                 return link
         raise KeyError(f"no link between {a} and {b}")
 
+    def delay_edges(self) -> dict[str, list[tuple[str, float]]]:
+        """host -> [(next host, one-way delay from host to it)], links then LANs, in topology order."""
+        out: dict[str, list[tuple[str, float]]] = {n: [] for n in self.node_names()}
+        for link in self.links:
+            out[link.a].append((link.b, link.a_to_b.delay))
+            out[link.b].append((link.a, link.b_to_a.delay))
+        for lan in self.lans:
+            for u in lan.members:
+                out[u] += [(v, lan.params.delay) for v in lan.members if v != u]
+        return out
+
     def neighbours(self, name: str) -> list[str]:
         out = [l.b for l in self.links if l.a == name] + [l.a for l in self.links if l.b == name]
         for lan in self.lans:

@@ -59,18 +59,6 @@ def without_testbed_keys(settings: dict) -> dict:
     return {k: v for k, v in settings.items() if k not in TESTBED_NODE_KEYS}
 
 
-def _edges(topology: Topology) -> dict[str, list[tuple[str, float]]]:
-    """host -> [(next host, one-way delay from host to it)], links then LANs, in topology order."""
-    out: dict[str, list[tuple[str, float]]] = {n: [] for n in topology.node_names()}
-    for link in topology.links:
-        out[link.a].append((link.b, link.a_to_b.delay))
-        out[link.b].append((link.a, link.b_to_a.delay))
-    for lan in topology.lans:
-        for u in lan.members:
-            out[u] += [(v, lan.params.delay) for v in lan.members if v != u]
-    return out
-
-
 def _reach(edges: dict[str, list[tuple[str, float]]], src: str, through: set[str] | None) -> dict[str, float]:
     """Least delay from src to every host; only hosts in `through` are passed through (None: any host)."""
     best: dict[str, float] = {}
@@ -94,7 +82,7 @@ def contracted_neighbours(topology: Topology, daemons: Iterable[str]) -> dict[st
     names = topology.node_names()
     keep = set(daemons)
     relays = set(names) - keep
-    edges = _edges(topology)
+    edges = topology.delay_edges()
     order = {n: i for i, n in enumerate(names)}
     return {u: sorted((v for v in _reach(edges, u, relays) if v in keep), key=order.__getitem__)
             for u in names if u in keep}
@@ -132,7 +120,7 @@ def mta_topology(topology: Topology, nodes: "NodesSpec") -> Topology:
     daemons = daemon_hosts(nodes, names)
     listed = listed_neighbours(nodes)
     graph = mta_neighbours(topology, daemons, listed)
-    edges = _edges(topology)
+    edges = topology.delay_edges()
     relays = set(names) - set(daemons)
     # Contracted edges weigh the path through relays; listed ones the best path through anything.
     contracted = {u: _reach(edges, u, relays) for u in daemons if u not in listed}

@@ -73,13 +73,7 @@ def _unidirectional(topology: Topology) -> dict[str, dict[str, str]]:
 def _delay(topology: Topology) -> dict[str, dict[str, str]]:
     names = topology.node_names()
     order = {n: i for i, n in enumerate(names)}
-    edges: dict[str, list[tuple[str, float]]] = {n: [] for n in names}
-    for link in topology.links:
-        edges[link.a].append((link.b, link.a_to_b.delay))
-        edges[link.b].append((link.a, link.b_to_a.delay))
-    for lan in topology.lans:
-        for u in lan.members:
-            edges[u] += [(v, lan.params.delay) for v in lan.members if v != u]
+    edges = topology.delay_edges()
     table: dict[str, dict[str, str]] = {}
     for src in names:
         # Dijkstra keyed by (delay, hops, order of first hop): deterministic
