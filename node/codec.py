@@ -6,18 +6,22 @@ consecutive fragments of one message copy with the header once.
 """
 from __future__ import annotations
 
+import math
+
 from node.config import NodeConfig
-from node.names import is_node_name
+from node.names import is_message_id, is_node_name, is_user_name
+from node.reports import REPORT_KIND, REPORTER
 from node.rpc import link_pb2
 from node.spool import Piece
 
 MAX_RUN = 65536            # fragments in one Run frame a receiver accepts (a sender puts at most max_frames)
+SEQ_MAX = (1 << 64) - 1    # sequence numbers are uint64 on the wire
 
 
 def _check_header(f: link_pb2.Fragment, cfg: NodeConfig) -> str | None:
     """Validate the fields a fragment shares with the rest of its message copy; a string is the reason to refuse."""
     lim = cfg.limits
-    if not f.msg_id or len(f.msg_id) > 200:
+    if not is_message_id(f.msg_id):
         return "fragment without a valid msg_id"
     if f.total_size > lim.max_message_size:
         return f"message size {f.total_size} exceeds the limit {lim.max_message_size}"
@@ -30,6 +34,18 @@ def _check_header(f: link_pb2.Fragment, cfg: NodeConfig) -> str | None:
         return f"hop count {f.hops} outside 1..{lim.max_hops} (routing loop?)"
     if not is_node_name(f.src):
         return "fragment without a valid source node"
+    if f.originator and not is_user_name(f.originator):
+        return "fragment with an invalid originator"
+    if any(r.user and not is_user_name(r.user) for r in f.recipients):
+        return "fragment with an invalid recipient user"
+    if not (math.isfinite(f.submit_ts) and math.isfinite(f.expires_ts)):
+        return "fragment with a timestamp that is not a finite number"
+    if f.priority > lim.max_priority:
+        return f"priority {f.priority} outside 0..{lim.max_priority}"
+    if f.kind and not (f.kind == REPORT_KIND and f.originator == REPORTER and f.msg_id.startswith("ndr.")):
+        # a neighbour may only pass on what nodes make: user mail, or a report a node made (a forged
+        # report kind would suppress the reports about that message)
+        return f"fragment of kind {f.kind!r} that a neighbour may not set"
     return None
 
 
@@ -58,8 +74,11 @@ def pieces_from_run(run: link_pb2.Run, cfg: NodeConfig) -> list[tuple[int, Piece
     reason = _check_header(h, cfg)
     if reason is None and len(data) > MAX_RUN:
         reason = f"a run of {len(data)} fragments exceeds the limit of {MAX_RUN}"
+    if reason is None and h.seq + len(data) - 1 > SEQ_MAX:
+        reason = "a run whose sequence numbers overflow"
     if reason:
-        return [(h.seq + i, reason) for i in range(len(data))]
+        # refusals name sequence numbers; those past the 64-bit range cannot be named and are dropped
+        return [(h.seq + i, reason) for i in range(min(len(data), max(0, SEQ_MAX - h.seq + 1)))]
     # shared by all pieces of the run: nothing mutates these per piece
     dst = h.recipients[0].node
     users = [r.user for r in h.recipients]

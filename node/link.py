@@ -48,10 +48,19 @@ VERSION = 1            # major version of the base frames; optional features are
 BASE_CAPABILITIES = ("runs",)
 GRPC_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
 STORE_PARALLEL = 4     # batches of a session being stored at once (bounds memory, keeps the spool busy)
+STORE_FAILED = "store failed, try later"
+STORE_RETRY = 1.0      # seconds a sender waits before offering frames a failed store refused
 
 
 # A subsystem's handler for one frame kind: called with the neighbour and the frame, on the session's reader.
 FrameHandler = Callable[[Peer, link_pb2.Frame], None]
+
+
+def _retrieve(f: asyncio.Future) -> None:
+    """Take a stray read's outcome (a read left behind by a session that ended), so asyncio does not
+    report it as an exception nobody retrieved."""
+    if not f.cancelled():
+        f.exception()
 
 
 class SessionError(Exception):
@@ -197,6 +206,7 @@ class LinkSession:
         name, wake, st = peer.name, peer.wake, peer.stats
         while True:
             pending = asyncio.ensure_future(self._read())
+            pending.add_done_callback(_retrieve)
             done, _ = await asyncio.wait({pending}, timeout=self.cfg.session.hold_time)
             if not done:
                 pending.cancel()      # not awaited: a read on a dead stream may not end promptly
@@ -252,7 +262,12 @@ class LinkSession:
 
     async def _store(self, frags: list[tuple[int, Piece]], sem: asyncio.Semaphore) -> None:
         try:
-            results = await self.engine.receive(self.peer.name, [p for _s, p in frags])
+            try:
+                results = await self.engine.receive(self.peer.name, [p for _s, p in frags])
+            except Exception as exc:      # the spool failed (disk full, I/O error): nothing of it was acked
+                log.error("cannot store %d frames from %s now (%s): refused for now, the sender offers them "
+                          "again", len(frags), self.peer.name, exc)
+                results = [(STORE_FAILED, STORE_RETRY)] * len(frags)
             for (seq, _p), reason in zip(frags, results):
                 if reason is None:
                     self.ack_seqs.append(seq)

@@ -90,6 +90,7 @@ class Engine:
         for n in cfg.neighbours:
             wake = asyncio.Event()
             self.peers[n] = Peer(n, self.policy.make_queue(n, wake.set), wake)
+        self.local_users = frozenset(cfg.local_users)     # empty: any user has a mailbox here
         self.reporter = Reporter(self.me, spool, records, cfg.default_lifetime, self.originate, log)
         self.partial: dict[tuple[str, str], Pending] = {}
         self.held: dict[tuple[str, str], Pending] = {}
@@ -243,8 +244,12 @@ class Engine:
         result: list[str | tuple[str, float] | None] = [None] * len(pieces)
         keep: list[Piece] = []
         admit, me, hop = self.policy.admit, self.me, self.routes.hop
+        local_users = self.local_users
         transit = self.transit_state()
         for i, p in enumerate(pieces):
+            if local_users and p.dst == me and not local_users.issuperset(p.users):
+                result[i] = f"no such user at {me}: {sorted(set(p.users) - local_users)[0]!r}"
+                continue
             verdict = admit(peer, p)
             if verdict is not None:
                 result[i] = verdict if verdict[1] > 0 else verdict[0]
@@ -259,7 +264,12 @@ class Engine:
         if not keep:
             return result
         deliver_ts = time.time()
-        fresh = await self.spool.run(Spool.op_receive(keep, deliver_ts))
+        try:
+            fresh = await self.spool.run(Spool.op_receive(keep, deliver_ts))
+        except Exception:
+            for p in keep:
+                self.policy.stored(peer, p, False)    # nothing was stored: undo the charges, as for duplicates
+            raise
         now = time.monotonic()
         st.frags_in += len(keep)
         st.bytes_in += sum(len(p.data) for p in keep)

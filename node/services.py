@@ -10,7 +10,7 @@ import grpc
 
 from node.mailbox import Mailbox
 from node.mta import Engine
-from node.names import is_user_name
+from node.names import is_node_name, is_user_name
 from node.rpc import control_pb2, control_pb2_grpc, submit_pb2, submit_pb2_grpc
 
 log = logging.getLogger("node.services")
@@ -82,6 +82,9 @@ class ControlService(control_pb2_grpc.ControlServicer):
     async def SetRoutes(self, request: control_pb2.SetRoutesRequest, context) -> control_pb2.SetRoutesReply:  # noqa: N802
         await self._check(context)
         routes = {r.destination: r.next_hop for r in request.routes}
+        bad_dst = [d for d in routes if not is_node_name(d)]
+        if bad_dst:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"destination {bad_dst[0]!r} is not a node name")
         bad = [h for h in routes.values() if h not in self.engine.cfg.neighbours]
         if bad:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"next hop {bad[0]!r} is not a neighbour")

@@ -35,11 +35,13 @@ def test_set_routes_rejects_non_neighbours_and_reroutes_orphans(localnet) -> Non
     with net.client("n1") as c:
         with pytest.raises(UserError, match="not a neighbour"):
             c.set_routes({"n3": "n9"})
+        with pytest.raises(UserError, match="not a node name"):
+            c.set_routes({"n3\n": "n2"})          # a destination that no node can have
         assert c.set_routes({"n3": "n2"}) == 1
         r = c.send(["n3"], size=1500)
         assert r.accepted
     with net.client("n3") as c:
-        wait_until(lambda: c.mailbox(), 20)
+        wait_until(lambda: c.mailbox(), 20, what="the message in the mailbox of n3")
         assert [i.hops for i in c.mailbox()] == [2]       # went the long way round
 
 
@@ -48,7 +50,7 @@ def test_sigterm_shuts_down_cleanly_and_restart_keeps_the_mailbox(localnet) -> N
     with net.client("n1") as c:
         ids = {c.send(["n2"], size=100).msg_id for _ in range(5)}
     with net.client("n2") as c:
-        wait_until(lambda: len(c.mailbox()) == 5, 20)
+        wait_until(lambda: len(c.mailbox()) == 5, 20, what="5 messages in the mailbox of n2")
     assert net.stop("n2") == 0 and net.stop("n1") == 0
     metrics = net.records("n2", "metrics")
     assert metrics and metrics[-1]["delivered"] == 5           # final metrics line written at shutdown

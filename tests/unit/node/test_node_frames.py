@@ -1,4 +1,4 @@
-"""Frame validation and the outgoing scheduler."""
+"""Frame validation."""
 from __future__ import annotations
 
 import pytest
