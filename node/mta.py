@@ -1,26 +1,16 @@
 """The message transfer engine: admission, store, forward, deliver.
 
-Two engines behind one interface (`make_engine`):
-  FragmentingEngine     the originator cuts a message into F-byte fragments; a
-                        transit hop forwards each fragment as soon as it is
-                        durably stored (pipelining); the recipient reassembles,
-                        aborting a partial message after `reassembly_timeout`
-                        seconds without a new fragment.
-  NonFragmentingEngine  a message crosses a link as wire chunks, but a transit
-                        hop forwards nothing until the WHOLE message is stored
-                        there (today's e-mail). The only difference between the
-                        engines is `transit_state` and `fragments_for`.
+FragmentingEngine cuts a message into F-byte fragments at the originator; a
+transit hop forwards each fragment once it is durably stored (pipelining) and
+the recipient reassembles (a partial message is aborted after
+`reassembly_timeout` s without a fragment). NonFragmentingEngine forwards
+nothing from a transit hop until the WHOLE message is stored there (e-mail);
+the engines differ only in `transit_state` and `fragments_for`.
 
-The engine's seams (README "Architecture"):
-  router            node/routing/: asked once per message copy for its next hop
-                    (cached per copy until the router says routes changed)
-  admission policy  node/policy.py: asked for every submission and arriving
-                    piece; builds each link's queue (the link scheduler,
-                    node/transfer_queue.py)
-  peers             node/peer.py: per-neighbour queue, wake event and counters,
-                    handed to the link session (node/link.py)
-  reports           node/reports.py: non-delivery reports
-Piece states are named once in node/states.py.
+Seams (README "Architecture"): the router (node/routing/, asked once per
+message copy), the admission policy (node/policy.py, which also builds each
+link's queue, node/transfer_queue.py), the peers handed to link sessions
+(node/peer.py) and reports (node/reports.py). Piece states: node/states.py.
 """
 from __future__ import annotations
 
@@ -37,7 +27,7 @@ from node.peer import Peer
 from node.policy import ResourcePolicy, make_policy
 from node.records import Records
 from node.reports import REPORT_KIND, NewMessage, Reporter
-from node.resource_manager import RETRY_CAP
+from node.resource_manager import CONGESTED, RETRY_CAP
 from node.routing import Router, StaticRouter
 from node.routing.cache import CopyRoutes
 from node.rpc import link_pb2
@@ -191,27 +181,43 @@ class Engine:
         if reason:
             return self._refuse_submission(m.originator, m.recipients, n, reason)
         origin = Spool.op_origin(msg_id, m.originator, dsts, n, prio, now, expires)
-        early = await self._store_early(pieces)
-        if early:
+        every = pieces
+        try:
+            early = await self._store_early(pieces)
             pieces = pieces[early:]
-        insert = Spool.op_insert(pieces)
+            insert = Spool.op_insert(pieces)
 
-        def op(c) -> None:
-            origin(c)
-            insert(c)
-        await self.spool.run(op)         # acknowledged only once durable
+            def op(c) -> None:
+                origin(c)
+                insert(c)
+            await self.spool.run(op)         # acknowledged only once durable
+        except Exception as exc:             # disk full, I/O error: refuse it and keep nothing of it
+            self._abandon(msg_id, every)
+            log.error("cannot store submission %s: %s", msg_id, exc)
+            return self._refuse_submission(m.originator, m.recipients, n,
+                                           f"{CONGESTED}: this node cannot store it now ({exc})")
         self.submitted += 1
-        self.records.write("submission", ts=now, msg_id=msg_id, src=self.me, dst=dsts if len(dsts) > 1 else dsts[0],
-                           size=n, accepted=True, reason="", originator=m.originator, priority=prio,
-                           fragments=frags, kind=m.kind)
-        for p in pieces:
+        for p in pieces:                     # queued before anything else can fail
             if p.state == S.PART:
                 self._collect(self.partial, p)
             else:
                 self._enqueue(p)
         if self.me in dsts:
             self._spawn(self._deliver((msg_id, self.me)))
+        self.records.write("submission", ts=now, msg_id=msg_id, src=self.me, dst=dsts if len(dsts) > 1 else dsts[0],
+                           size=n, accepted=True, reason="", originator=m.originator, priority=prio,
+                           fragments=frags, kind=m.kind)
         return True, msg_id, ""
+
+    def _abandon(self, msg_id: str, pieces: list[Piece]) -> None:
+        """A submission that could not be stored whole: out of the queues, its charges and early chunks gone
+        (if the spool cannot delete them now, recover() drops them: they have no origin row)."""
+        for peer in self.peers.values():
+            peer.queue.remove_if(lambda x: x.msg_id == msg_id)
+        for p in pieces:
+            self.policy.dropped(p)
+        for dst in sorted({p.dst for p in pieces}):
+            self._spawn(self.spool.run(Spool.op_drop(msg_id, dst)))
 
     async def _store_early(self, pieces: list[Piece]) -> int:
         """Pipelining from the originator (fragmenting mode, large messages): store all but the last chunk of
@@ -221,7 +227,7 @@ class Engine:
         if self.mode != "fragmenting":
             return 0      # non-fragmenting: the whole message is stored before it moves, here as at every hop
         early = 0
-        while early < len(pieces) and pieces[early].state == "queued":
+        while early < len(pieces) and pieces[early].state == S.QUEUED:
             early += 1
         if early <= SUBMIT_EARLY_MIN:
             return 0

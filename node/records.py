@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import IO
+
+log = logging.getLogger("node.records")
 
 FILES = {"submission": "submissions.jsonl", "delivery": "deliveries.jsonl",
          "metrics": "metrics.jsonl", "report": "reports.jsonl"}
@@ -18,13 +21,21 @@ class Records:
         self.node = node
         self.dir.mkdir(parents=True, exist_ok=True)
         self._files: dict[str, IO[str]] = {}
+        self.failed = 0
 
     def write(self, kind: str, /, ts: float | None = None, **fields: object) -> dict:
+        """Append one record. A record file that cannot be written (disk full) costs a log line, never the
+        operation it records: the spool, not these files, is what the node's promises rest on."""
         rec = {"ts": time.time() if ts is None else ts, "node": self.node, **fields}
-        f = self._files.get(kind)
-        if f is None:
-            f = self._files[kind] = open(self.dir / FILES[kind], "a", buffering=1)
-        f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        try:
+            f = self._files.get(kind)
+            if f is None:
+                f = self._files[kind] = open(self.dir / FILES[kind], "a", buffering=1)
+            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        except OSError as exc:
+            self.failed += 1
+            if self.failed == 1 or self.failed % 1000 == 0:
+                log.error("cannot write %s record to %s (%d failed so far): %s", kind, self.dir, self.failed, exc)
         return rec
 
     def close(self) -> None:

@@ -197,7 +197,7 @@ class Spool:
                 self.commits += 1
                 self.ops += len(batch)
             except Exception as exc:  # the whole transaction failed (disk full...): everyone hears it
-                log.exception("spool commit failed")
+                log.error("spool commit failed: %s", exc)
                 try:
                     conn.execute("ROLLBACK")
                 except sqlite3.Error:
