@@ -139,16 +139,44 @@ class Spool:
         self._thread: threading.Thread | None = None
         self.commits = 0
         self.ops = 0
+        self.quarantined: Path | None = None     # where a damaged spool file was moved at open()
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")   # fsync the WAL at every commit: acks mean durable
-        conn.executescript(SCHEMA)
+        try:
+            conn = self._connect()
+        except sqlite3.DatabaseError as exc:
+            # a damaged file must not become a crash loop: keep it aside for inspection, start afresh
+            self.quarantined = self._quarantine()
+            log.error("spool %s is damaged (%s): moved aside to %s; starting with an empty spool",
+                      self.path, exc, self.quarantined)
+            conn = self._connect()
         self._thread = threading.Thread(target=self._writer, args=(conn,), name="spool-writer", daemon=True)
         self._thread.start()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")   # fsync the WAL at every commit: acks mean durable
+            conn.executescript(SCHEMA)
+            if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                raise sqlite3.DatabaseError("integrity check failed")
+        except sqlite3.DatabaseError:
+            conn.close()
+            raise
+        return conn
+
+    def _quarantine(self) -> Path:
+        """Rename the spool file (and its WAL and shared-memory files) with a timestamp."""
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        target = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
+        for suffix in ("", "-wal", "-shm"):
+            f = Path(f"{self.path}{suffix}")
+            if f.exists():
+                f.rename(Path(f"{target}{suffix}"))
+        return target
 
     def close(self) -> None:
         if self._thread is not None:
