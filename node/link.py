@@ -34,6 +34,7 @@ import secrets
 from typing import Any, Awaitable, Callable
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from node.codec import frames_from_pieces, piece_from_frame, pieces_from_run
 from node.config import NodeConfig
@@ -211,26 +212,26 @@ class LinkSession:
             if not done:
                 pending.cancel()      # not awaited: a read on a dead stream may not end promptly
                 raise SessionError(f"no frame from {name} for {self.cfg.session.hold_time:g} s (hold time)")
-            batch = pending.result()
+            try:
+                batch = pending.result()
+            except DecodeError:
+                raise SessionError(f"{name} sent a message that is not a Link frame batch") from None
             if batch is grpc.aio.EOF:
                 raise SessionError(f"{name} closed the session")
             frags: list[tuple[int, Piece]] = []
+            refused: list[tuple[int, str]] = []
             for fr in batch.frames:
                 kind = fr.WhichOneof("kind")
                 if kind == "fragment":
                     p = piece_from_frame(fr.fragment, self.cfg)
                     if isinstance(p, str):
-                        log.warning("refusing a frame from %s: %s", name, p)
-                        self.refuses.append(link_pb2.Refuse(seq=fr.fragment.seq, reason=p))
-                        st.refused_in += 1
+                        refused.append((fr.fragment.seq, p))
                     else:
                         frags.append((fr.fragment.seq, p))
                 elif kind == "run":
                     for seq, p in pieces_from_run(fr.run, self.cfg):
                         if isinstance(p, str):
-                            log.warning("refusing a frame from %s: %s", name, p)
-                            self.refuses.append(link_pb2.Refuse(seq=seq, reason=p))
-                            st.refused_in += 1
+                            refused.append((seq, p))
                         else:
                             frags.append((seq, p))
                 elif kind == "ack":
@@ -252,6 +253,10 @@ class LinkSession:
                     self.handlers[kind](peer, fr)
                 else:
                     log.warning("ignoring a frame of kind %s from %s (no handler)", kind or "(empty)", name)
+            if refused:        # one log line per batch, however many frames it refuses
+                log.warning("refusing %d frame(s) from %s: %s", len(refused), name, refused[0][1])
+                self.refuses.extend(link_pb2.Refuse(seq=seq, reason=r) for seq, r in refused)
+                st.refused_in += len(refused)
             st.inflight = len(self.inflight)
             if frags:
                 await sem.acquire()
@@ -374,6 +379,10 @@ class LinkManager:
             first = await asyncio.wait_for(context.read(), self.cfg.session.hold_time)
         except asyncio.TimeoutError:
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no OPEN within the hold time")
+            return
+        except DecodeError:
+            log.warning("refused a session from %s: its first message is not a Link frame batch", context.peer())
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message is not a Link frame batch")
             return
         if first is grpc.aio.EOF:
             return

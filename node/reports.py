@@ -19,6 +19,7 @@ from node.spool import Piece, Spool
 
 REPORT_KIND = "ndr"
 REPORTER = "mailer-daemon"
+NOTED_MAX = 10_000      # recent reports remembered to keep one record per copy, event and reason
 
 
 @dataclass
@@ -46,9 +47,16 @@ class Reporter:
         self._originate = originate
         self.log = log
         self.made = 0
+        self._noted: dict[tuple[str, str, str, str], None] = {}     # recent (copy, event, reason), oldest first
 
     async def report(self, p: Piece, reason: str, event: str = "ndr_made") -> None:
         """Record why the copy `p` is not delivered and tell its originator (once per copy per node)."""
+        note = (p.msg_id, p.dst, event, reason)
+        if note in self._noted:          # many pieces of one copy: one record and one log line
+            return
+        self._noted[note] = None
+        if len(self._noted) > NOTED_MAX:
+            del self._noted[next(iter(self._noted))]
         self.records.write("report", event=event, msg_id=p.msg_id, dst=p.dst, reason=reason, src=p.src,
                            originator=p.originator)
         self.log.warning("message %s for %s not delivered: %s", p.msg_id, p.dst, reason)

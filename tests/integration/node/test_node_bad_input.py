@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import grpc
 import pytest
@@ -44,7 +45,7 @@ def test_impostors_are_refused_while_real_sessions_go_on(localnet) -> None:
             assert got_code == code and words in details
             assert c.send(["n3"], size=2000).accepted     # traffic keeps flowing between refusals
     with net.client("n3") as c:
-        wait_until(lambda: len(c.mailbox()) >= len(cases), 20)
+        wait_until(lambda: len(c.mailbox()) >= len(cases), 20, what=f"{len(cases)} messages in the mailbox of n3")
         assert len(c.mailbox()) == len(cases)
     with net.client("n2") as c:
         st = c.stats()["neighbours"]
@@ -113,6 +114,26 @@ def test_malformed_frames_are_refused_one_by_one_and_the_node_carries_on(localne
     assert asyncio.run(_garbage(addr)) != grpc.StatusCode.OK
     with net.client("n2") as c:
         assert c.health()
-        items = wait_until(lambda: c.mailbox(include_payload=True), 10)
+        items = wait_until(lambda: c.mailbox(include_payload=True), 10, what="the valid message in the mailbox of n2")
         assert [(i.msg_id, i.payload) for i in items] == [("x1", b"hello")]   # the valid one, exactly once
         assert c.stats()["neighbours"]["n1"]["refused_in"] == 5
+
+
+async def _send_raw(addr: str, data: bytes) -> tuple[grpc.StatusCode, str]:
+    async with grpc.aio.insecure_channel(addr, options=GRPC_OPTIONS) as ch:
+        call = ch.stream_stream("/wanbed.Link/Session", request_serializer=lambda b: b,
+                                response_deserializer=lambda b: b)()
+        await call.write(data)
+        try:
+            await asyncio.wait_for(call.read(), 10)
+        except grpc.aio.AioRpcError as exc:
+            return exc.code(), exc.details()
+        return grpc.StatusCode.OK, ""
+
+
+def test_a_stream_that_does_not_start_with_a_frame_batch_gets_a_clean_error(localnet) -> None:
+    net = localnet(hops=1)
+    code, details = asyncio.run(_send_raw(net.nodes["n2"].cfg.data_listen, b"\xff\xff\xff\xff not protobuf"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "not a Link frame batch" in details
+    log = (Path(net.nodes["n2"].cfg.records_dir) / "node.log").read_text()
+    assert "Traceback" not in log and "DecodeError" not in log

@@ -3,6 +3,7 @@ clear refusal, and nothing holds a whole batch hostage."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -104,4 +105,18 @@ def test_a_user_without_a_mailbox_here_is_refused_not_stored(tmp_path: Path) -> 
         status = await eng.spool.run(Spool.op_status("to-mallory"))
         assert not status["states"] and not status["mailbox"]
         await _close(eng)
+    asyncio.run(go())
+
+
+def test_many_pieces_to_an_unknown_node_make_one_report_line_per_copy(tmp_path: Path) -> None:
+    """Amplification: one batch of 2,000 one-byte pieces with no route must not write 2,000 records."""
+    async def go() -> None:
+        eng = await _engine(tmp_path)
+        ps = pieces_of(b"z" * 2000, msg="flood", dst="n9", chunk=1)
+        assert await eng.receive("n2", ps) == [None] * 2000            # kept as orphans, never dropped
+        await eng.settle()
+        assert len(eng.orphans) == 2000
+        await _close(eng)
+        lines = [json.loads(x) for x in (tmp_path / "reports.jsonl").read_text().splitlines()]
+        assert [(r["msg_id"], r["event"]) for r in lines] == [("flood", "orphan")]
     asyncio.run(go())
