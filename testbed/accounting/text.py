@@ -43,8 +43,12 @@ def verdict_details(v: Verdict, shown: int = SHOWN) -> list[str]:
     if twice:
         out.append(f"duplicated, never accepted here: {_first(list(twice.items()), shown, lambda i: f'{pair_text(i[0])} (+{i[1] - 1})')}")
     if v.late_pairs:
-        out.append(f"late: {_first(list(v.late_pairs.items()), shown, lambda i: f'{pair_text(i[0])} at {places_text(i[1])}')}")
-        out.append(f"late copies held at: {where_text(late_where(v.late_pairs))}")
+        # copies held at several nodes first: they are what a per-node count of held messages misses
+        late = sorted(v.late_pairs.items(), key=lambda i: -len({p.node for p in i[1]}))
+        out.append(f"late: {_first(late, shown, lambda i: f'{pair_text(i[0])} at {places_text(i[1])}', '; ')}")
+        several = sum(1 for _p, places in late if len({p.node for p in places}) > 1)
+        out.append(f"late copies held at: {where_text(late_where(v.late_pairs))}"
+                   + (f" ({several} of the {len(late)} copies at two or more nodes at once)" if several else ""))
     if v.reported_by_reason:
         out.append("reported: " + "; ".join(f"{reason}: {n}" for reason, n in v.reported_by_reason.items()))
     r = v.reports
@@ -75,6 +79,6 @@ def where_text(where: dict[str, dict[str, int]]) -> str:
                      for node, states in where.items())
 
 
-def _first(items: list, shown: int, fmt) -> str:
-    text = ", ".join(fmt(i) for i in items[:shown])
+def _first(items: list, shown: int, fmt, sep: str = ", ") -> str:
+    text = sep.join(fmt(i) for i in items[:shown])
     return text + (f" (and {len(items) - shown} more)" if len(items) > shown else "")

@@ -11,6 +11,7 @@ Non-delivery report messages are accounted apart, in `reports`.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,8 +82,8 @@ class Verdict:
             return False
         return max_late is None or self.late <= max_late
 
-    def to_dict(self, max_late: int | None = None, limit: int = DETAIL_LIMIT) -> dict[str, Any]:
-        """Plain data for summary.json and `testbed check --json`; pair lists cut to `limit` entries."""
+    def to_dict(self, max_late: int | None = None, limit: int | None = DETAIL_LIMIT) -> dict[str, Any]:
+        """Plain data for summary.json and `testbed check --json`; pair lists cut to `limit` entries (None: all)."""
         return {
             "ok": self.ok(max_late), "max_late": max_late,
             "accepted": self.accepted, "delivered": self.delivered, "duplicate": self.duplicate,
@@ -122,4 +123,9 @@ def late_where(late_pairs: dict[Pair, list[Place]]) -> dict[str, dict[str, int]]
         for p in places:
             by_state = out.setdefault(p.node, {})
             by_state[p.state] = by_state.get(p.state, 0) + 1
-    return {node: dict(sorted(states.items())) for node, states in sorted(out.items())}
+    return {node: dict(sorted(states.items())) for node, states in sorted(out.items(), key=lambda i: node_order(i[0]))}
+
+
+def node_order(name: str) -> tuple:
+    """n2 before n10: names compared by their text and number parts."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part)

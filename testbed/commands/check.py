@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,26 +34,33 @@ def _check(args: argparse.Namespace) -> int:
         all_ok = all_ok and ok
         name = accounting.label(rep)
         if args.json:
-            rows.append({"repetition": name, "dir": str(rep), **verdict.to_dict(max_late)})
+            rows.append({"repetition": name, "dir": str(rep), **verdict.to_dict(max_late, limit=None)})
             continue
-        print(accounting.verdict_line(name, verdict, max_late))
+        _say(accounting.verdict_line(name, verdict, max_late))
         for line in accounting.verdict_details(verdict):
-            print(f"  {line}")
+            _say(f"  {line}")
         rows.append({"ok": ok, **{k: getattr(verdict, k) for k in _COUNTS}})
     total = {k: sum(r[k] for r in rows) for k in _COUNTS}
     passed = sum(1 for r in rows if r["ok"])
     if args.json:
-        json.dump({"ok": all_ok, "repetitions": rows, "total": {**total, "repetitions": len(rows), "passed": passed}},
-                  sys.stdout, indent=1)
-        print()
+        _say(json.dumps({"ok": all_ok, "repetitions": rows,
+                         "total": {**total, "repetitions": len(rows), "passed": passed}}, indent=1))
     elif len(rows) > 1:
-        print(f"total: {len(rows)} repetitions: {total['accepted']} accepted: {total['delivered']} delivered, "
-              f"{total['reported']} reported, {total['late']} late, {total['lost']} lost, "
-              f"{total['duplicate']} duplicates — {passed} of {len(rows)} OK")
+        _say(f"total: {len(rows)} repetitions: {total['accepted']} accepted: {total['delivered']} delivered, "
+             f"{total['reported']} reported, {total['late']} late, {total['lost']} lost, "
+             f"{total['duplicate']} duplicates — {passed} of {len(rows)} OK")
     return 0 if all_ok else EXIT_FAILED
 
 
 _COUNTS = ("accepted", "delivered", "reported", "late", "lost", "duplicate")
+
+
+def _say(text: str) -> None:
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # the reader stopped reading (`| head`): check on for the exit status, writing nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,5 +74,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-late", type=int, default=None, metavar="N",
                    help="late (still held) copies a repetition may have and pass (default: the repetition's "
                         "scenario max_late, else any number)")
-    p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    p.add_argument("--json", action="store_true", help="print the verdicts as JSON, with every pair id")
     p.set_defaults(handler=_check)
