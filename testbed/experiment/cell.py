@@ -2,7 +2,8 @@
 
 build network -> write node configs -> start daemons -> wait healthy -> host
 monitor -> warm-up -> workload + fault timeline for the duration -> drain ->
-stop daemons -> tear down -> summary.json (and `.complete` when it all ran).
+stop daemons -> tear down -> loss check -> summary.json (and `.complete` when it
+all ran).
 
 Teardown always happens (finally). A stop request (Ctrl-C in the runner) ends
 the current phase promptly; what was collected stays and the summary says the
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from node.errors import UserError
+from testbed import accounting
 from testbed.experiment import nodeconfig, summary, timescale, workload
 from testbed.experiment.daemons import NodeDaemons
 from testbed.experiment.driver import WorkloadDriver
@@ -44,6 +46,7 @@ class CellResult:
     complete: bool
     reason: str
     summary: dict = field(default_factory=dict)
+    verdict: accounting.Verdict | None = None      # the loss checker's, made after teardown
 
 
 @contextlib.contextmanager
@@ -119,12 +122,25 @@ class _CellRun:
             self._teardown()
         if self.stop.is_set() and not reason:
             complete, reason = False, "interrupted"
-        result = summary.write_summary(self.rep_dir, self.model, complete=complete, reason=reason, drain=self.drain)
+        # Only now: the daemons are stopped, so every spool file holds what its node held at the end.
+        verdict = accounting.check_run(self.rep_dir)
+        result = summary.write_summary(self.rep_dir, self.model, complete=complete, reason=reason, drain=self.drain,
+                                       verdict=verdict)
+        self._announce(verdict)
         if complete:
             (self.rep_dir / COMPLETE_MARKER).write_text(f"{time.time()}\n")
         if error is not None:
             raise error
-        return CellResult(complete, reason, result)
+        return CellResult(complete, reason, result, verdict)
+
+    def _announce(self, verdict: accounting.Verdict) -> None:
+        """The checker's verdict on the console (and in runner.log through the progress display)."""
+        try:
+            self.progress.event(accounting.verdict_line(accounting.label(self.rep_dir), verdict, self.model.max_late))
+            for line in accounting.verdict_details(verdict):
+                self.progress.event(f"  {line}")
+        except Exception:  # noqa: BLE001 - a broken console must not lose the run's summary
+            log.exception("cannot show the loss checker's verdict")
 
     # ---- the phases ----------------------------------------------------------------------
 

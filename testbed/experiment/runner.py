@@ -39,7 +39,7 @@ COMPLETE_MARKER = ".complete"
 EXPERIMENT_FILE = "experiment.json"
 RUNNER_LOG = "runner.log"
 EXIT_OK = 0
-EXIT_PROBLEMS = 1        # a rep failed, stayed incomplete, or lost/duplicated messages
+EXIT_PROBLEMS = 1        # a rep failed, stayed incomplete, or failed the loss checker (lost/duplicated/too late)
 EXIT_INTERRUPTED = 130
 
 RunCell = Callable[[Scenario, Path, Progress, threading.Event], Any]
@@ -431,6 +431,14 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
+def _fails_check(summary: dict[str, Any]) -> bool:
+    """The loss checker's verdict stored in the summary (lost, duplicates, or more late than max_late)."""
+    verdict = summary.get("accounting")
+    if isinstance(verdict, dict) and isinstance(verdict.get("ok"), bool):
+        return not verdict["ok"]
+    return (summary.get("lost") or 0) > 0 or (summary.get("duplicates") or 0) > 0     # a summary without one
+
+
 def table_rows(plans: list[RepPlan]) -> list[dict[str, str]]:
     rows = []
     for p in plans:
@@ -443,7 +451,7 @@ def table_rows(plans: list[RepPlan]) -> list[dict[str, str]]:
             "cell": p.cell.name, "rep": str(p.rep), "status": p.status,
             "offered": _fmt(s.get("offered")), "accepted": _fmt(s.get("accepted")),
             "delivered": _fmt(s.get("delivered")), "lost": _fmt(s.get("lost")),
-            "dup": _fmt(s.get("duplicates")),
+            "late": _fmt(s.get("late")), "dup": _fmt(s.get("duplicates")),
             "thr2+/h": _fmt(thr.get("per_model_hour") if thr else None),
             "delay_s": _fmt(overall.get("mean_model_s", overall.get("mean")) if isinstance(overall, dict) else None, 2),
             "cpu_max": _fmt(sat.get("max_cpu") if sat else None, 0),
@@ -469,6 +477,6 @@ def print_table(plans: list[RepPlan], stream: TextIO) -> bool:
         if p.status in ("complete", "skipped") and p.summary:
             for text in _check(p.summary):
                 print(f"warning: {where}: {text}", file=stream)
-            if (p.summary.get("lost") or 0) > 0 or (p.summary.get("duplicates") or 0) > 0:
+            if _fails_check(p.summary):
                 problems = True
     return problems

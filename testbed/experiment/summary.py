@@ -4,18 +4,30 @@ Only the files are read (docs/run-directory.md), so a summary can be recomputed
 for any run directory, also an incomplete one: a missing file counts as empty
 and a malformed line is reported under `schema`, never a crash.
 
-Accounting (per message copy = message id x recipient):
+Accounting (per message copy = message id x recipient node):
 - offered   = submission attempts (the nodes' submissions.jsonl plus the
               driver's workload.jsonl for attempts that never reached a node)
 - accepted / refused (by reason; the reason up to its first ": " so details
-  such as sizes do not split a group)
-- delivered = distinct (msg_id, dst) deliveries; duplicates = the extra ones
-- ndr       = copies a node reported undeliverable ("ndr_made")
-- undelivered = accepted copies neither delivered nor reported undeliverable
-- lost      = undelivered when the drain emptied every spool, otherwise
-              undelivered - in_flight_at_end (floored at 0): what is still held
-              in a spool is late, not lost; unknown (None) when the run never
-              reached the drain
+  such as sizes do not split a group); both count submission lines, the
+  non-delivery reports the nodes made included
+- delivered = distinct (msg_id, dst) deliveries
+The loss figures come from the independent checker (testbed/accounting,
+`testbed check`), which also reads the spools the teardown left:
+- copies    = accepted copies of user messages (non-delivery report messages
+              are accounted apart, under `accounting.reports`)
+- duplicates = delivery lines beyond the first of each copy
+- ndr / ndr_by_reason = copies reported undeliverable ("ndr_made") and not delivered
+- lost      = accepted copies neither delivered, reported undeliverable, nor
+              held in any spool at teardown; no longer estimated from the drain
+- late      = accepted copies neither delivered nor reported but still held in
+              a spool at teardown; `late_where` counts them per node and state
+              (a copy held at two nodes counts at both)
+- undelivered = late + lost
+- in_flight_at_end = what the drain saw still held (the nodes' Stats, which
+              undercount: a copy can be held at several nodes); informational
+- accounting = the checker's verdict: every class, the first pairs of each,
+              where the late ones are held, `ok` (no loss, no duplicate, late
+              within the scenario's `max_late`)
 Throughput is the thesis' (Brachman 1989 section 6.2.1: "based on end-to-end
 delivery of complete messages", Figures 6.3-6.7 plot messages of 2+
 fragments): delivered copies of 2 or more fragments per model hour of
@@ -32,128 +44,66 @@ import math
 import os
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from node import schema
+from testbed.accounting import Verdict, check_run
+from testbed.accounting.check import node_directories
+from testbed.accounting.records import MAX_PROBLEM_SAMPLES, RecordReader, conforms, reason_group
+from testbed.accounting.text import where_text
+from testbed.accounting.verdict import late_where
 from testbed.experiment import hostmon
 from testbed.scenario.spec import Scenario
 
 log = logging.getLogger(__name__)
 
+_conforms = conforms      # the name the schema tests know the fast record check by (it moved to testbed/accounting)
+
 SUMMARY_FILE = "summary.json"
-MAX_PROBLEM_SAMPLES = 10
 DRIVER_COUNTERS = ("planned", "submitted", "accepted", "refused", "unreachable")
 # Thesis Table 6.1 size ranges in fragments, plus anything larger (empirical/fixed sizes)
 BUCKETS: tuple[tuple[str, int, float], ...] = (("1", 0, 1), ("2-30", 2, 30), ("31-100", 31, 100),
                                                (">100", 101, math.inf))
 
 
-@dataclass
-class _Reader:
-    """Reads JSON-lines files of a run directory, collecting schema problems instead of raising."""
-
-    root: Path
-    problems: int = 0
-    samples: list[str] = field(default_factory=list)
-    lines: int = 0
-
-    def records(self, path: Path, kind: str) -> Iterator[dict[str, Any]]:
-        """The valid records of one file; nothing when it is missing."""
-        try:
-            f = open(path, encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            self._problem(f"{self._rel(path)}: cannot read ({exc.strerror})")
-            return
-        with f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                self.lines += 1
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    # a daemon killed mid-write leaves a partial last line: reported, not fatal
-                    self._problem(f"{self._rel(path)}:{lineno}: not a JSON line")
-                    continue
-                if not _conforms(kind, rec):
-                    issues = schema.validate(kind, rec) or ["does not conform"]
-                    self._problem(f"{self._rel(path)}:{lineno}: {kind} record: {issues[0]}")
-                    continue
-                yield rec
-
-    def _problem(self, text: str) -> None:
-        self.problems += 1
-        if len(self.samples) < MAX_PROBLEM_SAMPLES:
-            self.samples.append(text)
-
-    def _rel(self, path: Path) -> str:
-        try:
-            return str(path.relative_to(self.root))
-        except ValueError:
-            return str(path)
-
-
 def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str = "",
-              drain: dict | None = None) -> dict:
-    """The summary of the run directory `rep_dir` (see the module docstring); reads files only."""
+              drain: dict | None = None, verdict: Verdict | None = None) -> dict:
+    """The summary of the run directory `rep_dir` (see the module docstring); reads files only.
+    `verdict` is the loss checker's answer for rep_dir when the caller already has it (else it is made here)."""
     rep_dir = Path(rep_dir)
-    reader = _Reader(rep_dir)
-    node_dirs = sorted(p for p in (rep_dir / "nodes").glob("*") if p.is_dir()) if (rep_dir / "nodes").is_dir() else []
+    if verdict is None:
+        verdict = check_run(rep_dir)
+    # The checker has counted the problems of the record files it reads: `checked_files` reads them again
+    # without counting them into the schema figures; `reader` counts the files only the summary reads.
+    checked_files = RecordReader(rep_dir)
+    reader = RecordReader(rep_dir)
+    node_dirs = node_directories(rep_dir)
 
     # ---- submissions -----------------------------------------------------------------------
     submissions: list[dict[str, Any]] = []
     for d in node_dirs:
-        submissions.extend(reader.records(d / "submissions.jsonl", "submission"))
-    unreachable = list(reader.records(rep_dir / "workload.jsonl", "submission"))
+        submissions.extend(checked_files.records(d / "submissions.jsonl", "submission"))
+    unreachable = list(checked_files.records(rep_dir / "workload.jsonl", "submission"))
     offered = len(submissions) + len(unreachable)
     accepted_recs = [r for r in submissions if r["accepted"]]
     refused_recs = [r for r in submissions if not r["accepted"]] + [r for r in unreachable if not r["accepted"]]
     accepted_recs += [r for r in unreachable if r["accepted"]]     # not expected; counted where it says
-    refused_by_reason = Counter(_reason_group(r["reason"]) for r in refused_recs)
-    expected: set[tuple[str, str]] = set()
-    for r in accepted_recs:
-        if not r["msg_id"]:
-            continue
-        for dst in _recipients(r["dst"]):
-            expected.add((r["msg_id"], dst))
+    refused_by_reason = Counter(reason_group(r["reason"]) for r in refused_recs)
 
     # ---- deliveries ------------------------------------------------------------------------
     first: dict[tuple[str, str], dict[str, Any]] = {}
-    delivery_lines = 0
     for d in node_dirs:
-        for rec in reader.records(d / "deliveries.jsonl", "delivery"):
-            delivery_lines += 1
+        for rec in checked_files.records(d / "deliveries.jsonl", "delivery"):
             key = (rec["msg_id"], rec["dst"])
             if key not in first or rec["deliver_ts"] < first[key]["deliver_ts"]:
                 first[key] = rec
     delivered = len(first)
-    duplicates = delivery_lines - delivered
 
-    # ---- non-delivery reports --------------------------------------------------------------
-    ndr_pairs: set[tuple[str, str]] = set()
-    ndr_reasons: Counter[str] = Counter()
-    report_events: Counter[str] = Counter()
-    for d in node_dirs:
-        for rec in reader.records(d / "reports.jsonl", "report"):
-            report_events[rec["event"]] += 1
-            if rec["event"] == "ndr_made" and (rec["msg_id"], rec["dst"]) not in ndr_pairs:
-                ndr_pairs.add((rec["msg_id"], rec["dst"]))
-                ndr_reasons[_reason_group(rec["reason"])] += 1
-
-    delivered_pairs = set(first)
-    undelivered = len(expected - delivered_pairs - ndr_pairs)
-    unexpected = len(delivered_pairs - expected)    # e.g. a submission line lost when its node was killed
-    if drain is None:
-        in_flight: int | None = None
-        lost: int | None = None
-    else:
+    # ---- what the drain saw (informational: the losses are the checker's) ----------------------
+    in_flight: int | None = None
+    if drain is not None:
         held = drain.get("in_flight")
         in_flight = int(held) if isinstance(held, (int, float)) and not isinstance(held, bool) and held > 0 else 0
-        lost = undelivered if drain.get("empty") else max(0, undelivered - in_flight)
 
     # ---- delays, throughput ----------------------------------------------------------------
     scale = float(scenario.time_scale) if scenario.time_scale > 0 else 1.0
@@ -207,16 +157,19 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
         "refused": len(refused_recs),
         "refused_by_reason": dict(sorted(refused_by_reason.items())),
         "unreachable": len(unreachable),
-        "copies": len(expected),
+        "copies": verdict.accepted,
         "delivered": delivered,
-        "duplicates": duplicates,
-        "ndr": len(ndr_pairs),
-        "ndr_by_reason": dict(sorted(ndr_reasons.items())),
-        "reports": dict(sorted(report_events.items())),
-        "undelivered": undelivered,
+        "duplicates": verdict.extra_deliveries,
+        "ndr": verdict.reported,
+        "ndr_by_reason": dict(verdict.reported_by_reason),
+        "reports": dict(verdict.report_events),
+        "undelivered": verdict.late + verdict.lost,
         "in_flight_at_end": in_flight,
-        "lost": lost,
-        "unexpected_deliveries": unexpected,
+        "lost": verdict.lost,
+        "late": verdict.late,
+        "late_where": late_where(verdict.late_pairs),
+        "unexpected_deliveries": len(verdict.unexpected_deliveries),
+        "accounting": verdict.to_dict(max_late=scenario.max_late),
         "drain": drain,
         "throughput": throughput,
         "delay": {**{name: _stats(v, scale) for name, v in delays.items()}, "overall": _stats(all_delays, scale)},
@@ -224,16 +177,18 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
         "host_samples": len(host_records),
         "events": dict(sorted(events.items())),
         "driver": driver,
-        "schema": {"problems": reader.problems, "first": reader.samples, "lines": reader.lines},
+        "schema": {"problems": verdict.record_problems + reader.problems,
+                   "first": (verdict.first_problems + reader.samples)[:MAX_PROBLEM_SAMPLES],
+                   "lines": verdict.record_lines + reader.lines},
         "missing_files": missing,
     }
 
 
 def write_summary(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str = "",
-                  drain: dict | None = None) -> dict:
+                  drain: dict | None = None, verdict: Verdict | None = None) -> dict:
     """summarize() written to rep_dir/summary.json atomically (a reader never sees half a file)."""
     rep_dir = Path(rep_dir)
-    result = summarize(rep_dir, scenario, complete=complete, reason=reason, drain=drain)
+    result = summarize(rep_dir, scenario, complete=complete, reason=reason, drain=drain, verdict=verdict)
     rep_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".summary.", suffix=".tmp", dir=rep_dir)
     try:
@@ -248,24 +203,39 @@ def write_summary(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: 
 
 
 def check(summary: dict) -> list[str]:
-    """Problems a researcher must see: incomplete run, losses, an unfinished drain, duplicates,
-    saturation, bad records. One sentence each."""
+    """Problems a researcher must see: incomplete run, losses, an unfinished drain, copies still held,
+    duplicates, lost non-delivery reports, saturation, bad records. One sentence each."""
     problems: list[str] = []
     if not summary.get("complete", False):
         why = summary.get("reason") or "no reason recorded"
         problems.append(f"run incomplete ({why})")
+    acc = summary.get("accounting") if isinstance(summary.get("accounting"), dict) else {}
     lost = summary.get("lost")
     if isinstance(lost, int) and lost > 0:
-        problems.append(f"{lost} message copies lost (accepted, never delivered nor reported undeliverable)")
+        spools = acc.get("spool_problems") or {}
+        unread = f"; spools missing or unreadable: {', '.join(sorted(spools))}" if spools else ""
+        problems.append(f"{lost} message copies lost (accepted, never delivered, reported undeliverable, "
+                        f"nor held in any spool at teardown{unread})")
     drain = summary.get("drain")
     held = summary.get("in_flight_at_end")
-    if isinstance(drain, dict) and not drain.get("empty", True):
+    late = summary.get("late")
+    # the drain's count comes from the nodes' Stats, which undercount; once the spools show late copies,
+    # the checker's line below says it exactly, so the drain's is shown only when they disagree
+    if isinstance(drain, dict) and not drain.get("empty", True) and not (isinstance(late, int) and late > 0):
         what = f"{held} messages were still held in spools" if isinstance(held, int) and held > 0 else \
             "some nodes could not be drained"
         problems.append(f"{what} when the drain bound ended (late, not counted in the losses)")
+    if isinstance(late, int) and late > 0:
+        where = where_text(summary.get("late_where") or {})
+        bound = acc.get("max_late")
+        over = f", more than max_late {bound}" if isinstance(bound, int) and late > bound else ""
+        problems.append(f"{late} message copies still held in spools at teardown (late{over}): {where}")
     dups = summary.get("duplicates")
     if isinstance(dups, int) and dups > 0:
         problems.append(f"{dups} duplicate deliveries")
+    reports = acc.get("reports") if isinstance(acc.get("reports"), dict) else {}
+    if isinstance(reports.get("lost"), int) and reports["lost"] > 0:
+        problems.append(f"{reports['lost']} non-delivery reports lost (accepted, never delivered nor held)")
     sat = summary.get("saturation")
     if isinstance(sat, dict) and sat.get("saturated"):
         problems.append(f"host CPU above {sat.get('threshold')}% in {100 * float(sat.get('fraction_above', 0)):.0f}% "
@@ -278,31 +248,6 @@ def check(summary: dict) -> list[str]:
 
 
 # ---- helpers -------------------------------------------------------------------------------
-
-# schema.RECORDS flattened once: (name, types, bool allowed); the fast check runs per line of a long run,
-# schema.validate (which explains the problem) only for the lines that fail it
-_SCHEMA: dict[str, tuple[tuple[str, tuple[type, ...], bool], ...]] = {
-    kind: tuple((f.name, f.types, bool in f.types) for f in fields) for kind, fields in schema.RECORDS.items()}
-_MISSING = object()
-
-
-def _conforms(kind: str, record: object) -> bool:
-    if type(record) is not dict:
-        return False
-    for name, types, bool_ok in _SCHEMA[kind]:
-        value = record.get(name, _MISSING)
-        if value is _MISSING or not isinstance(value, types) or (value is True or value is False) and not bool_ok:
-            return False
-    return True
-
-
-def _recipients(dst: str | list) -> list[str]:
-    return [dst] if isinstance(dst, str) else [d for d in dst if isinstance(d, str)]
-
-
-def _reason_group(reason: str) -> str:
-    return reason.split(": ", 1)[0].strip() or "(no reason given)"
-
 
 def _bucket(fragments: int) -> str:
     for name, low, high in BUCKETS:
