@@ -10,6 +10,7 @@ import pytest
 
 from testbed import image
 from testbed.runtime.docker import run_containers
+from tests.integration.support import recoveries
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -77,6 +78,15 @@ def test_ctrl_c_during_a_docker_run_leaves_nothing(node_image: image.BuildResult
 
 
 DRILL = REPO / "scenarios" / "drill-relay-crash.yaml"
+# The drill's quick timeline with the relay's outgoing link n3-n4 cut from CUT s until after the restart, so
+# the killed relay provably holds messages: n1 sends n5 a message about every second (normal, mean 1 s,
+# sd 0.25 s), each crosses n3, and between the cut and the kill (3 s) n3 can hand none of them on.
+# A message needs at most MARGIN s to reach n3: 100 fragments of 1000 B (the thesis mix's largest) take
+# 0.1 s per 8 Mbit/s link, two links, 5 ms delay each; MARGIN leaves more than twice that.
+CUT, KILL, MARGIN = 1, 4, 0.5
+DRILL_FAULTS = (f"[{{at: {CUT}s, action: link_down, target: n3-n4}}, {{at: {KILL}s, action: kill, target: n3}}, "
+                "{at: 8s, action: restart, target: n3}, {at: 9s, action: link_up, target: n3-n4}, "
+                "{at: 11s, action: link_down, target: n1-n2}, {at: 15s, action: link_up, target: n1-n2}]")
 
 
 @pytest.mark.skipif(not DRILL.exists(), reason="scenarios/drill-relay-crash.yaml is not in the tree")
@@ -85,7 +95,8 @@ def test_relay_container_killed_and_restarted_loses_nothing(node_image: image.Bu
     links back and the relay's spool (in the run directory mount) carries every accepted message on."""
     out = tmp_path / "drill"
     r = subprocess.run([sys.executable, "-m", "testbed", "run", str(DRILL), "--quick", "--set", "runtime=docker",
-                        "--out", str(out)], capture_output=True, text=True, cwd=REPO, timeout=400)
+                        "--set", f"faults={DRILL_FAULTS}", "--out", str(out)],
+                       capture_output=True, text=True, cwd=REPO, timeout=400)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     [path] = sorted(out.glob("*/*/summary.json"))
     s = json.loads(path.read_text())
@@ -100,3 +111,12 @@ def test_relay_container_killed_and_restarted_loses_nothing(node_image: image.Bu
     # n3 is a relay of the chain: both of its data links and its management interface came back
     assert len(restart["replumbed"]) >= 3, restart
     assert not [e for e in events if e["event"] == "fault_failed"], events
+    # the kill hit data in flight: the restarted relay found in its spool at least what n1 accepted for n5
+    # from the cut until MARGIN s before the kill
+    cut = next(e["ts"] for e in events if e["event"] == "link_down" and e["target"] == "n3-n4")
+    subs = [json.loads(line) for line in (path.parent / "nodes" / "n1" / "submissions.jsonl").read_text().splitlines()]
+    stuck = [x for x in subs if x["accepted"] and x["dst"] == "n5" and cut <= x["ts"] <= by_kind["kill"]["ts"] - MARGIN]
+    found = recoveries(path.parent / "nodes" / "n3" / "node.log")
+    print(f"n3 at its restart: {found[-1]}; n1 accepted {len(stuck)} messages for n5 between cut and kill")
+    assert len(found) == 2 and stuck, (found, stuck)
+    assert found[1]["queued"] + found[1]["held"] >= sum(x["fragments"] for x in stuck), (found, stuck)

@@ -23,6 +23,7 @@ from testbed.experiment.daemons import NodeDaemons
 from testbed.experiment.progress import NullProgress
 from testbed.runtime.netns import list_netns
 from testbed.scenario.loader import load_text
+from tests.integration.support import recoveries
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240)]
 
@@ -45,14 +46,14 @@ workload:
     - nodes: all
       interarrival: {{dist: constant, mean: {interarrival}}}
       size: {{dist: fixed, bytes: {size}}}
-{faults}
+{generators}{faults}
 """
 
 
 def scenario(mode: str = "fragmenting", duration: float = 5.0, interarrival: float = 0.4, size: int = 3500,
-             faults: str = ""):
+             faults: str = "", generators: str = ""):
     return load_text(BASE.format(mode=mode, duration=duration, interarrival=interarrival, size=size,
-                                 faults=faults), "celltest.yaml")
+                                 faults=faults, generators=generators), "celltest.yaml")
 
 
 @pytest.fixture
@@ -121,13 +122,23 @@ def test_cell_runs_to_a_complete_run_directory(rep_dir: Path, mode: str) -> None
 
 
 def test_relay_kill_restart_and_link_cut_lose_nothing(rep_dir: Path) -> None:
-    faults = """faults:
-  - {at: 1.0, action: link_down, target: n3-n4}
-  - {at: 1.5, action: kill, target: n2}
-  - {at: 3.0, action: restart, target: n2}
-  - {at: 3.5, action: link_up, target: n3-n4}
+    # The cut is the relay's own outgoing link, so the relay holds messages when it is killed: on top of
+    # the base load n1 sends n4 a message every `stream` s, each crosses n2, and from the cut on n2 can
+    # hand none of them to n3 (a down link drops every frame, acknowledgements included). Between the
+    # cut and the kill n1 submits (kill - cut) / stream of them, so n2's spool cannot be empty.
+    cut, kill, stream = 1.0, 1.5, 0.1
+    faults = f"""faults:
+  - {{at: {cut}, action: link_down, target: n2-n3}}
+  - {{at: {kill}, action: kill, target: n2}}
+  - {{at: 3.0, action: restart, target: n2}}
+  - {{at: 3.5, action: link_up, target: n2-n3}}
 """
-    s = scenario(duration=6.0, faults=faults)
+    stream_gen = f"""    - nodes: [n1]
+      interarrival: {{dist: constant, mean: {stream}}}
+      size: {{dist: fixed, bytes: 3500}}
+      recipients: {{choice: fixed, nodes: [n4]}}
+"""
+    s = scenario(duration=6.0, faults=faults, generators=stream_gen)
     events: list[str] = []
 
     class Recorder(NullProgress):
@@ -149,6 +160,17 @@ def test_relay_kill_restart_and_link_cut_lose_nothing(rep_dir: Path) -> None:
     assert unreachable and all(r["node"] == "n2" and not r["accepted"] for r in unreachable)
     summ = result.summary
     assert summ["lost"] == 0 and summ["duplicates"] == 0
+    # the kill hit data in flight: the restarted n2 found messages for n3 in its spool (its first start
+    # found none), at least the pieces of what n1 accepted for n4 from the cut until one stream interval
+    # before the kill (time enough to reach n2 over an idle 20 Mbit/s link)
+    at = {e["event"]: e["ts"] for e in lines(rep_dir / "events.jsonl")}
+    stuck = [r for r in lines(rep_dir / "nodes" / "n1" / "submissions.jsonl")
+             if r["accepted"] and r["dst"] == "n4" and at["link_down"] <= r["ts"] <= at["kill"] - stream]
+    found = recoveries(rep_dir / "nodes" / "n2" / "node.log")
+    print(f"n2 at its restart: {found[-1]}; n1 accepted {len(stuck)} messages for n4 between cut and kill")
+    assert len(found) == 2 and found[0]["pieces"] == 0, found
+    assert stuck, "n1 submitted nothing for n4 between the cut and the kill"
+    assert found[1]["queued"] >= sum(r["fragments"] for r in stuck), (found, stuck)
     assert_torn_down(rep_dir)
 
 

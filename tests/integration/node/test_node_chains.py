@@ -30,7 +30,8 @@ def test_chain_delivers_everything_exactly_once(localnet, mode: str, hops: int) 
         generated = r.msg_id
     with net.client(last) as c:
         # generous bound: a few seconds of loopback work
-        wait_until(lambda: len(c.mailbox()) >= len(sent) + 1, 60)
+        wait_until(lambda: len(c.mailbox()) >= len(sent) + 1, 60,
+                   what=f"{len(sent) + 1} messages in the mailbox of {last}")
         items = c.mailbox(include_payload=True)
     counts = collections.Counter(i.msg_id for i in items)
     assert set(counts) == set(sent) | {generated}
@@ -64,7 +65,7 @@ def test_multi_recipient_and_local_delivery(localnet) -> None:
         assert r.accepted
     for node, users in (("n1", {"a"}), ("n2", {"c"}), ("n3", {"b", "d"})):
         with net.client(node) as c:
-            wait_until(lambda: len(c.mailbox()) >= len(users), 20)
+            wait_until(lambda: len(c.mailbox()) >= len(users), 20, what=f"{len(users)} items in the mailbox of {node}")
             items = c.mailbox(include_payload=True)
             assert {i.user for i in items} == users and all(i.payload == b"to everyone" for i in items)
             assert c.status(r.msg_id).state == "delivered"

@@ -37,7 +37,8 @@ def test_send_and_mailbox(localnet, tmp_path: Path) -> None:
     out = _tb("send", "n5", "--to", "n2", "--size", "1", env={"WANBED_NODES": "", "WANBED_NODE_ADDRESS": ""})
     # without an address the running network's state is asked (testbed/netstate.py): one clear sentence
     assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
-    wait_until(lambda: len(json.loads(_tb("mailbox", "n2", "--json", "--address", a2).stdout)) >= 2, 20)
+    wait_until(lambda: len(json.loads(_tb("mailbox", "n2", "--json", "--address", a2).stdout)) >= 2, 20,
+               what="2 items in the mailbox of n2 (testbed mailbox --json)")
     items = json.loads(_tb("mailbox", "n2", "--json", "--address", a2).stdout)
     assert {i["msg_id"] for i in items} >= {msg_id} and {i["size"] for i in items} == {2500, 17}
     text = _tb("mailbox", "n2", "--address", a2).stdout

@@ -50,13 +50,13 @@ def _delay(localnet, mode: str) -> float:
                     return False
         return True
 
-    assert wait_until(all_up, 20), "sessions did not come up"
+    assert wait_until(all_up, 20, what="every neighbour session up"), "sessions did not come up"
     with net.client("n1") as c:
         r = c.send([f"n{H + 1}"], size=M)
         assert r.accepted
     last = f"n{H + 1}"
     with net.client(last) as c:
-        assert wait_until(lambda: c.stats()["delivered"] == 1, 60, 0.05)
+        assert wait_until(lambda: c.stats()["delivered"] == 1, 60, 0.05, what=f"the message delivered at {last}")
     d = net.records(last, "delivery")[0]
     assert d["hops"] == H and d["size"] == M
     return d["deliver_ts"] - d["submit_ts"]

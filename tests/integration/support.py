@@ -1,0 +1,92 @@
+"""Helpers shared by the integration tests: polling that fails loudly, and the evidence that a crash hit
+data in flight (`from tests.integration.support import ...`).
+
+A crash test proves nothing about durability unless the crash caught data on its way: pieces a
+neighbour had sent but not yet seen acknowledged (it must send them again: `retransmissions` in its
+NeighbourStats, node/peer.py), pieces the receiver stored twice (`duplicates_in`), or pieces in the
+killed node's own spool (the "recovered N pieces" line it logs when it starts again, node/mta.py).
+"""
+from __future__ import annotations
+
+import re
+import signal
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+RECOVERED = re.compile(r"recovered (\d+) pieces \((\d+) queued, (\d+) partial messages, (\d+) held, (\d+) orphans\)")
+
+
+def wait_until(pred: Callable[[], object], timeout: float, step: float = 0.1, what: str = "the condition") -> object:
+    """Poll pred until it is truthy and return that value; after `timeout` seconds raise an
+    AssertionError naming `what` was awaited and pred's last value (a timeout is a failure, never a value)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last value: {v!r}")
+        time.sleep(step)
+
+
+def recoveries(node_log: Path) -> list[dict[str, int]]:
+    """What a node found in its spool at each start, in order (the first start normally finds nothing):
+    pieces, queued (for a next hop), partial (messages being reassembled here), held, orphans."""
+    if not node_log.exists():
+        return []
+    keys = ("pieces", "queued", "partial", "held", "orphans")
+    return [dict(zip(keys, map(int, m.groups()))) for m in RECOVERED.finditer(node_log.read_text(errors="replace"))]
+
+
+def sends(link: dict[str, Any]) -> int:
+    """Send events of one neighbour link so far, from its stats (node/peer.py NeighbourStats.snapshot).
+
+    A piece sent is in flight until acknowledged (frags_out, counted on the ack), handed back when the
+    session ends (retransmissions) or refused (refused_out, deferred_out); inflight is the rest. The sum
+    only grows, so a rise between two readings means that pieces were sent in between.
+    """
+    return (link["frags_out"] + link["inflight"] + link["retransmissions"] + link["refused_out"]
+            + link.get("deferred_out", 0))
+
+
+def stopped(pid: int) -> bool:
+    """The process is stopped (SIGSTOP took effect): state T in /proc/<pid>/stat."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
+def kill_with_pieces_in_flight(net: Any, victim: str, upstream: str, submit: Callable[[], None],
+                               hold_time: float) -> int:
+    """kill -9 `victim` (a testbed.localnet.LocalNet node) at a moment when its neighbour `upstream`
+    provably has pieces in flight to it; returns how many pieces `upstream` had to send again.
+
+    The victim is frozen first (SIGSTOP, waited for: it can neither store nor acknowledge anything
+    now), then `submit()` adds a message whose route crosses upstream -> victim, so upstream has
+    something to send even if other traffic has ended. Once upstream's send count (`sends`) rises
+    above its value read after the freeze, those pieces cannot be acknowledged before the kill: the
+    kill ends the session with them unacknowledged and upstream hands them back
+    (`retransmissions`). Bounds: a silent peer is declared dead after hold_time, after which upstream
+    stops sending to it, so it sends within hold_time or never; and it notices the kill (a reset, or
+    at the latest the hold time) within hold_time.
+    """
+    def link() -> dict[str, Any]:
+        with net.client(upstream) as c:
+            return c.stats()["neighbours"][victim]
+
+    proc = net.nodes[victim].proc
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: stopped(proc.pid), 5.0, 0.005, what=f"{victim} (pid {proc.pid}) to stop")
+        start = link()
+        submit()
+        wait_until(lambda: sends(link()) > sends(start), 2 * hold_time, 0.01,
+                   what=f"{upstream} to send pieces to the frozen {victim}")
+    finally:
+        net.kill(victim)                       # SIGKILL ends a stopped process as well
+    after = wait_until(lambda: (lambda n: n if n > start["retransmissions"] else 0)(link()["retransmissions"]),
+                       2 * hold_time, 0.05, what=f"{upstream} to take back what was in flight to the killed {victim}")
+    return after - start["retransmissions"]
