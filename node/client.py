@@ -62,8 +62,16 @@ class NodeClient:
         return SendResult(r.accepted, r.msg_id, r.reason)
 
     def mailbox(self, user: str = "", include_payload: bool = False) -> list[submit_pb2.MailItem]:
-        return list(self._call(self.submit.ListMailbox,
-                               submit_pb2.MailboxRequest(user=user, include_payload=include_payload)).items)
+        """The whole mailbox, oldest delivery first, fetched page by page."""
+        items: list[submit_pb2.MailItem] = []
+        token = ""
+        while True:
+            reply = self._call(self.submit.ListMailbox, submit_pb2.MailboxRequest(
+                user=user, include_payload=include_payload, page_token=token))
+            items.extend(reply.items)
+            token = reply.next_page_token
+            if not token:
+                return items
 
     def delete_mail(self, msg_ids: list[str], user: str = "") -> int:
         return self._call(self.submit.DeleteMail, submit_pb2.DeleteMailRequest(user=user, msg_ids=msg_ids)).deleted

@@ -5,9 +5,31 @@ recipient space of those messages is free again.
 """
 from __future__ import annotations
 
+import json
+
 from node.policy import ResourcePolicy
 from node.spool import Spool
 from node.states import MessageStatus, message_status
+
+
+PAGE_ITEMS = 1000
+PAGE_BYTES = 8 << 20
+
+
+def _key(row: dict) -> tuple[float, str, str]:
+    return (row["deliver_ts"], row["msg_id"], row["user"])
+
+
+def _token(row: dict) -> str:
+    return json.dumps(_key(row))
+
+
+def _after(token: str) -> tuple[float, str, str] | None:
+    """The row a page token names; a token this node did not make raises ValueError."""
+    if not token:
+        return None
+    ts, msg_id, user = json.loads(token)
+    return (float(ts), str(msg_id), str(user))
 
 
 class Mailbox:
@@ -19,8 +41,13 @@ class Mailbox:
         info = await self.spool.run(Spool.op_status(msg_id))
         return message_status(info), info
 
-    async def list(self, user: str, include_payload: bool) -> list[dict]:
-        return await self.spool.run(Spool.op_mailbox(user, include_payload))
+    async def page(self, user: str, include_payload: bool, limit: int = 0,
+                   token: str = "") -> tuple[list[dict], str]:
+        """One page of the mailbox and the token of the next ("" on the last page): at most `limit` (at most
+        PAGE_ITEMS) items and about PAGE_BYTES of payload, far below gRPC's message size limit."""
+        rows, more = await self.spool.run(Spool.op_mailbox(user, include_payload, _after(token),
+                                                           min(limit or PAGE_ITEMS, PAGE_ITEMS), PAGE_BYTES))
+        return rows, (_token(rows[-1]) if more else "")
 
     async def delete(self, user: str, msg_ids: list[str]) -> int:
         n = await self.spool.run(Spool.op_delete_mail(user, msg_ids))

@@ -40,11 +40,15 @@ class SubmitService(submit_pb2_grpc.SubmitServicer):
         return submit_pb2.StatusReply(msg_id=request.msg_id, state=state, detail=json.dumps(info, default=str))
 
     async def ListMailbox(self, request: submit_pb2.MailboxRequest, context) -> submit_pb2.MailboxReply:  # noqa: N802
-        rows = await self.mailbox.list(request.user, request.include_payload)
+        try:
+            rows, next_token = await self.mailbox.page(request.user, request.include_payload, request.limit,
+                                                       request.page_token)
+        except (ValueError, TypeError):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_token is not one this node made")
         items = [submit_pb2.MailItem(msg_id=r["msg_id"], src=r["src"], size=r["size"], submit_ts=r["submit_ts"],
                                      deliver_ts=r["deliver_ts"], hops=r["hops"], payload=r.get("payload") or b"",
                                      kind=r["kind"], user=r["user"], fragments=r["fragments"]) for r in rows]
-        return submit_pb2.MailboxReply(items=items)
+        return submit_pb2.MailboxReply(items=items, next_page_token=next_token)
 
     async def DeleteMail(self, request: submit_pb2.DeleteMailRequest, context) -> submit_pb2.DeleteMailReply:  # noqa: N802
         n = await self.mailbox.delete(request.user, list(request.msg_ids))

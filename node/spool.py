@@ -408,12 +408,32 @@ class Spool:
         return op
 
     @staticmethod
-    def op_mailbox(user: str, include_payload: bool) -> Op:
-        def op(c: sqlite3.Connection) -> list[dict]:
+    def op_mailbox(user: str, include_payload: bool, after: tuple[float, str, str] | None = None,
+                   limit: int = 0, max_bytes: int = 0) -> Op:
+        """(rows, more): mailbox rows in delivery order after the row `after` (deliver_ts, msg_id, user), at
+        most `limit` of them and, with payloads, about `max_bytes` (at least one row; 0 = no bound); `more`
+        says rows were left out."""
+        def op(c: sqlite3.Connection) -> tuple[list[dict], bool]:
             cols = "msg_id, user, src, size, fragments, hops, submit_ts, deliver_ts, kind" + (", payload" if include_payload else "")
-            q = f"SELECT {cols} FROM mailbox" + (" WHERE user=?" if user else "") + " ORDER BY deliver_ts"
+            where, args = [], []
+            if user:
+                where.append("user=?")
+                args.append(user)
+            if after is not None:
+                where.append("(deliver_ts, msg_id, user) > (?, ?, ?)")
+                args.extend(after)
+            q = (f"SELECT {cols} FROM mailbox" + (" WHERE " + " AND ".join(where) if where else "")
+                 + " ORDER BY deliver_ts, msg_id, user" + (f" LIMIT {int(limit) + 1}" if limit else ""))
             names = [s.strip() for s in cols.split(",")]
-            return [dict(zip(names, r)) for r in c.execute(q, (user,) if user else ())]
+            out: list[dict] = []
+            size = 0
+            for r in c.execute(q, args):
+                row = dict(zip(names, r))
+                size += len(row.get("payload") or b"")
+                if out and ((max_bytes and size > max_bytes) or (limit and len(out) == limit)):
+                    return out, True
+                out.append(row)
+            return out, False
         return op
 
     @staticmethod

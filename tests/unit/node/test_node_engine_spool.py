@@ -71,7 +71,7 @@ def test_out_of_order_and_duplicate_fragments_reassemble_once(tmp_path: Path) ->
         # a late duplicate after delivery is dropped as well
         await eng.receive("n2", ps[:1])
         await eng.settle()
-        rows = await eng.spool.run(Spool.op_mailbox("", True))
+        rows, _more = await eng.spool.run(Spool.op_mailbox("", True))
         await _close(eng)
         return rows
 
@@ -150,7 +150,7 @@ def test_crash_between_durable_write_and_ack_loses_nothing(tmp_path: Path) -> No
         eng = await _engine(tmp_path)
         await eng.settle()
         n = len(eng.peers["n4"].queue)
-        rows = await eng.spool.run(Spool.op_mailbox("", False))
+        rows, _more = await eng.spool.run(Spool.op_mailbox("", False))
         await _close(eng)
         return n, len(rows)
 
@@ -189,7 +189,7 @@ def test_reassembly_inactivity_timeout_aborts_and_reports(tmp_path: Path) -> Non
         await eng.settle()
         late = await eng.receive("n2", ps[2:])   # the straggler is acked but not delivered
         await eng.settle()
-        rows = await eng.spool.run(Spool.op_mailbox("", False))
+        rows, _more = await eng.spool.run(Spool.op_mailbox("", False))
         q = len(eng.peers["n2"].queue)           # the report travels back towards n1 via n2
         await _close(eng)
         return late, rows, q
