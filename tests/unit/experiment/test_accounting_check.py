@@ -18,32 +18,13 @@ from testbed.scenario.loader import dump_resolved, load_text
 from testbed.scenario.checks import ScenarioError
 
 from experiment_scenarios import ring_scenario
+from spool_support import piece, write_spool
 from test_summary_rundir import T0, dlv, sub, write_lines
 
 pytestmark = pytest.mark.timeout(60)
 
 
 # ---- writing spools and reports ----------------------------------------------------------
-
-def piece(msg_id: str, dst: str, state: str = "queued", off: int = 0, kind: str = "") -> Piece:
-    return Piece(msg_id, dst, off, 100, 1, "n1", "user", ["user"], 1, T0, T0 + 3600, kind, 1, b"x" * 10, state)
-
-
-def write_spool(path: Path, pieces: list[Piece] = (), delivered: list[tuple[str, str]] = (),
-                origins: list[tuple[str, str, list[str]]] = (), keep_open: bool = False) -> Spool:
-    """A spool as a node leaves it: held pieces (frag), deliveries (done), acceptances (origin)."""
-    spool = Spool(path)
-    spool.open()
-    if pieces:
-        spool.run_sync(Spool.op_insert(list(pieces)))
-    for msg_id, dst in delivered:
-        spool.run_sync(lambda c, m=msg_id, d=dst: c.execute("INSERT INTO done VALUES (?,?,?,?)", (m, d, "delivered", T0)))
-    for msg_id, originator, dsts in origins:
-        spool.run_sync(Spool.op_origin(msg_id, originator, dsts, 100, 1, T0, T0 + 3600))
-    if not keep_open:
-        spool.close()
-    return spool
-
 
 def report(node: str, event: str, msg_id: str, dst: str, reason: str) -> dict:
     return {"ts": T0, "node": node, "event": event, "msg_id": msg_id, "dst": dst, "reason": reason}
