@@ -18,6 +18,8 @@ from node.spool import Spool
 
 log = logging.getLogger("node.daemon")
 
+MGMT_RPCS = 512         # concurrent Submit/Control calls
+
 
 class NodeDaemon:
     def __init__(self, cfg: NodeConfig) -> None:
@@ -36,9 +38,11 @@ class NodeDaemon:
         self.links = LinkManager(self.cfg, self.engine)
         # no SO_REUSEPORT: a second daemon on the same port must fail, not silently share it
         server_opts = GRPC_OPTIONS + [("grpc.so_reuseport", 0)]
-        data = grpc.aio.server(options=server_opts)
+        # bounded RPCs: a session per neighbour plus room for redials and strangers being refused; clients
+        # beyond the management bound get RESOURCE_EXHAUSTED instead of growing the node without limit
+        data = grpc.aio.server(options=server_opts, maximum_concurrent_rpcs=4 * len(self.cfg.neighbours) + 16)
         link_pb2_grpc.add_LinkServicer_to_server(LinkService(self.links), data)
-        mgmt = grpc.aio.server(options=server_opts)
+        mgmt = grpc.aio.server(options=server_opts, maximum_concurrent_rpcs=MGMT_RPCS)
         submit_pb2_grpc.add_SubmitServicer_to_server(SubmitService(self.engine, Mailbox(self.spool, self.engine.policy)), mgmt)
         control_pb2_grpc.add_ControlServicer_to_server(ControlService(self.engine, self.cfg.control_token), mgmt)
         for server, addr in ((data, self.cfg.data_listen), (mgmt, self.cfg.mgmt_listen)):

@@ -49,6 +49,7 @@ VERSION = 1            # major version of the base frames; optional features are
 BASE_CAPABILITIES = ("runs",)
 GRPC_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
 STORE_PARALLEL = 4     # batches of a session being stored at once (bounds memory, keeps the spool busy)
+REFUSE_MAX = 1 << 17   # refusals waiting to be sent on one session: a peer that floods bad frames is reset
 STORE_FAILED = "store failed, try later"
 STORE_RETRY = 1.0      # seconds a sender waits before offering frames a failed store refused
 
@@ -255,6 +256,8 @@ class LinkSession:
                     log.warning("ignoring a frame of kind %s from %s (no handler)", kind or "(empty)", name)
             if refused:        # one log line per batch, however many frames it refuses
                 log.warning("refusing %d frame(s) from %s: %s", len(refused), name, refused[0][1])
+                if len(self.refuses) + len(refused) > REFUSE_MAX:
+                    raise SessionError(f"{name} sent more bad frames than can be answered ({REFUSE_MAX})")
                 self.refuses.extend(link_pb2.Refuse(seq=seq, reason=r) for seq, r in refused)
                 st.refused_in += len(refused)
             st.inflight = len(self.inflight)
