@@ -20,6 +20,7 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
 
 from node.config import NodeConfig
 from node.metrics import engine_snapshot
@@ -90,6 +91,9 @@ class Engine:
         self.refused_submissions = 0
         self.expired = 0
         self._bg: set[asyncio.Task] = set()
+        # the delivery hook seam: subsystems that consume deliveries (a broker) register a callable that is
+        # given the delivered copy's header piece and its size, once per delivered copy
+        self.delivery_hooks: list[Callable[[Piece, int], None]] = []
 
     def _wake_peer(self, peer: str) -> None:
         p = self.peers.get(peer)
@@ -345,6 +349,8 @@ class Engine:
         self.records.write("delivery", ts=now, msg_id=m.msg_id, src=m.src, dst=self.me, size=size,
                            fragments=m.fragments, mode=self.mode, submit_ts=m.submit_ts, deliver_ts=now,
                            hops=m.hops, users=m.users, priority=m.prio, delay=now - m.submit_ts)
+        for hook in self.delivery_hooks:     # after the delivery is durable: a hook cannot lose it
+            hook(m, size)
 
     def _enqueue(self, p: Piece, front: bool = False) -> None:
         hop = self.routes.hop(p)

@@ -132,3 +132,19 @@ def test_link_dispatches_registered_kinds_and_sends_control_before_data(tmp_path
         assert not peer.stats.up and len(peer.queue) == 3            # unacknowledged data is queued again
         await _close(eng)
     asyncio.run(go())
+
+
+def test_delivery_hooks_see_each_delivered_copy_once(tmp_path: Path) -> None:
+    async def go() -> None:
+        eng = await _engine(tmp_path)
+        seen: list[tuple[str, int]] = []
+        eng.delivery_hooks.append(lambda m, size: seen.append((m.msg_id, size)))
+        ps = pieces_of(b"h" * 250, msg="hooked", dst="n3")
+        assert await eng.receive("n2", ps[:2]) == [None, None]
+        assert seen == []                                              # not before the copy is whole
+        assert await eng.receive("n2", ps[2:] + ps[:1]) == [None, None]   # the rest, and a duplicate
+        await eng.settle()
+        assert await eng.receive("n2", pieces_of(b"w" * 50, msg="whole", dst="n3")) == [None]
+        assert seen == [("hooked", 250), ("whole", 50)]
+        await _close(eng)
+    asyncio.run(go())
