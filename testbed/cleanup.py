@@ -1,9 +1,10 @@
 """Removing what the testbed created: one run's resources, or everything a crashed run left behind.
 
 A resource is ours when its name starts with the testbed prefix followed by a
-run id (registry.run_id_of). `clean()` removes the resources of run ids that
-are not registered or whose owner process is dead, and never those of a live
-run. Processes are ended only by pid: processes still inside one of our dead
+run id (registry.run_id_of); it belongs to a run only when that run id is the
+whole id asked for (registry.owns: run "3f" is not a prefix of run "3f9a1c").
+`clean()` removes the resources of run ids that are not registered or whose
+owner process is dead, and never those of a live run. Processes are ended only by pid: processes still inside one of our dead
 namespaces, and pids a run recorded in its registry state (an emulator) that
 started after the run did (so a recycled pid is never hit).
 """
@@ -81,7 +82,7 @@ def _recorded_pids(state: Any) -> list[int]:
 
 
 def remove_run_resources(run_id: str, record: registry.RunRecord | None = None) -> list[str]:
-    """Remove everything named for this run id. Returns what was removed, one description each."""
+    """Remove everything named for exactly this run id. Returns what was removed, one description each."""
     prefix = registry.prefix(run_id)
     removed: list[str] = []
     record = record or registry.load(run_id)
@@ -92,7 +93,7 @@ def remove_run_resources(run_id: str, record: registry.RunRecord | None = None) 
         if pids:
             terminate_pids(pids, grace=2.0)
             removed += [f"process {p}" for p in pids]
-    namespaces = [n for n in list_netns() if n.startswith(prefix)]
+    namespaces = [n for n in list_netns() if registry.owns(run_id, n)]
     for ns in namespaces:
         pids = [p for p in netns_pids(ns) if p != os.getpid()]
         if pids:
@@ -101,7 +102,7 @@ def remove_run_resources(run_id: str, record: registry.RunRecord | None = None) 
     if namespaces:
         run_ip([], batch="".join(f"netns del {n}\n" for n in namespaces), check=False)
         removed += [f"namespace {n}" for n in namespaces]
-    links = [l for l in root_links() if l.startswith(prefix)]
+    links = [l for l in root_links() if registry.owns(run_id, l)]
     if links:
         # Deleting one end of a veth removes its peer: later lines may fail harmlessly (-force goes on).
         run_ip([], batch="".join(f"link del {l}\n" for l in links), check=False)
@@ -109,7 +110,7 @@ def remove_run_resources(run_id: str, record: registry.RunRecord | None = None) 
     for tool in IPTABLES:
         for table in TABLES:
             for chain in _iptables_chains(tool, table):
-                if chain.startswith(prefix):
+                if registry.owns(run_id, chain):
                     _remove_chain(tool, table, chain)
                     removed.append(f"{tool} chain {table}/{chain}")
     lock = registry.REGISTRY_DIR / f"{prefix}.lock"
@@ -142,8 +143,8 @@ def clean(only: Iterable[str] | None = None) -> list[str]:
         if record is not None or (registry.REGISTRY_DIR / f"{registry.prefix(rid)}.json").exists():
             registry.unregister(rid)
             removed.append(f"registry record {registry.prefix(rid)}")
-        for stray in (registry.REGISTRY_DIR.glob(f"{registry.prefix(rid)}*") if registry.REGISTRY_DIR.is_dir()
-                      else []):
+        for stray in (sorted(p for p in registry.REGISTRY_DIR.glob(f"{registry.prefix(rid)}*")
+                             if registry.owns(rid, p.name)) if registry.REGISTRY_DIR.is_dir() else []):
             stray.unlink(missing_ok=True)
             removed.append(f"state file {stray.name}")
     if only is None:

@@ -22,6 +22,8 @@ from testbed import PREFIX
 
 REGISTRY_DIR = Path(os.environ.get("WANBED_REGISTRY", "/run/wanbed"))
 RUN_ID_LEN = 6
+# The files a run keeps in REGISTRY_DIR, after its prefix: record (and its temp), lock, network state, wire socket.
+RUN_FILE_SUFFIXES = (".json", ".tmp", ".lock", ".state.json", "-wire.sock")
 
 
 @dataclass
@@ -98,9 +100,27 @@ def is_live(run_id: str) -> bool:
     return rec is not None and pid_alive(rec.owner_pid)
 
 
+def is_run_id(text: str) -> bool:
+    """True for a whole run id as new_run_id() makes them: RUN_ID_LEN lowercase hex digits."""
+    return len(text) == RUN_ID_LEN and all(c in "0123456789abcdef" for c in text)
+
+
 def run_id_of(name: str) -> str | None:
     """The run id inside a resource name made by the testbed, or None if the name is not ours."""
     if not name.startswith(PREFIX) or len(name) < len(PREFIX) + RUN_ID_LEN:
         return None
     candidate = name[len(PREFIX):len(PREFIX) + RUN_ID_LEN]
-    return candidate if all(c in "0123456789abcdef" for c in candidate) else None
+    return candidate if is_run_id(candidate) else None
+
+
+def owns(run_id: str, name: str) -> bool:
+    """True when the resource (or registry file) `name` belongs to exactly this run.
+
+    Names carry no separator after the run id (`tb3f9a1cm0`, `tb3f9a1cn1`), so a prefix test would
+    give run "3f" every resource of "3f9a1c": the run id is read at its fixed length and compared
+    whole. Besides, a file named exactly for the run (`<prefix>.json`, `.lock`, ...) is its own even
+    for an id of another form (a hand-made registry record)."""
+    if run_id_of(name) == run_id:
+        return True
+    pre = prefix(run_id)
+    return any(name == pre + suffix for suffix in RUN_FILE_SUFFIXES)

@@ -324,6 +324,10 @@ def _clean(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         raise UserError("`testbed clean` must run as root to remove namespaces and interfaces.")
     from testbed import cleanup
+    if args.run_id and not registry.is_run_id(args.run_id) and registry.load(args.run_id) is None:
+        # Matching is exact: a shorter id is never taken as the prefix of the runs that start with it.
+        raise UserError(f"--run-id {args.run_id!r} is not a run id: give the whole id, "
+                        f"{registry.RUN_ID_LEN} hex digits such as 3f9a1c (prefixes are not matched).")
     if args.run_id and registry.is_live(args.run_id):
         raise UserError(f"run {args.run_id} is live (its owner is running); stop it instead of cleaning it.")
     removed = cleanup.clean(only=[args.run_id] if args.run_id else None)
@@ -371,5 +375,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("heal", help="undo partitions")
     p.set_defaults(handler=_heal)
     p = sub.add_parser("clean", help="remove everything a crashed testbed left behind (its prefix only)")
-    p.add_argument("--run-id", help="only this run id (refused while it is live)")
+    p.add_argument("--run-id", help="only this exact run id (refused while it is live)")
     p.set_defaults(handler=_clean)
