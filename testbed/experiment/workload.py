@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import os
 import random
 from dataclasses import dataclass
 from operator import attrgetter
@@ -25,6 +26,7 @@ from typing import Any, Callable, NoReturn
 from testbed.scenario import units
 from testbed.scenario.loader import ScenarioError
 from testbed.scenario.spec import Generator, Interarrival, RecipientChoice, Scenario, SizeDist
+from testbed.scenario.sections.workload import SIZE_FILE_MAX_BYTES, size_file_problem, size_file_stat_problem
 
 log = logging.getLogger(__name__)
 
@@ -237,9 +239,25 @@ def _resolve(file: str, base: Path) -> Path:
 
 
 def read_sizes(path: Path, where: str = "size.file") -> list[int]:
-    """Sizes in bytes, one per line ("1200" or "4KiB"); blank lines and '#' comments are skipped."""
+    """Sizes in bytes, one per line ("1200" or "4KiB"); blank lines and '#' comments are skipped.
+
+    Only a regular file of at most SIZE_FILE_MAX_BYTES is read (the loader refuses others already; a
+    Scenario built in code, or a file swapped since, gets the same sentence): /dev/zero would never end."""
+    problem = size_file_problem(path)
+    if problem:
+        raise ScenarioError(f"{where}.file: {problem}.")
     try:
-        text = path.read_text()
+        # O_NONBLOCK: a FIFO put there since the check must not hang the open; fstat checks what was opened.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, "rb") as f:
+            problem = size_file_stat_problem(path, os.fstat(fd))
+            if problem:
+                raise ScenarioError(f"{where}.file: {problem}.")
+            data = f.read(SIZE_FILE_MAX_BYTES + 1)
+        if len(data) > SIZE_FILE_MAX_BYTES:
+            raise ScenarioError(f"{where}.file: the empirical size file {path} is larger than "
+                                f"{SIZE_FILE_MAX_BYTES} bytes (64 MiB).")
+        text = data.decode()
     except FileNotFoundError:
         raise ScenarioError(f"{where}.file: the empirical size file {path} does not exist.") from None
     except (OSError, UnicodeDecodeError) as exc:

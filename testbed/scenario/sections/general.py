@@ -17,6 +17,8 @@ def _read_name(c: Check, raw: Any, s: Scenario) -> None:
     name = c.text(("name",), given(raw, Path(c.source).stem if not c.source.startswith("<") else "scenario"))
     if not all(ch.isalnum() or ch in "_-." for ch in name) or len(name) > 64:
         c.fail(("name",), f"expected a name of letters, digits, '-', '_' or '.', got {show(name)}")
+    if name in (".", ".."):     # the name becomes a directory (runs/<name>/): '.' and '..' are not one of their own
+        c.fail(("name",), f"expected a name other than {show(name)} (it names the run directory)")
     s.name = name
 
 

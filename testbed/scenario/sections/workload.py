@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import copy
+import os
+import stat
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 from testbed.scenario import units
@@ -15,6 +18,36 @@ from testbed.topology.model import Topology
 INTERARRIVALS = ("normal", "exponential", "constant", "piecewise")
 SIZE_DISTS = ("thesis", "fixed", "empirical")
 RECIPIENT_CHOICES = ("uniform", "fixed", "weighted")
+# A file of sizes (`size: {dist: empirical, file: PATH}`) is read whole into memory: anything larger than the
+# node's default max_message_size (node/config.py LimitsConfig, 64 MiB; millions of lines) is refused unread,
+# as is anything that is not a regular file (/dev/zero, a FIFO, a directory would never end or not be text).
+SIZE_FILE_MAX_BYTES = 64 << 20
+
+
+def size_file_problem(path: Path) -> str | None:
+    """Why the empirical size file at `path` cannot be read (without reading it), or None when it can.
+
+    A missing file is not a problem here: the workload plan reports it ("does not exist")."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot read the empirical size file {path} ({exc.strerror or exc.__class__.__name__})"
+    return size_file_stat_problem(path, st)
+
+
+def size_file_stat_problem(path: Path, st: os.stat_result) -> str | None:
+    """size_file_problem for a file already stat()ed (or fstat()ed once open)."""
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+        return f"the empirical size file {path} is {kind}; expected a regular file of sizes, one per line"
+    if st.st_size > SIZE_FILE_MAX_BYTES:
+        return (f"the empirical size file {path} is {st.st_size} bytes; expected at most "
+                f"{SIZE_FILE_MAX_BYTES} bytes (64 MiB)")
+    return None
 
 
 def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
@@ -84,6 +117,13 @@ def _size(c: Check, sp: KeyPath, raw: Any) -> SizeDist:
                                units.parse_size, positive=True)
     if s.get("file") not in (None, ""):
         out.file = c.text(sp + ("file",), s["file"])
+        # Relative to the scenario file, as the workload plan reads it (testbed/experiment/workload.py).
+        path = Path(out.file).expanduser()
+        if not path.is_absolute() and not c.source.startswith("<"):
+            path = Path(c.source).parent / path
+        problem = size_file_problem(path)
+        if problem:
+            c.fail(sp + ("file",), problem)
     if out.dist == "empirical" and not out.file:
         c.fail(sp + ("file",), "missing: dist empirical needs a file of sizes")
     return out

@@ -200,11 +200,10 @@ def test_empirical_file_errors_are_one_sentence(tmp_path: Path, content: str | N
 
 def test_empirical_file_that_is_a_directory(tmp_path: Path) -> None:
     (tmp_path / "sizes.txt").mkdir()
-    s = write_scenario(tmp_path / "s.yaml", {
-        "name": "emp", "duration": 100, "topology": {"generator": "ring", "params": {"n": 3}},
-        "workload": {"generators": [{"size": {"dist": "empirical", "file": "sizes.txt"}}]}})
-    with pytest.raises(ScenarioError, match="cannot read"):
-        workload.schedule(s, names(3))
+    with pytest.raises(ScenarioError, match="is a directory"):     # refused when the scenario is loaded
+        write_scenario(tmp_path / "s.yaml", {
+            "name": "emp", "duration": 100, "topology": {"generator": "ring", "params": {"n": 3}},
+            "workload": {"generators": [{"size": {"dist": "empirical", "file": "sizes.txt"}}]}})
 
 
 # ---- recipients ----------------------------------------------------------------------------
