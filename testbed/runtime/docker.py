@@ -1,11 +1,14 @@
 """The `docker` runtime: every host is a container from the node image.
 
 Containers run with `--network none` and NET_ADMIN/NET_RAW (for the tools run
-as root inside: ip, tc, tcpdump, ping). The container's network namespace is
-attached under a NAMED netns (`ip netns attach <prefix><runid>-<host> <pid>`),
+as root inside: ip, tc, tcpdump, ping), `--security-opt no-new-privileges`
+(no setuid/file-capability gain inside), and pids and memory limits (a runaway
+daemon or fork bomb stays in its container: CONTAINER_PIDS_LIMIT and
+CONTAINER_MEMORY, or WANBED_DOCKER_PIDS_LIMIT / WANBED_DOCKER_MEMORY).
+The container's network namespace is attached under a NAMED netns (`ip netns attach <prefix><runid>-<host> <pid>`),
 so the shaping, addressing and capture layers create and move interfaces
 exactly as with the netns runtime. The container's init (`sleep infinity`, as
-the image's non-root user) holds the container; daemons are started with
+root: see _run_container) holds the container; daemons are started with
 `docker exec -u wanbed` through a tiny shell wrapper that records its pid (then
 execs the program), so they can be signalled by pid and killing a daemon never
 tears down the links.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -55,6 +59,28 @@ CONTAINER_WORKDIR = "/work"
 PID_WAIT = 10.0       # seconds to wait for an exec'd process to record its pid
 START_WORKERS = 8     # concurrent `docker run`s: the engine serialises some work, more threads gain nothing
 OLD_NETNS_SUFFIX = ".old"   # '.' never occurs in a host name, so this cannot clash with another host's netns
+# Per-container limits. Pids: threads count too (the daemon's gRPC pools serve up to 512 management RPCs),
+# so the limit is far above a daemon's need and only stops a runaway fork. Memory: the daemon may hold a few
+# messages of up to 64 MiB (node LimitsConfig.max_message_size) besides Python; a cap, not a reservation.
+CONTAINER_PIDS_LIMIT = 4096
+CONTAINER_MEMORY = "2g"
+_MEMORY_RE = re.compile(r"[1-9][0-9]*[bkmg]?")
+
+
+def container_limits() -> tuple[int, str]:
+    """(pids limit, memory limit) for new containers: the defaults, or WANBED_DOCKER_PIDS_LIMIT/_MEMORY."""
+    pids_text = os.environ.get("WANBED_DOCKER_PIDS_LIMIT", str(CONTAINER_PIDS_LIMIT)).strip()
+    memory = os.environ.get("WANBED_DOCKER_MEMORY", CONTAINER_MEMORY).strip().lower()
+    if not pids_text.isdigit() or int(pids_text) < 16:
+        raise UserError(f"WANBED_DOCKER_PIDS_LIMIT={pids_text!r}: expected a whole number of at least 16.")
+    if not _MEMORY_RE.fullmatch(memory) or _memory_bytes(memory) < 64 << 20:
+        raise UserError(f"WANBED_DOCKER_MEMORY={memory!r}: expected a size of at least 64m such as 512m or 2g.")
+    return int(pids_text), memory
+
+
+def _memory_bytes(memory: str) -> int:
+    unit = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    return int(memory[:-1]) * unit[memory[-1]] if memory[-1] in unit else int(memory)
 
 
 @dataclass
@@ -321,6 +347,7 @@ class DockerRuntime(Runtime):
         self.user = NODE_USER
         self.uid = NODE_UID
         self.workers = max(1, workers)
+        self.pids_limit, self.memory = container_limits()
         self._tmp: str | None = None
         self.hosts: dict[str, DockerHost] = {}
         self.sysctls: dict[str, str] = {}
@@ -343,6 +370,12 @@ class DockerRuntime(Runtime):
         # would start a Python interpreter in every container every 10 s, CPU the emulation needs.
         docker(["run", "-d", "--name", host.container, "--hostname", host.name, "--network", "none",
                 "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW", "--no-healthcheck",
+                "--security-opt", "no-new-privileges", "--pids-limit", str(self.pids_limit),
+                # Under no-new-privileges Docker gives `docker exec -u root` (the tools: ip, tc, kill ...)
+                # the capabilities of the container's user: the init (`sleep infinity`) is root so they keep
+                # theirs; daemons still run as the node user (`exec -u wanbed`, CapEff 0).
+                "--user", "0:0",
+                "--memory", self.memory,
                 "--label", f"{RUN_LABEL}={self.run_id}", "--label", f"{PREFIX_LABEL}={PREFIX}",
                 "-v", f"{host.workdir.resolve()}:{CONTAINER_WORKDIR}", self.image])
 

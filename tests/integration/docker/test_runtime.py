@@ -1,6 +1,7 @@
 """The docker runtime: containers as hosts, links plumbed into their named netns, faults, cleanup."""
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -47,6 +48,10 @@ def test_link_between_containers(runtime: DockerRuntime) -> None:
     a, b = runtime.add_hosts(["a", "b"])
     assert netns_exists(a.netns) and netns_exists(b.netns)
     assert set(_labelled(runtime.run_id)) == {a.container, b.container}
+    # Hardening: no privilege gain inside, pids and memory capped (testbed/runtime/docker.py defaults).
+    hc = json.loads(docker(["inspect", "--format", "{{json .HostConfig}}", a.container]).stdout)
+    assert "no-new-privileges" in (hc["SecurityOpt"] or []) and hc["PidsLimit"] == 4096
+    assert hc["Memory"] == 2 << 30
     _veth(runtime, "a", "b")
     res = a.run(["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.77.0.2"])
     assert res.returncode == 0 and " 0% packet loss" in res.stdout
