@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -21,7 +18,7 @@ import pytest
 
 from testbed.accounting import check_run
 from testbed.scenario import load
-from tests.e2e.test_testbed_run import MODES, REPO, RunWatcher, cli_cmd, env, leftovers, read_jsonl
+from tests.e2e.test_testbed_run import MODES, REPO, leftovers, read_jsonl, run_quick
 from tests.integration.support import recoveries
 
 DRILL = REPO / "scenarios" / "drill-nemesis.yaml"
@@ -38,22 +35,10 @@ RUN_TIMEOUT = 300.0                      # wall seconds: 2 cells of 1 s warm-up 
 def drill() -> Iterator[dict[str, Any]]:
     # not pytest's tmp_path: a concurrent pytest session may prune it under running daemons
     work = Path(tempfile.mkdtemp(prefix="tb-e2e-drill-"))
-    out = work / "drill"
-    proc = subprocess.Popen(cli_cmd("run", str(DRILL), "--quick", "--out", str(out)), cwd=REPO, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    watcher = RunWatcher(proc.pid)
-    t0 = time.monotonic()
+    result = run_quick(DRILL, work / "drill", RUN_TIMEOUT)
+    print(f"drill-nemesis --quick took {result['wall']:.1f} s")
     try:
-        stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)     # let it tear down before the test fails
-        stdout, stderr = proc.communicate(timeout=120)
-        pytest.fail(f"the drill did not finish within {RUN_TIMEOUT:.0f} s:\n{stdout[-3000:]}\n{stderr[-3000:]}")
-    wall = time.monotonic() - t0
-    print(f"drill-nemesis --quick took {wall:.1f} s")
-    try:
-        yield {"out": out, "rc": proc.returncode, "stdout": stdout, "stderr": stderr, "wall": wall,
-               "run_ids": watcher.stop()}
+        yield result
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -106,17 +106,22 @@ def workdir() -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def quick_run(workdir: Path) -> dict:
     """`testbed run scenarios/quickstart.yaml --quick` once for the module."""
-    out = workdir / "quickstart"
-    proc = subprocess.Popen(cli_cmd("run", str(QUICKSTART), "--quick", "--out", str(out)), cwd=REPO, env=env(),
+    return run_quick(QUICKSTART, workdir / "quickstart")
+
+
+def run_quick(scenario: Path, out: Path, timeout: float = RUN_TIMEOUT) -> dict:
+    """`testbed run SCENARIO --quick --out OUT` to the end (SIGINT and a failure after `timeout` s): its exit
+    status, output, wall time and the run ids it registered."""
+    proc = subprocess.Popen(cli_cmd("run", str(scenario), "--quick", "--out", str(out)), cwd=REPO, env=env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     watcher = RunWatcher(proc.pid)
     t0 = time.monotonic()
     try:
-        stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT)
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGINT)     # let it tear down before the test fails
         stdout, stderr = proc.communicate(timeout=120)
-        pytest.fail(f"testbed run did not finish within {RUN_TIMEOUT:.0f} s:\n{stdout[-3000:]}\n{stderr[-3000:]}")
+        pytest.fail(f"{scenario.name} did not finish within {timeout:.0f} s:\n{stdout[-3000:]}\n{stderr[-3000:]}")
     wall = time.monotonic() - t0
     run_ids = watcher.stop()
     return {"out": out, "rc": proc.returncode, "stdout": stdout, "stderr": stderr, "wall": wall, "run_ids": run_ids}

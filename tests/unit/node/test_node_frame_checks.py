@@ -14,6 +14,7 @@ from node.rpc import link_pb2
 from node.spool import Spool
 from tests.unit.node.test_node_engine_spool import _close, _engine, pieces_of
 from tests.unit.node.test_node_frames import CFG, frag
+from tests.unit.node.test_node_seams import Wire
 
 
 @pytest.mark.parametrize("kw, expect", [
@@ -45,24 +46,12 @@ def test_a_run_whose_sequence_numbers_overflow_is_refused_not_an_exception() -> 
     assert [link_pb2.Refuse(seq=s, reason=r).seq for s, r in out] == [SEQ_MAX - 1, SEQ_MAX]
 
 
-class _Wire:
-    def __init__(self) -> None:
-        self.written: list[link_pb2.FrameBatch] = []
-        self.inbox: asyncio.Queue = asyncio.Queue()
-
-    async def write(self, batch) -> None:
-        self.written.append(batch)
-
-    async def read(self):
-        return await self.inbox.get()
-
-
 def test_a_failed_store_answers_not_now_and_the_retry_is_stored(tmp_path: Path) -> None:
     """SQLite fails under the batch (here: its table is gone): the sender is told to offer the frames again
     later, instead of waiting for an ack that never comes."""
     async def go() -> None:
         eng = await _engine(tmp_path)
-        wire = _Wire()
+        wire = Wire()
         session = LinkSession(eng.peers["n2"], eng, eng.cfg, wire.write, wire.read)
         task = asyncio.ensure_future(session.run())
         frames = [link_pb2.Frame(fragment=frag(msg_id="m7", recipients=[{"node": "n5", "user": ""}], seq=i + 1,

@@ -91,7 +91,7 @@ def test_default_policy_is_pass_through_with_one_fifo_per_priority(tmp_path: Pat
     asyncio.run(go())
 
 
-class _Wire:
+class Wire:
     """The two ends of a stream as the session sees them: what it wrote, and what it will read."""
 
     def __init__(self) -> None:
@@ -117,7 +117,7 @@ def test_link_dispatches_registered_kinds_and_sends_control_before_data(tmp_path
         assert await eng.receive("n2", pieces_of(b"d" * 300, msg="m", dst="n5")) == [None] * 3
         peer = eng.peers["n4"]
         peer.send_control(link_pb2.Frame(keepalive=link_pb2.Keepalive(ts=1.0)))   # stands for a subsystem frame
-        wire = _Wire()
+        wire = Wire()
         session = LinkSession(peer, eng, eng.cfg, wire.write, wire.read, capabilities=frozenset({"runs"}))
         task = asyncio.ensure_future(session.run())
         for _ in range(100):
