@@ -248,7 +248,10 @@ links − bytes delivered) / bytes delivered; latency in seconds; hops = links c
 for means with n).</p>
 {cdf_html}<h3>Hop counts</h3>{_table(t.hops, "hops-table")}
 <h2 id="health">Run health</h2>
-<p>Losses and duplicates must be zero; host saturation makes a run's timing suspect.</p>
+<p>Losses and duplicates must be zero. <code>lost</code> and <code>late</code> are the loss checker's verdict
+(<code>testbed check</code>: late copies were still held in a spool at teardown, naming no loss);
+<code>undelivered</code> counts accepted copies without a delivery record. Host saturation makes a run's
+timing suspect.</p>
 {_table(t.health, "health-table")}<h3>Refusals by reason</h3>{_table(t.refusals, "refusals-table")}
 <h2 id="resources">Resources</h2>{res_html or "<p><em>no resource metrics in the runs</em></p>"}
 <h3>Buffer classes (index = hops made)</h3>{_table(t.buffer_classes, "buffer-table")}

@@ -197,6 +197,8 @@ def test_health_flags_losses_and_duplicates(built):
     health = pd.read_csv(out / "health.csv", dtype={"rep": str}, keep_default_na=False).set_index(["cell", "rep"])
     assert "lost=3" in health.loc[("frag", "2"), "problems"] and "duplicates=2" in health.loc[("frag", "2"), "problems"]
     assert health.loc[("nofrag", "2"), "problems"] == ""
+    assert {"late", "undelivered"} <= set(health.columns)            # the checker's late copies beside losses
+    assert int(health.loc[("frag", "2"), "undelivered"]) == 3
     refusals = pd.read_csv(out / "refusals.csv", dtype={"rep": str})
     assert set(refusals["reason"]) == {"spool full"} and refusals["refused"].tolist() == [1, 1, 1, 1]
 
