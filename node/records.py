@@ -10,7 +10,8 @@ from typing import IO
 log = logging.getLogger("node.records")
 
 FILES = {"submission": "submissions.jsonl", "delivery": "deliveries.jsonl",
-         "metrics": "metrics.jsonl", "report": "reports.jsonl"}
+         "metrics": "metrics.jsonl", "report": "reports.jsonl",
+         "route": "routes.jsonl"}
 
 
 class Records:

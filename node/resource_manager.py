@@ -92,8 +92,8 @@ class MessageCharge:
 
 
 def network_size(cfg: NodeConfig) -> int:
-    """Nodes this node knows of: itself, its neighbours and its route destinations (bounds the longest route)."""
-    return len({cfg.name, *cfg.neighbours, *cfg.routes})
+    """Nodes this node knows of (NodeConfig.known_nodes; bounds the longest route)."""
+    return len(cfg.known_nodes)
 
 
 class ResourceManager:
