@@ -1,0 +1,247 @@
+"""The link monitor: estimator arithmetic without sockets, then real UDP probes on 127.0.0.1."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import statistics
+
+import pytest
+
+from node.config import CostConfig, MonitorConfig, ProbeLinkConfig, RoutingConfig
+from node.routing.monitor import (REQUEST, RESPONSE, LinkEstimator, LinkMonitor, Probe, changed_enough,
+                                  decode_probe, link_cost, parse_addr, window_stats)
+
+THESIS = [1, 1, 2, 1, 1, 0, 1, 10, 1, 2]
+
+
+def est_for(interval: float = 1.0, **kw) -> LinkEstimator:
+    return LinkEstimator(MonitorConfig(**kw), interval)
+
+
+# --- estimator ------------------------------------------------------------------------------------------
+
+def test_latency_is_half_the_round_trip() -> None:
+    est = est_for()
+    assert not est.measured
+    seq = est.probe(100.0)
+    assert est.on_answer(seq, 100.0, 100.040)
+    assert est.measured and est.answered == 1 and est.sent == 1
+    assert est.latency_ms == pytest.approx(20.0)
+
+
+def test_jitter_follows_rfc3550() -> None:
+    est = est_for(z=100.0)
+    for x in (10.0, 12.0, 11.0, 15.0):
+        est.add_sample(x)
+    j = 0.0
+    for d in (2.0, 1.0, 4.0):
+        j += (d - j) / 16
+    assert est.jitter_ms == pytest.approx(j) == pytest.approx(0.41845703125)
+
+
+def test_z_test_on_the_thesis_example() -> None:
+    assert statistics.fmean(THESIS) == 2.0
+    mean, sd = window_stats(THESIS, 3.0)          # |10 - 2| / 2.72 = 2.94: kept at z = 3
+    assert mean == pytest.approx(2.0)
+    mean, sd = window_stats(THESIS, 2.0)          # ... and dropped at z = 2
+    assert mean == pytest.approx(10 / 9)
+    assert round(mean, 1) == 1.1
+    assert sd == pytest.approx(statistics.pstdev([x for x in THESIS if x != 10]))
+    assert window_stats([5.0, 5.0, 5.0], 0.5) == (5.0, 0.0)    # sd 0: nothing is an outlier
+
+
+def test_estimator_drops_the_outlier_from_its_window() -> None:
+    est = est_for(window=10, z=2.0, alpha=1.0)    # alpha 1: latency is the last window mean
+    for x in THESIS:
+        est.add_sample(float(x))
+    assert est.latency_ms == pytest.approx(10 / 9)
+
+
+def test_latency_is_an_ema_of_window_means() -> None:
+    est = est_for(window=2, z=100.0, alpha=0.5)
+    est.add_sample(10.0)                          # window mean 10: the first value
+    assert est.latency_ms == 10.0
+    est.add_sample(20.0)                          # window mean 15
+    assert est.latency_ms == pytest.approx(12.5)
+    est.add_sample(30.0)                          # window (20, 30): mean 25
+    assert est.latency_ms == pytest.approx(18.75)
+    assert est.sd_ms == pytest.approx(5.0)
+
+
+def test_a_gap_counts_every_missing_probe() -> None:
+    est = est_for()
+    seqs = [est.probe(0.0) for _ in range(5)]
+    assert est.on_answer(seqs[0], 0.0, 0.01)
+    assert est.on_answer(seqs[4], 0.0, 0.01)       # 2, 3 and 4 overtaken: lost
+    assert est.settled == 5 and est.loss == pytest.approx(3 / 5)
+    assert not est.on_answer(seqs[2], 0.0, 0.02)   # late: already counted lost
+    assert not est.on_answer(seqs[4], 0.0, 0.02)   # duplicate
+    assert est.answered == 2 and est.loss == pytest.approx(3 / 5)
+
+
+def test_timeout_settles_and_late_answer_is_not_double_counted() -> None:
+    est = est_for(interval=1.0)                     # timeout 0: max(3 intervals, 1 s) = 3 s
+    assert est.timeout == 3.0
+    assert est_for(interval=0.1).timeout == 1.0
+    assert est_for(interval=0.1, timeout=0.2).timeout == 0.2
+    seq = est.probe(10.0)
+    assert est.expire(12.9) == 0 and est.settled == 0 and est.loss == 0.0
+    assert est.expire(13.1) == 1 and est.loss == 1.0
+    assert not est.on_answer(seq, 10.0, 13.2)
+    assert est.answered == 0 and est.settled == 1 and not est.measured
+
+
+def test_loss_window_forgets_old_losses() -> None:
+    est = est_for(loss_window=4)
+    est.probe(0.0)
+    est.expire(10.0)
+    assert est.loss == 1.0
+    for i in range(3):
+        est.on_answer(est.probe(20.0 + i), 20.0 + i, 20.001 + i)
+    assert est.loss == pytest.approx(1 / 4)
+    est.on_answer(est.probe(30.0), 30.0, 30.001)
+    assert est.loss == 0.0
+
+
+# --- cost, threshold, datagrams -------------------------------------------------------------------------
+
+def test_cost_formula_and_quantum() -> None:
+    est = est_for(window=2, alpha=1.0)
+    cost = CostConfig(a=1.0, b=2.0, c=100.0, d=4.0, quantum=1.0)
+    assert link_cost(est, cost) == 1.0              # unmeasured: one quantum
+    est.add_sample(10.0)
+    est.add_sample(14.0)                            # latency 12, jitter 4/16 = 0.25, loss 0
+    assert link_cost(est, cost) == 1 + 2 * 12 + 4 * 0.25
+    q5 = CostConfig(a=0.0, b=1.0, c=0.0, d=0.0, quantum=5.0)
+    for latency, want in ((12.4, 10.0), (12.6, 15.0), (0.2, 5.0)):
+        e = est_for(alpha=1.0)
+        e.add_sample(latency)
+        assert link_cost(e, q5) == want
+    dead = est_for(interval=0.1, timeout=0.2)
+    dead.probe(0.0)
+    dead.expire(1.0)                                # never answered, but known lost: expensive
+    assert link_cost(dead, CostConfig()) == 1000.0
+    assert link_cost(est_for(alpha=1.0), CostConfig(quantum=0.1)) == 0.1
+
+
+def test_changed_enough() -> None:
+    assert changed_enough(5.0, None, 0.1)
+    assert not changed_enough(10.5, 10.0, 0.1)
+    assert not changed_enough(11.0, 10.0, 0.1)     # exactly the threshold: not more than it
+    assert changed_enough(11.5, 10.0, 0.1)
+    assert changed_enough(8.5, 10.0, 0.1)
+    assert changed_enough(10.1, 10.0, 0.0)
+    assert not changed_enough(10.0, 10.0, 0.0)
+    assert changed_enough(1.0, 0.0, 0.5) and not changed_enough(0.0, 0.0, 0.5)
+
+
+def test_datagram_codec_and_addresses() -> None:
+    p = Probe(REQUEST, 2**64 - 1, 12.5, "n2")
+    assert decode_probe(p.encode()) == p
+    data = p.encode()
+    for bad in (b"", b"WB", data[:20], b"XX" + data[2:], data[:2] + b"\x02" + data[3:],
+                data[:3] + b"\x07" + data[4:], data + b"x" * 10, data[:20] + b"\xff\xfe"):
+        assert decode_probe(bad) is None
+    assert parse_addr("10.0.0.1:7000") == ("10.0.0.1", 7000)
+    assert parse_addr("[::1]:7000") == ("::1", 7000)
+    assert parse_addr("host-a:1") == ("host-a", 1)
+    assert parse_addr("unix:/tmp/x.sock") is None and parse_addr("nohost") is None
+
+
+# --- real UDP -------------------------------------------------------------------------------------------
+
+def routing_for(**monitor) -> RoutingConfig:
+    return RoutingConfig(mode="dynamic", monitor=MonitorConfig(**monitor))
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_monitors_probe_each_other() -> None:
+    async def go() -> None:
+        pa, pb = free_udp_port(), free_udp_port()
+        costs: dict[str, list] = {"a": [], "b": []}
+        routing = routing_for(interval=0.05, timeout=0.5)
+        a = LinkMonitor("a", routing, {"b": f"127.0.0.1:{pb}", "u": "unix:/tmp/u.sock"}, f"127.0.0.1:{pa}",
+                        lambda peer, c: costs["a"].append((peer, c)))
+        b = LinkMonitor("b", routing, {"a": f"127.0.0.1:{pa}"}, f"127.0.0.1:{pb}",
+                        lambda peer, c: costs["b"].append((peer, c)))
+        await a.start()
+        await b.start()
+        try:
+            assert a.port == pa and a.probed == ["b"]
+            await asyncio.sleep(0.5)
+        finally:
+            await a.stop()
+            await b.stop()
+            await a.stop()                          # idempotent
+        for mon, peer in ((a, "b"), (b, "a")):
+            snap = mon.snapshot()[peer]
+            assert snap["probed"] and snap["probes_answered"] >= 3
+            assert snap["probes_sent"] >= snap["probes_answered"]
+            assert snap["latency_ms"] < 50 and snap["loss"] == 0.0
+        assert costs["a"] and costs["a"][0] == ("b", 1.0) and costs["b"][0] == ("a", 1.0)
+        assert a.cost("b") == 1.0
+        assert a.snapshot()["u"] == {"latency_ms": 0.0, "sd_ms": 0.0, "jitter_ms": 0.0, "loss": 0.0,
+                                     "probes_sent": 0, "probes_answered": 0, "cost": 1.0, "probed": False}
+        a.republish("b")                            # forgotten: the next estimate goes out again
+        assert a.cost("b") == 1.0
+    asyncio.run(go())
+
+
+def test_silent_neighbour_goes_to_full_loss() -> None:
+    async def go() -> None:
+        published: list[tuple[str, float]] = []
+        routing = routing_for(interval=0.02, timeout=0.06, links={"x": ProbeLinkConfig(probe=False)})
+        # v6 cannot be reached from an IPv4 socket: every send fails, and each counts as a lost probe
+        neighbours = {"b": f"127.0.0.1:{free_udp_port()}", "x": "127.0.0.1:9", "v6": "[::1]:9"}
+        mon = LinkMonitor("a", routing, neighbours, "127.0.0.1:0", lambda peer, c: published.append((peer, c)))
+        await mon.start()
+        try:
+            await asyncio.sleep(0.3)
+        finally:
+            await mon.stop()
+        snap = mon.snapshot()
+        assert snap["b"]["loss"] == 1.0 and snap["b"]["probes_answered"] == 0
+        assert snap["b"]["probes_sent"] >= 5
+        assert snap["v6"]["loss"] == 1.0 and snap["v6"]["probes_sent"] >= 5
+        assert mon.cost("b") == 1000.0 and sorted(published) == [("b", 1000.0), ("v6", 1000.0)]
+        assert not snap["x"]["probed"] and mon.cost("x") == 1.0
+    asyncio.run(go())
+
+
+class _Client(asyncio.DatagramProtocol):
+    def __init__(self) -> None:
+        self.got: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def datagram_received(self, data: bytes, addr: tuple) -> None:
+        self.got.put_nowait(data)
+
+
+def test_only_well_formed_requests_for_this_node_are_answered(caplog: pytest.LogCaptureFixture) -> None:
+    async def go() -> None:
+        mon = LinkMonitor("me", routing_for(), {}, "127.0.0.1:0", lambda peer, c: None)
+        await mon.start()
+        loop = asyncio.get_running_loop()
+        transport, client = await loop.create_datagram_endpoint(_Client, remote_addr=("127.0.0.1", mon.port))
+        try:
+            good = Probe(REQUEST, 7, 1.5, "me").encode()
+            for bad in (b"XX" + good[2:], b"\x00", Probe(REQUEST, 7, 1.5, "other").encode(),
+                        Probe(RESPONSE, 7, 1.5, "nobody").encode(), b"XX" + good[2:]):
+                transport.sendto(bad)
+            transport.sendto(good)
+            answer = await asyncio.wait_for(client.got.get(), 1.0)
+            assert decode_probe(answer) == Probe(RESPONSE, 7, 1.5, "me")
+            await asyncio.sleep(0.05)
+            assert client.got.empty()               # nothing came back for the bad ones
+        finally:
+            transport.close()
+            await mon.stop()
+    with caplog.at_level(logging.WARNING, logger="node.routing.monitor"):
+        asyncio.run(go())
+    malformed = [r for r in caplog.records if "malformed" in r.getMessage()]
+    assert len(malformed) == 1 and "node me" in malformed[0].getMessage()   # once per minute, not per datagram
