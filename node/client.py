@@ -95,3 +95,13 @@ class NodeClient:
     def set_routes(self, routes: dict[str, str]) -> int:
         req = control_pb2.SetRoutesRequest(routes=[control_pb2.Route(destination=d, next_hop=h) for d, h in routes.items()])
         return self._call(self.control.SetRoutes, req, metadata=self._md).installed
+
+    def routes(self, timeout: float | None = None) -> control_pb2.GetRoutesReply:
+        """The node's routing table, measured links and rules (Control.GetRoutes)."""
+        kw = {"timeout": timeout} if timeout is not None else {}
+        return self._call(self.control.GetRoutes, control_pb2.GetRoutesRequest(), metadata=self._md, **kw)
+
+    def set_rules(self, rules: list) -> int:
+        """Replace the node's routing rules (the config's form: a list of mappings)."""
+        req = control_pb2.SetRulesRequest(rules_json=json.dumps(rules))
+        return self._call(self.control.SetRules, req, metadata=self._md).installed

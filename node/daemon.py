@@ -36,6 +36,9 @@ class NodeDaemon:
         self.engine = make_engine(self.cfg, self.spool, self.records)
         await self.engine.recover()
         self.links = LinkManager(self.cfg, self.engine)
+        router = self.engine.router
+        for kind, handler in getattr(router, "frame_handlers", dict)().items():
+            self.links.register(kind, handler)
         # no SO_REUSEPORT: a second daemon on the same port must fail, not silently share it
         server_opts = GRPC_OPTIONS + [("grpc.so_reuseport", 0)]
         # bounded RPCs: a session per neighbour plus room for redials and strangers being refused; clients
@@ -54,6 +57,8 @@ class NodeDaemon:
                 raise ConfigError(f"cannot listen on {addr} (address in use or not local).")
             await server.start()
             self._servers.append(server)
+        if hasattr(router, "start"):
+            await router.start()       # binds the link monitor's UDP socket: before any session comes up
         self.links.start()
         self._tasks = [asyncio.ensure_future(self._every(self.cfg.metrics_interval, self._metrics)),
                        asyncio.ensure_future(self._every(0.5, self.engine.sweep)),
@@ -80,6 +85,8 @@ class NodeDaemon:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.links is not None:
             await self.links.stop()
+        if self.engine is not None and hasattr(self.engine.router, "stop"):
+            await self.engine.router.stop()
         for s in self._servers:
             await s.stop(grace=0.5)
         if self.engine is not None:

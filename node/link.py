@@ -140,12 +140,15 @@ class LinkSession:
             self._ended = True
             pieces = [self.inflight[s] for s in sorted(self.inflight)]
             self.inflight.clear()
-            if peer.session is self:
+            down = peer.session is self
+            if down:
                 st.up = False
                 st.inflight = 0
                 peer.session = None
                 peer.capabilities = frozenset()
             self.engine.requeue(peer.name, pieces)
+            if down:
+                self.engine.session_down(peer.name)      # after the requeue: a re-route moves those too
             # never wait forever on a task stuck in a gRPC call (flow control towards a dead peer)
             await asyncio.wait({reader, writer, *self._stores}, timeout=2.0)
 

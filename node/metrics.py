@@ -30,4 +30,5 @@ def engine_snapshot(e: Engine) -> dict:
             "refused_submissions": e.refused_submissions, "partial_messages": len(e.partial),
             "held_messages": len(e.held), "orphans": len(e.orphans), "expired": e.expired,
             "reports": e.reporter.made, "mode": e.mode, "spool_commits": e.spool.commits,
-            "spool_ops": e.spool.ops, **({"resources": e.policy.snapshot()} if managed else {})}
+            "spool_ops": e.spool.ops, **({"resources": e.policy.snapshot()} if managed else {}),
+            **({"routing": routing} if (routing := e.router_snapshot()) else {})}

@@ -29,7 +29,8 @@ from node.policy import ResourcePolicy, make_policy
 from node.records import Records
 from node.reports import REPORT_KIND, NewMessage, Reporter
 from node.resource_manager import CONGESTED, RETRY_CAP
-from node.routing import Router, StaticRouter
+from node.routing import Router
+from node.routing.router import NodeRouter
 from node.routing.cache import CopyRoutes
 from node.rpc import link_pb2
 from node.spool import Piece, Spool
@@ -73,7 +74,7 @@ class Engine:
         self.me = cfg.name
         self.spool = spool
         self.records = records
-        self.router: Router = router or StaticRouter(cfg.neighbours, cfg.routes)
+        self.router: Router = router or NodeRouter(cfg, spool, records)
         self.routes = CopyRoutes(self.router)
         self.router.watch(self._routes_changed)
         self.policy: ResourcePolicy = policy or make_policy(cfg, self._wake_peer)
@@ -81,6 +82,7 @@ class Engine:
         for n in cfg.neighbours:
             wake = asyncio.Event()
             self.peers[n] = Peer(n, self.policy.make_queue(n, wake.set), wake)
+        self.router.attach(self.peers)
         self.local_users = frozenset(cfg.local_users)     # empty: any user has a mailbox here
         self.reporter = Reporter(self.me, spool, records, cfg.default_lifetime, self.originate, log)
         self.partial: dict[tuple[str, str], Pending] = {}
@@ -411,9 +413,15 @@ class Engine:
             p.not_before = time.monotonic() + min(RETRY_CAP, retry_after * 2 ** min(p.retries - 1, 10))
             q.push(p, front=True)
             return
-        self.policy.dropped(p)
         st.refused_out += 1
         log.warning("%s refused %s/%s@%d: %s", peer, p.msg_id, p.dst, p.off, reason)
+        self.router.refused(peer)             # a fail-over rule may now name another neighbour
+        hop = self.routes.hop(p)
+        if hop is not None and hop != peer:
+            self.peers[hop].queue.push(p)     # keeps its buffer here, like a copy moved by a route change
+            self.peers[hop].wake.set()
+            return
+        self.policy.dropped(p)
         self._orphan(p, f"{peer} refused it: {reason}")
 
     def requeue(self, peer: str, pieces: list[Piece]) -> None:
@@ -452,6 +460,11 @@ class Engine:
     def session_up(self, peer: str) -> None:
         self.policy.session_up(peer)
         self.peers[peer].queue.session_up()
+        self.router.session_changed(peer, True)
+
+    def session_down(self, peer: str) -> None:
+        """The session to `peer` ended (its unacknowledged pieces are requeued separately)."""
+        self.router.session_changed(peer, False)
 
     # -- routes -------------------------------------------------------------------------
     def set_routes(self, routes: dict[str, str]) -> int:
@@ -522,6 +535,10 @@ class Engine:
     # -- metrics -----------------------------------------------------------------------
     def snapshot(self) -> dict:
         return engine_snapshot(self)
+
+    def router_snapshot(self) -> dict | None:
+        snap = getattr(self.router, "snapshot", None)
+        return snap() if snap is not None else None
 
     def outstanding(self) -> int:
         """Pieces this node still has to hand on (queued or in flight)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 
 import grpc
@@ -11,6 +12,7 @@ import grpc
 from node.mailbox import Mailbox
 from node.mta import Engine
 from node.names import is_node_name, is_user_name
+from node.routing.rules import RuleError
 from node.rpc import control_pb2, control_pb2_grpc, submit_pb2, submit_pb2_grpc
 
 log = logging.getLogger("node.services")
@@ -55,6 +57,9 @@ class SubmitService(submit_pb2_grpc.SubmitServicer):
         return submit_pb2.DeleteMailReply(deleted=n)
 
 
+MAX_RULES_JSON = 1 << 20     # bytes of a SetRules request's rule list
+
+
 class ControlService(control_pb2_grpc.ControlServicer):
     """Management calls; with a configured token they need metadata authorization=<token>."""
 
@@ -93,6 +98,42 @@ class ControlService(control_pb2_grpc.ControlServicer):
         if bad:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"next hop {bad[0]!r} is not a neighbour")
         return control_pb2.SetRoutesReply(installed=self.engine.set_routes(routes))
+
+    async def GetRoutes(self, request, context) -> control_pb2.GetRoutesReply:  # noqa: N802
+        """The routing table (destination, next hop, path cost, how learned), the links and the rules."""
+        await self._check(context)
+        router = self.engine.router
+        reply = control_pb2.GetRoutesReply(node=self.engine.me, mode=getattr(router, "mode", "static"),
+                                           rules_json=getattr(router, "rules_json", lambda: "[]")())
+        table = router.table() if hasattr(router, "table") else []
+        for dst, hop, cost, learned in table:
+            reply.routes.add(destination=dst, next_hop=hop, cost=cost, learned=learned)
+        links = router.links() if hasattr(router, "links") else {}
+        for peer, link in links.items():
+            cost = link.get("cost")
+            reply.links.add(neighbour=peer, up=bool(link.get("up")), latency_ms=link.get("latency_ms") or 0.0,
+                            sd_ms=link.get("sd_ms") or 0.0, jitter_ms=link.get("jitter_ms") or 0.0,
+                            loss=link.get("loss") or 0.0, probes_sent=link.get("probes_sent") or 0,
+                            probes_answered=link.get("probes_answered") or 0,
+                            cost=math.inf if cost is None else cost, suppressed=bool(link.get("suppressed")))
+        return reply
+
+    async def SetRules(self, request: control_pb2.SetRulesRequest, context) -> control_pb2.SetRulesReply:  # noqa: N802
+        """Replace the routing rules; an invalid list is refused whole and the old rules stay."""
+        await self._check(context)
+        if len(request.rules_json) > MAX_RULES_JSON:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"rules_json is over {MAX_RULES_JSON} bytes")
+        try:
+            raw = json.loads(request.rules_json or "[]")
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"rules_json is not JSON: {exc}")
+        try:
+            installed = self.engine.router.set_rules(raw)
+        except RuleError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except AttributeError:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this node's router takes no rules")
+        return control_pb2.SetRulesReply(installed=installed)
 
     async def Health(self, request, context) -> control_pb2.HealthReply:  # noqa: N802
         await self._check(context)

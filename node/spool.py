@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS mailbox(msg_id TEXT, user TEXT, src TEXT, size INTEGE
 CREATE TABLE IF NOT EXISTS origin(msg_id TEXT PRIMARY KEY, originator TEXT, dsts TEXT, size INTEGER,
   prio INTEGER, submit_ts REAL, expires_ts REAL);
 CREATE TABLE IF NOT EXISTS ndr(msg_id TEXT, dst TEXT, PRIMARY KEY(msg_id, dst)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS setting(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -384,6 +385,20 @@ class Spool:
         """True the first time a report for this message copy is made here."""
         def op(c: sqlite3.Connection) -> bool:
             return c.execute("INSERT OR IGNORE INTO ndr VALUES (?,?)", (msg_id, dst)).rowcount == 1
+        return op
+
+    @staticmethod
+    def op_get_setting(key: str) -> Op:
+        """A node's small durable state (e.g. its link-state sequence number), or None."""
+        def op(c: sqlite3.Connection) -> str | None:
+            row = c.execute("SELECT value FROM setting WHERE key=?", (key,)).fetchone()
+            return row[0] if row else None
+        return op
+
+    @staticmethod
+    def op_set_setting(key: str, value: str) -> Op:
+        def op(c: sqlite3.Connection) -> None:
+            c.execute("INSERT OR REPLACE INTO setting VALUES (?,?)", (key, value))
         return op
 
     @staticmethod

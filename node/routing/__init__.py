@@ -9,8 +9,9 @@ every orphan. `copy` is the first piece of the copy seen at this node: it
 carries the header (msg_id, src, originator, dst, users, prio, kind) and, at
 offset 0, the first bytes of the body.
 
-Implementations: `StaticRouter` (a next-hop table from the config or the
-Control service).
+Implementations: `NodeRouter` (router.py: rules first, then a static table
+or the dynamic one of dynamic.py) — what a daemon uses; `StaticRouter` (a
+next-hop table alone) for tests of the engine.
 """
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ class Router(Protocol):
 
     def set_routes(self, routes: dict[str, str]) -> int:
         """Install a destination -> next-hop table from the Control service; returns how many were taken."""
+
+    def attach(self, peers: dict) -> None:
+        """The engine's neighbours (name -> node.peer.Peer), given once they exist."""
+
+    def session_changed(self, peer: str, up: bool) -> None:
+        """A Link session to `peer` came up or went down."""
+
+    def refused(self, peer: str) -> None:
+        """`peer` refused a copy for good (fail-over passes it over for a while)."""
 
 
 __all__ = ["Router", "StaticRouter"]

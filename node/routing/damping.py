@@ -1,6 +1,9 @@
 """Route flap damping per link: RFC 2439's shape, with time constants in seconds.
 
-Every change of a link's advertised cost adds a penalty that decays exponentially. A link whose
+Every flap of a link adds a penalty that decays exponentially. A flap is a withdrawal or a return
+(cost to or from infinity) or a change that reverses the direction of the link's previous change: a
+link whose measured cost moves to a new level takes several published steps (the monitor smooths),
+all in one direction, and that is one move, not a flap. A link whose
 penalty exceeds `suppress` is held at the highest cost advertised since its suppression began (so
 routes avoid it while alternatives exist, and its flapping stops moving them back and forth); it is
 released when the penalty decays below `reuse` or after `max_suppress` seconds, whichever is first.
@@ -23,6 +26,7 @@ class _LinkState:
     stamp: float = 0.0                  # when `penalty` was last brought up to date
     since: float | None = None          # when the current suppression began; None = not suppressed
     held: float = 0.0                   # highest cost advertised since `since`
+    trend: int = 0                      # direction of the last change: +1 up, -1 down, 0 none yet
 
 
 class FlapDamper:
@@ -41,8 +45,11 @@ class FlapDamper:
             return cost
         self._release_if_due(st, now)   # before the new penalty: a due release must not be skipped
         if cost != st.cost:
-            st.penalty = self._decayed(st, now) + self.cfg.penalty
-            st.stamp = now
+            trend = 1 if cost > st.cost else -1
+            if math.isinf(cost) or math.isinf(st.cost) or trend == -st.trend:
+                st.penalty = self._decayed(st, now) + self.cfg.penalty
+                st.stamp = now
+            st.trend = trend
             st.cost = cost
             if st.since is not None:
                 st.held = max(st.held, cost)

@@ -54,6 +54,10 @@ class RouteSelector:
         # Rounded like path costs, so float noise in the product cannot decide a borderline case.
         if current == math.inf or best.cost < round(current * (1.0 - self.hysteresis), 9):
             return _route(best)
+        # An exact tie goes to the same neighbour however the table got here (the order adverts
+        # arrived in must not decide it; Table 3's tie for b20 needs b2): no flap, the rule is fixed.
+        if best.cost == current and natural_key(best.next_hop) < natural_key(old.next_hop):
+            return _route(best)
         return Route(old.next_hop, current, old.path)
 
 

@@ -23,6 +23,21 @@ class StaticRouter:
             return hop
         return dst if dst in self.neighbours else None
 
+    def table(self) -> list[tuple[str, str]]:
+        """(destination, next hop) for the neighbours and every routed destination."""
+        out = {n: n for n in self.neighbours}
+        out.update({d: h for d, h in self.routes.items() if h in self.neighbours})
+        return sorted(out.items())
+
+    def attach(self, peers: dict) -> None:
+        pass
+
+    def session_changed(self, peer: str, up: bool) -> None:
+        pass
+
+    def refused(self, peer: str) -> None:
+        pass
+
     def watch(self, changed: Callable[[], None]) -> None:
         self._watchers.append(changed)
 

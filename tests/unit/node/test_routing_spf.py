@@ -163,7 +163,9 @@ def test_first_cost_is_not_a_change_and_penalty_decays_by_half_life() -> None:
     assert d.observe(L, 10, now=0) == 10
     assert d.penalty(L, 0) == 0
     assert d.observe(L, 10, now=1) == 10 and d.penalty(L, 1) == 0     # same cost: no change
-    assert d.observe(L, 20, now=5) == 20
+    assert d.observe(L, 15, now=2) == 15 and d.observe(L, 20, now=3) == 20
+    assert d.penalty(L, 3) == 0         # a move to a new level in steps of one direction is not a flap
+    assert d.observe(L, 10, now=5) == 10        # back down: a flap
     assert d.penalty(L, 5) == pytest.approx(1000)
     assert d.penalty(L, 20) == pytest.approx(500)
     assert d.penalty(L, 35) == pytest.approx(250)
@@ -174,8 +176,11 @@ def test_first_cost_is_not_a_change_and_penalty_decays_by_half_life() -> None:
     assert not d.suppressed(L, 35)
 
 
+SUPPRESS = 1500.0      # two reversals one second apart pass it
+
+
 def suppress_at_3(d: FlapDamper) -> None:
-    """10, 30, 10, 30 one second apart: the third change (t=3) pushes the penalty past 2000."""
+    """10, 30, 10, 30 one second apart: the reversals at t=2 and t=3 push the penalty past SUPPRESS."""
     for t, cost in enumerate([10, 30, 10]):
         d.observe(L, cost, now=t)
     assert not d.suppressed(L, 2)
@@ -184,7 +189,7 @@ def suppress_at_3(d: FlapDamper) -> None:
 
 
 def test_suppressed_link_is_held_at_its_highest_cost_since_suppression() -> None:
-    d = FlapDamper(DampingConfig())
+    d = FlapDamper(DampingConfig(suppress=SUPPRESS))
     suppress_at_3(d)
     assert d.observe(L, 10, now=4) == 30         # better again, but held at the worst
     assert d.observe(L, 50, now=5) == 50
@@ -196,7 +201,7 @@ def test_suppressed_link_is_held_at_its_highest_cost_since_suppression() -> None
 
 
 def test_release_when_penalty_decays_below_reuse() -> None:
-    d = FlapDamper(DampingConfig())
+    d = FlapDamper(DampingConfig(suppress=SUPPRESS))
     suppress_at_3(d)
     assert d.observe(L, 10, now=4) == 30
     p4 = d.penalty(L, 4)
@@ -210,7 +215,7 @@ def test_release_when_penalty_decays_below_reuse() -> None:
 
 
 def test_release_after_max_suppress() -> None:
-    d = FlapDamper(DampingConfig(half_life=1000.0))      # the penalty barely decays
+    d = FlapDamper(DampingConfig(half_life=1000.0, suppress=SUPPRESS))      # the penalty barely decays
     suppress_at_3(d)
     d.observe(L, 10, now=4)
     assert d.next_release(4) == 63
@@ -231,7 +236,7 @@ def test_disabled_damping_passes_costs_through() -> None:
 
 
 def test_forget_makes_the_next_cost_a_first_one() -> None:
-    d = FlapDamper(DampingConfig())
+    d = FlapDamper(DampingConfig(suppress=SUPPRESS))
     suppress_at_3(d)
     d.forget(L)
     assert d.next_release(3) is None
@@ -258,11 +263,11 @@ def flap(enabled: bool) -> int:
 
 def test_flapping_link_changes_effective_cost_a_bounded_number_of_times() -> None:
     assert flap(enabled=False) == 60
-    assert 1 <= flap(enabled=True) <= 6
+    assert 1 <= flap(enabled=True) <= 8       # 7 measured: held most of the time, released at max_suppress
 
 
 def test_link_that_stops_flapping_is_used_at_its_current_cost() -> None:
-    d = FlapDamper(DampingConfig())
+    d = FlapDamper(DampingConfig(suppress=SUPPRESS))
     suppress_at_3(d)
     d.observe(L, 10, now=4)
     assert d.effective(L, 100) == 10 and not d.suppressed(L, 100)
@@ -344,3 +349,14 @@ def test_unreachable_destination_keeps_its_next_hop_at_infinite_cost() -> None:
     assert sel.update({}) == {"a": (Route("a", 1, ("s", "a")), Route("a", INF, ("s", "a")))}
     changed = sel.update({"s": {"b": 1}, "b": {"d": 3}})     # reachable again, another way
     assert sel.routes["d"] == Route("b", 4, ("s", "b", "d")) and "d" in changed
+
+
+def test_an_exact_tie_goes_to_the_natural_first_hop_whatever_the_order_routes_arrived_in() -> None:
+    sel = RouteSelector("b1", hysteresis=0.1)
+    # b3's side first: b20 via b3 is the only path
+    sel.update({"b1": {"b3": 1}, "b3": {"b1": 1, "b21": 1}, "b21": {"b3": 1, "b20": 1}, "b20": {"b21": 1}})
+    assert sel.routes["b20"].next_hop == "b3"
+    # b2's side arrives: an equal-cost path via b2, which the deterministic tie rule prefers
+    g = undirected({(1, 2): 1, (2, 10): 1, (10, 20): 1, (1, 3): 1, (3, 21): 1, (21, 20): 1})
+    sel.update(g)
+    assert (sel.routes["b20"].next_hop, sel.routes["b20"].cost) == ("b2", 3)
