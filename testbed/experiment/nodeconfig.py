@@ -10,22 +10,28 @@ down really cuts the session); one further away on its loopback address, which
 the kernel routes of the address plan reach from every host. The scenario's
 `nodes.all` / per-node settings are laid over the top, without the testbed's
 own keys (`daemon`, `mta_neighbours`).
+With the `dynamic` routing policy every config also gets a `routing:` section
+(mode dynamic, every MTA node's name, the scenario's routing settings) and keeps
+the `shortest` table as its start-up fallback; the static policies add none.
 Every config is validated by the node's own loader before any daemon starts,
 so a bad setting is one clear error naming the node, not a dead daemon.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from node import config as node_config
+from node.config import ProbeLinkConfig
 from node.errors import UserError
 from testbed.network import Network
-from testbed.scenario.spec import Scenario
+from testbed.scenario.spec import RoutingSpec, Scenario
 from testbed.topology import overlay, routing
+from testbed.topology.model import Topology
 
 DATA_PORT = 7000
 MGMT_PORT = 7001
@@ -35,8 +41,12 @@ RESERVED = ("name", "data_listen", "mgmt_listen", "neighbours", "routes", "recor
 
 
 def routing_policy(scenario: Scenario) -> str:
-    """The routing policy for the scenario: its `routing:` key, with `auto` chosen by topology."""
+    """The policy of the nodes' static next-hop tables: the `routing:` policy, with `auto` chosen by
+    topology, and `shortest` for `dynamic` (the table a dynamic node falls back on at start-up, for the
+    destinations it has no link-state path to yet)."""
     policy = str(getattr(scenario.routing, "policy", scenario.routing))     # a policy name or a RoutingSpec
+    if policy == "dynamic":
+        return "shortest"
     if policy != "auto":
         return policy
     return "delay" if scenario.topology.generator == "intercontinental6" else "shortest"
@@ -65,6 +75,7 @@ def node_configs(scenario: Scenario, network: Network, rep_dir: Path) -> dict[st
     """One validated node config mapping per daemon host (node/config.py keys). `scenario` is in wall units."""
     mta = overlay.mta_topology(network.topology, scenario.nodes)
     table = routing.next_hops(mta, routing_policy(scenario), scenario.seed)
+    dynamic = dynamic_routing(scenario, network.topology, mta)
     out: dict[str, dict] = {}
     for name in mta.node_names():
         neighbours = {peer: neighbour_address(network, name, peer) for peer in mta.neighbours(name)}
@@ -77,27 +88,81 @@ def node_configs(scenario: Scenario, network: Network, rep_dir: Path) -> dict[st
             "routes": {dst: hop for dst, hop in table.get(name, {}).items() if dst != name},
             "records_dir": records_dir(scenario, rep_dir, name),
         }
+        if name in dynamic:
+            wiring["routing"] = dynamic[name]
         out[name] = merged_config(scenario, name, wiring)
     return out
 
 
+def dynamic_routing(scenario: Scenario, topology: Topology, mta: Topology) -> dict[str, dict[str, Any]]:
+    """MTA host -> its config's `routing:` section when the policy is `dynamic` (else empty).
+
+    mode and the node list, then the scenario's settings that differ from the node's defaults
+    (node/config.py), and each `monitor.links` entry (a topology link) as `monitor.links.<neighbour>`
+    at both ends. `scenario` is in wall units.
+    """
+    spec = scenario.routing if isinstance(scenario.routing, RoutingSpec) else RoutingSpec(str(scenario.routing))
+    if spec.policy != "dynamic":
+        return {}
+    base: dict[str, Any] = {"mode": "dynamic", "nodes": mta.node_names()}
+    defaults = RoutingSpec()
+    for key in ("hysteresis", "refresh", "max_age"):
+        if getattr(spec, key) != getattr(defaults, key):
+            base[key] = getattr(spec, key)
+    for key in ("monitor", "cost", "damping"):
+        changed = _changed(getattr(spec, key), getattr(defaults, key))
+        if changed:
+            base[key] = changed
+    out = {name: copy.deepcopy(base) for name in mta.node_names()}
+    for link, probe in spec.monitor.links.items():
+        settings = _changed(probe, ProbeLinkConfig())
+        ends = _link_ends(topology, link)
+        for a, b in (ends, ends[::-1]):
+            if b not in mta.neighbours(a):
+                raise UserError(f"routing.monitor.links.{link}: {a} and {b} are not MTA neighbours (a host without "
+                                f"a daemon, or mta_neighbours, between them), so no probes run on that link.")
+            out[a].setdefault("monitor", {}).setdefault("links", {})[b] = dict(settings)
+    return out
+
+
+def _changed(value: Any, default: Any) -> dict[str, Any]:
+    """The fields of a settings dataclass that differ from `default` (nested `links` left out)."""
+    return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)
+            if f.name != "links" and getattr(value, f.name) != getattr(default, f.name)}
+
+
+def _link_ends(topology: Topology, name: str) -> tuple[str, str]:
+    for link in topology.links:
+        if link.name == name:
+            return link.a, link.b
+    raise UserError(f"routing.monitor.links.{name}: the topology has no link {name}.")
+
+
 def merged_config(scenario: Scenario, name: str, wiring: dict[str, Any]) -> dict[str, Any]:
-    """The testbed's wiring for one node with the scenario's settings laid over it, validated by the node."""
+    """The testbed's wiring for one node with the scenario's settings laid over it, validated by the node.
+
+    Mappings are merged key by key at every depth (`nodes.n1.routing: {rules: [...]}` keeps the testbed's
+    routing mode, nodes and monitor settings); any other value replaces the testbed's.
+    """
     settings = copy.deepcopy(overlay.without_testbed_keys(scenario.nodes.settings_for(name)))
     clash = [k for k in RESERVED if k in settings]
     if clash:
         raise UserError(f"nodes.{name}.{clash[0]} is set by the testbed and cannot be given in a scenario.")
     cfg = copy.deepcopy(wiring)
-    for key, value in settings.items():
-        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
-            cfg[key].update(value)
-        else:
-            cfg[key] = value
+    _lay_over(cfg, settings)
     try:
         node_config.from_dict(copy.deepcopy(cfg))
     except UserError as exc:
         raise UserError(f"node settings for {name} are invalid: {exc}") from None
     return cfg
+
+
+def _lay_over(base: dict[str, Any], over: dict[str, Any]) -> None:
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _lay_over(base[key], value)
+        else:
+            base[key] = value
 
 
 def mgmt_target(network: Network, node: str) -> str:

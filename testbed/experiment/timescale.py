@@ -17,6 +17,11 @@ RBSAD, removal intervals and durations"):
   explicit topology links
 - node settings resources.removal_interval, resources.reservation_timeout,
   resources.rbsad in nodes.all and nodes.per_node
+- the routing stack's times: routing.monitor.interval and .timeout, each
+  monitor.links interval, routing.damping.half_life and .max_suppress,
+  routing.refresh and .max_age, in the `routing:` section and in the node
+  settings' `routing:` (link costs are computed from measured wall-clock
+  latencies and are not converted)
 
 Not converted: delays built into a topology generator (intercontinental6's
 Table 8 costs) because they are not scenario values; such scenarios are meant
@@ -30,13 +35,17 @@ import math
 from typing import Any
 
 from testbed.scenario.loader import ScenarioError
-from testbed.scenario.spec import Fault, Generator, LinkOverride, Scenario
+from testbed.scenario.spec import Fault, Generator, LinkOverride, RoutingSpec, Scenario
 from testbed.topology.model import Direction
 
 log = logging.getLogger(__name__)
 
 # resources keys of the node config (node/config.py ResourcesConfig) that are model seconds
 SCALED_RESOURCE_KEYS: tuple[str, ...] = ("removal_interval", "reservation_timeout", "rbsad")
+# routing keys of the node config (node/config.py RoutingConfig and its sub-sections) that are model seconds
+SCALED_ROUTING_KEYS: tuple[str, ...] = ("refresh", "max_age")
+SCALED_MONITOR_KEYS: tuple[str, ...] = ("interval", "timeout")
+SCALED_DAMPING_KEYS: tuple[str, ...] = ("half_life", "max_suppress")
 
 
 def to_wall(scenario: Scenario) -> Scenario:
@@ -58,6 +67,7 @@ def to_wall(scenario: Scenario) -> Scenario:
     _scale_direction(wall.link_defaults, k)
     for link in list(wall.links) + list(wall.topology.links):
         _scale_override(link, k)
+    _scale_routing(wall.routing, k)
     _scale_node_settings(wall.nodes.all, k)
     for settings in wall.nodes.per_node.values():
         _scale_node_settings(settings, k)
@@ -112,13 +122,36 @@ def _scale_direction(d: Direction, k: float) -> None:
         d.rate = d.rate / k
 
 
+def _scale_routing(r: RoutingSpec, k: float) -> None:
+    for obj, keys in ((r, SCALED_ROUTING_KEYS), (r.monitor, SCALED_MONITOR_KEYS), (r.damping, SCALED_DAMPING_KEYS)):
+        for key in keys:
+            setattr(obj, key, getattr(obj, key) * k)
+    for link in r.monitor.links.values():
+        link.interval *= k
+
+
 def _scale_node_settings(settings: dict[str, Any], k: float) -> None:
-    resources = settings.get("resources")
-    if not isinstance(resources, dict):
+    _scale_keys(settings.get("resources"), SCALED_RESOURCE_KEYS, k)
+    routing = settings.get("routing")
+    if not isinstance(routing, dict):
         return
-    for key in SCALED_RESOURCE_KEYS:
-        if _is_number(resources.get(key)):
-            resources[key] = resources[key] * k
+    _scale_keys(routing, SCALED_ROUTING_KEYS, k)
+    _scale_keys(routing.get("damping"), SCALED_DAMPING_KEYS, k)
+    monitor = routing.get("monitor")
+    if isinstance(monitor, dict):
+        _scale_keys(monitor, SCALED_MONITOR_KEYS, k)
+        links = monitor.get("links")
+        for link in links.values() if isinstance(links, dict) else ():
+            _scale_keys(link, ("interval",), k)
+
+
+def _scale_keys(section: Any, keys: tuple[str, ...], k: float) -> None:
+    """Multiply the numeric `keys` of a settings mapping by k (anything else is the node's to refuse)."""
+    if not isinstance(section, dict):
+        return
+    for key in keys:
+        if _is_number(section.get(key)):
+            section[key] = section[key] * k
 
 
 def _is_number(value: Any) -> bool:

@@ -21,7 +21,7 @@ import yaml
 
 from testbed.scenario.checks import MISSING, Check, KeyPath, ScenarioError, kind_of, path_text, show
 from testbed.scenario.sections import SCENARIO_KEYS, SECTIONS, read_order
-from testbed.scenario.sections import nodes as nodes_section, topology as topology_section
+from testbed.scenario.sections import nodes as nodes_section, routing as routing_section, topology as topology_section
 from testbed.scenario.spec import Scenario
 
 __all__ = ["ScenarioError", "dump_resolved", "load", "load_text", "path_text", "to_plain"]
@@ -74,8 +74,13 @@ def _compose(text: str, source: str) -> tuple[Any, dict[KeyPath, int]]:
 
 # ---- overrides ------------------------------------------------------------------------
 
+# top-level key -> the key its short scalar form stands for (see Section.shorthand)
+SHORTHANDS: dict[str, str] = {s.key: s.shorthand for s in SECTIONS if s.shorthand}
+
+
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> KeyPath:
-    """Set data[a][b][2][c] = value for key "a.b.2.c"; returns the path."""
+    """Set data[a][b][2][c] = value for key "a.b.2.c"; returns the path. A section written in its short
+    scalar form is first expanded to its mapping when the key goes below it (SHORTHANDS)."""
     parts: list[Any] = []
     node: Any = data
     segs = key.split(".")
@@ -89,6 +94,8 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> KeyPath:
             seg_key: Any = int(seg)
         elif isinstance(node, dict):
             seg_key = seg
+            if not last and i == 0 and SHORTHANDS.get(seg) and _is_scalar(node.get(seg)):
+                node[seg] = {SHORTHANDS[seg]: node[seg]}      # `routing: delay` -> {policy: delay}
             if not last and node.get(seg) is None:
                 if segs[i + 1].isdigit():
                     raise ValueError(f"there is no list at {path_text(tuple(parts) + (seg,))} to index")
@@ -101,6 +108,10 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> KeyPath:
         else:
             node = node[seg_key]
     return tuple(parts)
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is not None and not isinstance(value, (dict, list))
 
 
 def _parse_set(item: str) -> tuple[str, Any]:
@@ -128,6 +139,7 @@ def _validate(c: Check, data: Any) -> Scenario:
         if section.check is not None:
             section.check(c, top.get(section.key, MISSING), s, topo)
     nodes_section.check_daemon_references(c, s, topo)     # workload and faults naming daemon-less hosts
+    routing_section.check_probe_links(c, s, topo)         # probe settings on links between MTA neighbours
     s.source = c.source
     return s
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from node.config import CostConfig, DampingConfig, MonitorConfig, RoutingConfig
 from testbed.topology.model import Direction
 
 
@@ -135,17 +136,30 @@ class Fault:
 
 @dataclass(eq=False)
 class RoutingSpec:
-    """How the nodes' routing tables are computed from the topology (the `routing:` section).
+    """How the nodes route (the `routing:` section): the policy of their tables, and for `dynamic` the
+    settings of the node's routing stack.
 
     A scenario may write just the policy: `routing: delay` means `routing: {policy: delay}`. So a
     RoutingSpec equals the policy name that would load as it (all other settings at their defaults),
     and `scenario.routing == "delay"` reads as in the file. Code that needs the policy itself reads
     `.policy`.
+
+    The settings of the dynamic stack are the node config's own dataclasses (node/config.py), so the
+    defaults live in one place; only `monitor.links` differs: here it is keyed by topology link name
+    ("n1-n2"), and the testbed turns each entry into per-neighbour settings at both ends. Times are
+    model seconds like every scenario duration.
     """
 
-    # auto | shortest | unidirectional | delay (auto: shortest paths with a seeded random tie-break,
-    # or delay for intercontinental6; unidirectional: one way round a ring)
+    # auto | shortest | unidirectional | delay | dynamic (auto: shortest paths with a seeded random
+    # tie-break, or delay for intercontinental6; unidirectional: one way round a ring; dynamic: link
+    # state routing on measured costs, starting from the shortest-path tables)
     policy: str = "auto"
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
+    damping: DampingConfig = field(default_factory=DampingConfig)
+    hysteresis: float = RoutingConfig.hysteresis     # a fraction
+    refresh: float = RoutingConfig.refresh           # seconds
+    max_age: float = RoutingConfig.max_age           # seconds
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, str):
@@ -155,6 +169,11 @@ class RoutingSpec:
         return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self))
 
     __hash__ = None  # type: ignore[assignment]   # mutable, like the other specs
+
+    @property
+    def is_plain(self) -> bool:
+        """True when every setting but the policy is at its default (the file could say just the name)."""
+        return self == self.policy
 
 
 # --- sweeps ---------------------------------------------------------------------

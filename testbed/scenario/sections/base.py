@@ -29,6 +29,9 @@ class Section:
     read: Reader | None = None    # first pass: no topology yet
     check: Checker | None = None  # second pass: with the built topology
     needs: tuple[str, ...] = ()   # sections whose `read` must run before this one's
+    # The key a scalar value of the section stands for (`routing: delay` is `routing: {policy: delay}`), so a
+    # dotted override or sweep key below the section (`routing.monitor.interval`) also works on the short form.
+    shorthand: str = ""
 
 
 def read_order(sections: tuple[Section, ...]) -> list[Section]:
