@@ -158,6 +158,12 @@ class TransferQueue:
             self._account_out(p)
         return out
 
+    def forget_streams(self, mkeys: Iterable[tuple[str, str]]) -> None:
+        """These streams left this link (re-routed): drop the credits their old next hop granted."""
+        for mkey in mkeys:
+            self.credits.pop(mkey, None)
+            self._credit_seen.pop(mkey, None)
+
     # -- flow control --------------------------------------------------------------------
     def credit(self, mkey: tuple[str, str], n: int) -> None:
         """The next hop granted n more fragments of this stream."""

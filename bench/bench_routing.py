@@ -1,0 +1,168 @@
+"""Routing stack benchmarks (issue 18). Each prints `measured / bound = ratio`.
+
+  compute      route computation after one link change on a grid of 100 and 400 nodes: the whole
+               recomputation a node does (link-state map -> damping per link -> Dijkstra -> hysteresis).
+               Bound: 10% of the default probe interval (100 ms): a node must not spend its time routing.
+  probes       probe traffic per link: two real daemons on loopback with dynamic routing for 20 s at the
+               default 1 s interval; UDP bytes both ways (payload + 28 bytes of IPv4/UDP header) per second,
+               from the probes the monitors counted. Bound: 1 kB/s per link (the thesis calls it negligible).
+  convergence  time from a link change to the last table change, for probe intervals 0.1 .. 1 s: a triangle
+               a-b-c (a-b 10 ms, a-c 20 ms, c-b 5 ms) on the wire shaper; at t the a-b delay goes to 60 ms and
+               a must move b's route to via c. Bound: (window/2 + 2) probe intervals + flooding across the
+               diameter (one hop here, its link delay) + 1 s. Needs root (namespaces).
+
+    .venv/bin/python bench/bench_routing.py [compute|probes|convergence ...]
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from node.config import DampingConfig  # noqa: E402
+from node.routing.damping import FlapDamper  # noqa: E402
+from node.routing.linkstate import Advert, LinkStateDB  # noqa: E402
+from node.routing.selector import RouteSelector  # noqa: E402
+
+
+def grid_adverts(rows: int, cols: int, cost_of) -> dict[str, dict[str, float]]:
+    links: dict[str, dict[str, float]] = {}
+    for r in range(rows):
+        for c in range(cols):
+            me = f"r{r}c{c}"
+            for rr, cc in ((r + 1, c), (r - 1, c), (r, c + 1), (r, c - 1)):
+                if 0 <= rr < rows and 0 <= cc < cols:
+                    links.setdefault(me, {})[f"r{rr}c{cc}"] = cost_of(me, f"r{rr}c{cc}")
+    return links
+
+
+def recompute(db: LinkStateDB, damper: FlapDamper, sel: RouteSelector, now: float) -> int:
+    """What DynamicTable.recompute does, without the records and callbacks."""
+    graph = db.graph()
+    eff: dict[str, dict[str, float]] = {}
+    for u, vs in graph.items():
+        for v, c in vs.items():
+            eff.setdefault(u, {})[v] = damper.observe((u, v), c, now)
+    return len(sel.update(eff))
+
+
+def bench_compute() -> None:
+    bound = 0.100
+    for rows in (10, 20):
+        n = rows * rows
+        links = grid_adverts(rows, rows, lambda a, b: 10.0 + (hash((a, b)) % 7))
+        db, damper, sel = LinkStateDB(900.0), FlapDamper(DampingConfig()), RouteSelector("r0c0", 0.1)
+        for origin, ls in links.items():
+            db.offer(Advert(origin, 1, 0.0, ls))
+        recompute(db, damper, sel, 0.0)
+        times = []
+        for k in range(30):       # one link's cost changes per round, as after a published measurement
+            a, b = f"r{k % rows}c{k % rows}", f"r{k % rows}c{(k % rows) + 1 if k % rows + 1 < rows else k % rows - 1}"
+            adv = db.adverts[a]
+            db.offer(Advert(a, adv.seq + 1, 0.0, {**adv.links, b: 10.0 + 5 * (k % 3)}))
+            t0 = time.perf_counter()
+            recompute(db, damper, sel, float(k))
+            times.append(time.perf_counter() - t0)
+        med = statistics.median(times)
+        print(f"route computation, {n}-node grid (median of 30 changes): {med * 1000:.1f} ms "
+              f"(max {max(times) * 1000:.1f}) / {bound * 1000:.0f} ms = {med / bound:.2f}")
+
+
+def bench_probes() -> None:
+    from testbed.localnet import LocalNet
+    names, edges = ["n1", "n2"], [("n1", "n2")]
+    routing = {"mode": "dynamic", "nodes": names}
+    secs, bound = 20.0, 1000.0
+    with tempfile.TemporaryDirectory(prefix="bench_routing_") as tmp:
+        with LocalNet.build(Path(tmp), names, edges, routing=routing, metrics_interval=1.0) as net:
+            net.start()
+            first = {}
+            for node in names:
+                with net.client(node) as c:
+                    first[node] = c.routes().links[0].probes_sent
+            time.sleep(secs)
+            with net.client("n1") as c:
+                reply = c.routes()
+            with net.client("n2") as c:
+                reply2 = c.routes()
+    sent = reply.links[0].probes_sent - first["n1"]
+    sent2 = reply2.links[0].probes_sent - first["n2"]
+    per_probe = 2 + 1 + 1 + 8 + 8 + 2 + 28      # header, the addressee's name (2 bytes here), IPv4 + UDP
+    rate = (sent + sent2) * 2 * per_probe / secs       # requests and responses, both ends probing
+    print(f"probe traffic per link at 1 s: {rate:.0f} B/s ({sent} probes from n1 in {secs:.0f} s) "
+          f"/ {bound:.0f} B/s = {rate / bound:.2f}")
+
+
+def bench_convergence() -> None:
+    intervals = [0.1, 0.25, 0.5, 1.0]
+    window = 8
+    out_root = Path(tempfile.mkdtemp(prefix="bench_conv_"))
+    for interval in intervals:
+        scen = out_root / f"conv-{interval}.yaml"
+        change_at = 10.0 + 12 * interval
+        scen.write_text(CONVERGENCE_SCENARIO.format(interval=interval, at=change_at,
+                                                    duration=change_at + 12 * interval + 8))
+        out = out_root / f"run-{interval}"
+        proc = subprocess.run([str(ROOT / ".venv/bin/testbed"), "run", str(scen), "--out", str(out)],
+                              cwd=ROOT, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"convergence at {interval} s: run failed\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+            continue
+        [rep] = [p.parent for p in out.glob("*/1/summary.json")]
+        events = [json.loads(line) for line in (rep / "events.jsonl").read_text().splitlines() if line.strip()]
+        [t_change] = [e["ts"] for e in events if e.get("event") == "link_set"]
+        routes = [json.loads(line) for line in (rep / "nodes" / "a" / "routes.jsonl").read_text().splitlines()]
+        moves = [r["ts"] for r in routes if r["dst"] == "b" and r["ts"] > t_change]
+        switched = [r for r in routes if r["dst"] == "b" and r["ts"] > t_change and r["next_hop"] == "c"]
+        bound = (window / 2 + 2) * interval + 0.010 + 1.0
+        if not switched:
+            print(f"convergence at probe interval {interval * 1000:.0f} ms: no switch to c seen / {bound:.2f} s")
+            continue
+        took = max(moves) - t_change
+        print(f"convergence at probe interval {interval * 1000:.0f} ms: {took:.2f} s "
+              f"(switch after {switched[0]['ts'] - t_change:.2f} s) / {bound:.2f} s = {took / bound:.2f}")
+
+
+CONVERGENCE_SCENARIO = """\
+name: bench-convergence
+seed: 1
+duration: {duration}s
+time_scale: 1.0
+topology:
+  generator: explicit
+  nodes: [a, b, c]
+  links:
+    - {{a: a, b: b, delay: 10ms}}
+    - {{a: a, b: c, delay: 20ms}}
+    - {{a: c, b: b, delay: 5ms}}
+routing:
+  policy: dynamic
+  monitor: {{interval: {interval}s}}
+capture: none
+workload:
+  warmup: 1s
+  drain: 5s
+  generators:
+    - nodes: [a]
+      interarrival: {{dist: constant, mean: 1s}}
+      size: {{dist: fixed, bytes: 1000}}
+      recipients: {{choice: fixed, nodes: [b]}}
+faults:
+  - {{at: {at}s, action: link_set, target: a-b, params: {{delay: 60ms}}}}
+"""
+
+BENCHES = {"compute": bench_compute, "probes": bench_probes, "convergence": bench_convergence}
+
+if __name__ == "__main__":
+    for name in sys.argv[1:] or list(BENCHES):
+        if name not in BENCHES:
+            sys.exit(f"unknown bench {name!r} (known: {', '.join(BENCHES)})")
+        BENCHES[name]()

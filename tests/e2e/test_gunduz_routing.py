@@ -1,0 +1,97 @@
+"""Gunduz (2006) Tables 3-5 from real daemons on shaped links: `testbed run scenarios/gunduz-9broker.yaml --quick`.
+
+Nine brokers measure their links with UDP probes (10 ms per thesis cost unit), flood the costs as
+link-state adverts and run Dijkstra with hysteresis; the two cost changes of section 6.1 are timed link
+changes. At the end of each phase broker b1's table (rebuilt from its routes.jsonl) must equal the
+thesis' table: next hops exactly, costs within one quantum per link of 10x the thesis' costs. The
+traffic b1 sends meanwhile must all arrive exactly once (the loss checker).
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from testbed.accounting import check_run
+from testbed.scenario import load
+from tests.e2e.test_testbed_run import REPO, leftovers, read_jsonl, run_quick
+
+SCENARIO = REPO / "scenarios" / "gunduz-9broker.yaml"
+QUICK = load(SCENARIO, quick=True)
+MS_PER_UNIT = 10.0
+QUANTUM = 5.0
+# Tables 3, 4 and 5 of the thesis: destination -> (next hop, cost in thesis units)
+TABLE_3 = {"b2": ("b2", 1), "b3": ("b3", 1), "b10": ("b2", 2), "b11": ("b2", 2), "b12": ("b3", 2),
+           "b20": ("b2", 3), "b21": ("b3", 2), "b30": ("b3", 3)}
+TABLE_4 = {**TABLE_3, "b12": ("b2", 3)}
+TABLE_5 = {"b2": ("b2", 3), "b3": ("b3", 1), "b10": ("b2", 4), "b11": ("b2", 4), "b12": ("b3", 4),
+           "b20": ("b3", 3), "b21": ("b3", 2), "b30": ("b3", 3)}
+RUN_TIMEOUT = 300.0
+
+
+@pytest.fixture(scope="module")
+def run() -> Iterator[dict[str, Any]]:
+    work = Path(tempfile.mkdtemp(prefix="tb-e2e-gunduz-"))
+    result = run_quick(SCENARIO, work / "gunduz", RUN_TIMEOUT)
+    print(f"gunduz-9broker --quick took {result['wall']:.1f} s")
+    try:
+        yield result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def rep_dir(run: dict[str, Any]) -> Path:
+    [summary] = sorted(run["out"].glob("*/1/summary.json"))
+    return summary.parent
+
+
+def table_at(routes: list[dict], ts: float) -> dict[str, tuple[str, float | None]]:
+    """b1's table as of `ts`: the last line per destination at or before it."""
+    out: dict[str, tuple[str, float | None]] = {}
+    for r in sorted(routes, key=lambda r: r["ts"]):
+        if r["ts"] <= ts:
+            out[r["dst"]] = (r["next_hop"], r["cost"])
+    return out
+
+
+def phase_ends(rep: Path) -> list[float]:
+    """Wall times just before each change, and the end of the workload: where each table is read."""
+    events = read_jsonl(rep / "events.jsonl")
+    changes = sorted({e["ts"] for e in events if e.get("event") == "link_set"})
+    assert len(changes) == 3, f"expected the three link changes in events.jsonl, got {changes}"
+    first, second = changes[0], changes[-1]
+    assert second - first > 5, "the two changes of phase 2 and the one of phase 3 must be apart"
+    routes = read_jsonl(rep / "nodes" / "b1" / "routes.jsonl")
+    end = max(r["ts"] for r in routes) + 1.0
+    return [first - 0.5, second - 0.5, max(end, second + 10.0)]
+
+
+@pytest.mark.root
+@pytest.mark.timeout(600)
+def test_b1_tables_after_each_phase_are_tables_3_4_5(run) -> None:
+    assert run["rc"] == 0, f"stdout:\n{run['stdout'][-4000:]}\nstderr:\n{run['stderr'][-4000:]}"
+    rep = rep_dir(run)
+    routes = read_jsonl(rep / "nodes" / "b1" / "routes.jsonl")
+    assert routes, "b1 wrote no routes.jsonl"
+    for name, want, at in zip(("Table 3", "Table 4", "Table 5"), (TABLE_3, TABLE_4, TABLE_5), phase_ends(rep)):
+        got = table_at(routes, at)
+        hops = {d: h for d, (h, _c) in got.items()}
+        assert hops == {d: h for d, (h, _c) in want.items()}, f"{name}: b1's next hops {hops}"
+        for dst, (_hop, units) in want.items():
+            cost = got[dst][1]
+            assert cost is not None, f"{name}: {dst} unreachable"
+            # each link of the path is rounded to the quantum: at most one quantum off per link
+            assert abs(cost - units * MS_PER_UNIT) <= QUANTUM * units, f"{name}: cost to {dst} {cost}"
+
+
+@pytest.mark.root
+@pytest.mark.timeout(600)
+def test_traffic_survives_the_route_changes_and_nothing_is_left(run) -> None:
+    assert run["rc"] == 0
+    verdict = check_run(rep_dir(run))
+    assert verdict.accepted > 0
+    assert (verdict.lost, verdict.duplicate, verdict.late) == (0, 0, 0), verdict
+    assert leftovers(run["run_ids"]) == []
