@@ -79,7 +79,7 @@ def report(directory: str, out: str | None = None, master: str | None = None, sp
 def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
     from pyspark.sql import functions as F
 
-    from . import compare, pcap_ingest, records, traffic
+    from . import compare, pcap_ingest, records, routing, traffic
     from .report import ReportTables
 
     with progress.step("reading node records (schema-checked)", spark):
@@ -113,6 +113,9 @@ def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
                                                                                "bin"))
                 tt.rtt.write.mode("overwrite").parquet(pcap_ingest.uri(parquet / "rtt"))
     tables.health = compare.health(runs, per_run, tables.refusals, host, tables.links if caps else None)
+    with progress.step("routing (routes.jsonl, link monitor, convergence)", spark):
+        tables.routing = routing.build(runs)
+        tables.routing.policy_delay, tables.routing.policy_note = routing.policy_delays(uniq, runs)
     return tables
 
 

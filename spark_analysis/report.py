@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .compare import BUCKET_ORDER
+from .routing import RoutingTables, section_html as routing_html
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class ReportTables:
     links: pd.DataFrame = field(default_factory=pd.DataFrame)
     flows: pd.DataFrame = field(default_factory=pd.DataFrame)
     utilisation: pd.DataFrame = field(default_factory=pd.DataFrame)
+    routing: RoutingTables | None = None     # routing.py; None: not computed
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -190,6 +192,8 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
              "utilisation": t.utilisation}
     for key, df in t.sweeps.items():
         named[f"sweep_{key.split('.')[-1]}"] = df
+    if t.routing is not None:
+        named.update(t.routing.named())
     for name, df in named.items():
         if df is not None:
             _save_table(df, out, name)
@@ -233,7 +237,7 @@ the packet table (when pcaps were captured) is in parquet/packets.</p>
 <p>Sections: <a href="#summary">summary</a> · <a href="#comparison">fragmenting vs non-fragmenting</a> ·
 <a href="#sweeps">sweeps</a> · <a href="#delay">delay by size</a> · <a href="#delivery">delivery metrics</a> ·
 <a href="#health">run health</a> · <a href="#resources">resources</a> · <a href="#network">network</a> ·
-<a href="#runs">per run</a></p>
+<a href="#routing">routing</a> · <a href="#runs">per run</a></p>
 <h2 id="summary">Summary per cell and mode</h2>{_table(t.summary, "summary-table")}
 <h2 id="comparison">Fragmenting vs non-fragmenting</h2>
 <p>Cells whose parameters differ only in the mode, side by side; ratio = fragmenting mean / non-fragmenting mean.</p>
@@ -257,6 +261,7 @@ timing suspect.</p>
 <h3>Buffer classes (index = hops made)</h3>{_table(t.buffer_classes, "buffer-table")}
 <h2 id="network">Network (from the pcaps)</h2>{net_html}
 <h3>Links</h3>{_table(t.links, "links-table")}<h3>Largest flows</h3>{_table(top_flows, "flows-table")}
+<h2 id="routing">Routing</h2>{routing_html(t.routing, _table)}
 <h2 id="runs">Per-run figures</h2>{_table(t.runs, "runs-table")}
 </body></html>
 """
