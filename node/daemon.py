@@ -83,10 +83,10 @@ class NodeDaemon:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.engine is not None and hasattr(self.engine.router, "stop"):
+            await self.engine.router.stop()       # first: closing the sessions is not a routing event
         if self.links is not None:
             await self.links.stop()
-        if self.engine is not None and hasattr(self.engine.router, "stop"):
-            await self.engine.router.stop()
         for s in self._servers:
             await s.stop(grace=0.5)
         if self.engine is not None:

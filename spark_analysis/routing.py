@@ -192,15 +192,21 @@ def delay_changes(events: list[dict]) -> dict[tuple[str, str], list[tuple[float,
     """(link, direction) -> [(ts, new one-way delay in s)] from the link_set events that set a delay.
 
     `direction` is relative to the link's own ends (as the scenario's faults give it); `both` or none
-    sets both directions."""
+    sets both directions. An event's `before` (testbed runs record it) gives the delay until the first
+    change, as a step at -inf."""
     out: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for ev in events:
         if ev.get("event") != "link_set" or not _is_number(ev.get("delay")) or not isinstance(ev.get("target"), str):
             continue
         direction = ev.get("direction") or "both"
+        before = ev.get("before") if isinstance(ev.get("before"), dict) else {}
         for d in DIRECTIONS:
             if direction in ("both", d):
-                out.setdefault((ev["target"], d), []).append((float(ev["ts"]), float(ev["delay"])))
+                steps = out.setdefault((ev["target"], d), [])
+                was = before.get(d, {}).get("delay") if isinstance(before.get(d), dict) else None
+                if not steps and _is_number(was):
+                    steps.append((-math.inf, float(was)))
+                steps.append((float(ev["ts"]), float(ev["delay"])))
     return out
 
 
@@ -210,8 +216,8 @@ def configured_delay(link: LinkDelays, direction: str, changes: dict[tuple[str, 
 
     topology.json holds the state at the end of the run (the testbed rewrites it after each change), so a
     direction whose delay was never changed has that delay throughout; one that was changed has the
-    value of its latest change at or before `at`, and before its first change a delay the run directory
-    does not record (None)."""
+    value of its latest change at or before `at`, and before its first change the `before` value of that
+    change's event, or None for runs that did not record it."""
     steps = changes.get((link.name, direction), [])
     if not steps:
         return link.final[direction]
@@ -536,9 +542,9 @@ the run's first node record. <code>metrics_changes</code> is the node's own coun
 monitor's latency estimates (half the probe round trip, samples while the link was up and answered), against
 the configured delay: <code>configured_ms</code> is the mean of the link's two one-way delays (what half a
 round trip sees), <code>oneway_ms</code> the node → neighbour delay. diff = measured − configured. The
-estimate is a moving average, so a phase's first seconds still carry the previous delay. A delay is unknown
-(–) before the first change of a direction that a link_set changed: topology.json holds the delays at the
-end of the run.</p>
+estimate is a moving average, so a phase's first seconds still carry the previous delay. Before a
+direction's first change its delay is the link_set event's <code>before</code> value (unknown, –, in runs
+that did not record it).</p>
 {table(rt.latency, "routing-latency-table")}
 <h3>Convergence after link changes</h3>
 <p>From each link change (link_set, link_down, link_up, partition, heal) to the last route change at any

@@ -609,6 +609,7 @@ class Network:
         fwd, back = direction in ("both", "a_to_b"), direction in ("both", "b_to_a")
         if reverse:
             fwd, back = back, fwd
+        old = {"a_to_b": link.a_to_b.to_dict(), "b_to_a": link.b_to_a.to_dict()}
         new_ab = dataclasses.replace(link.a_to_b, **params) if fwd else None
         new_ba = dataclasses.replace(link.b_to_a, **params) if back else None
         self._need_shaper().set_params(link.name, new_ab, new_ba)
@@ -617,7 +618,11 @@ class Network:
         if new_ba is not None:
             link.b_to_a = new_ba
         changed = Direction(**params).to_dict()
-        self._event("link_set", link.name, direction=direction, **{k: changed[k] for k in params})
+        # `before`: the changed fields' values until now, per direction of the link's own ends (the report
+        # needs a link's configured values for the time before its first change; topology.json is the last)
+        before = {d: {k: old[d][k] for k in params if k in old[d]}
+                  for d, on in (("a_to_b", new_ab is not None), ("b_to_a", new_ba is not None)) if on}
+        self._event("link_set", link.name, direction=direction, before=before, **{k: changed[k] for k in params})
         self._save_state()
 
     def link_down(self, a: str, b: str) -> None:

@@ -62,6 +62,7 @@ class DynamicTable:
         self._last_origination = 0.0
         self._task: asyncio.Task | None = None
         self._bad_frames = 0
+        self._stopped = False
 
     # -- life cycle --------------------------------------------------------------------------------
     def attach(self, peers: dict[str, Peer]) -> None:
@@ -79,6 +80,8 @@ class DynamicTable:
         self._task = asyncio.ensure_future(self._housekeeping())
 
     async def stop(self) -> None:
+        """Before the sessions close: a node shutting down has no route changes to record or advertise."""
+        self._stopped = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -89,6 +92,8 @@ class DynamicTable:
     def session(self, peer: str, up: bool) -> None:
         """A Link session came up (advertise the link, hand the neighbour our whole map) or went down
         (withdraw the link at once)."""
+        if self._stopped:
+            return
         if up:
             self.up.add(peer)
             self.own[peer] = self.monitor.cost(peer) if self.monitor is not None else self.quantum
@@ -161,6 +166,8 @@ class DynamicTable:
 
     def recompute(self) -> None:
         self._recompute_due = False
+        if self._stopped:
+            return
         now = time.monotonic()
         graph = self.db.graph()
         for u, vs in graph.items():

@@ -58,15 +58,14 @@ def table_at(routes: list[dict], ts: float) -> dict[str, tuple[str, float | None
 
 
 def phase_ends(rep: Path) -> list[float]:
-    """Wall times just before each change, and the end of the workload: where each table is read."""
+    """Where each table is read: just before each change, and at the end of the workload."""
     events = read_jsonl(rep / "events.jsonl")
     changes = sorted({e["ts"] for e in events if e.get("event") == "link_set"})
     assert len(changes) == 3, f"expected the three link changes in events.jsonl, got {changes}"
     first, second = changes[0], changes[-1]
     assert second - first > 5, "the two changes of phase 2 and the one of phase 3 must be apart"
-    routes = read_jsonl(rep / "nodes" / "b1" / "routes.jsonl")
-    end = max(r["ts"] for r in routes) + 1.0
-    return [first - 0.5, second - 0.5, max(end, second + 10.0)]
+    [end] = [e["ts"] for e in events if e.get("event") == "workload_end"]
+    return [first - 0.5, second - 0.5, end]
 
 
 @pytest.mark.root

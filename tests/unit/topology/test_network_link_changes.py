@@ -43,7 +43,8 @@ def test_clear_rate_lifts_the_limit_of_the_named_direction_only(net: Network) ->
     assert link.b_to_a.delay == 0.005                       # the other settings stay
     assert net.shaper.calls == [("n1-n2", None, link.b_to_a)]  # type: ignore[union-attr]
     assert events(net)[-1] | {"ts": 0} == {"ts": 0, "node": "testbed", "event": "link_set", "target": "n1-n2",
-                                           "direction": "a_to_b", "rate": None}
+                                           "direction": "a_to_b", "rate": None,
+                                           "before": {"b_to_a": {"rate": 10e6}}}     # in the link's own terms
     topology_json = json.loads((net.run_dir / "topology.json").read_text())   # type: ignore[operator]
     l12 = [l for l in topology_json["links"] if l["name"] == "n1-n2"][0]
     assert l12["b_to_a"]["rate"] is None and l12["a_to_b"]["rate"] == 10e6
