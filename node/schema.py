@@ -65,6 +65,13 @@ RECORDS: dict[str, tuple[Field, ...]] = {
         _f("dst", str, "the destination node of the message copy"),
         _f("reason", str, "why it was not delivered"),
     ),
+    # nodes/<node>/routes.jsonl: one line per change of the node's routing table
+    "route": COMMON + (
+        _f("dst", str, "destination node"),
+        _f("next_hop", str, "the neighbour its copies go to now"),
+        _f("cost", (int, float, type(None)), "total path cost (null: unreachable, or a static entry)"),
+        _f("reason", str, "'initial', 'cost', 'switch', 'withdrawn', 'unreachable' or 'static'"),
+    ),
     # events.jsonl: faults and link changes as applied
     "event": COMMON + (
         _f("event", str, "what happened: link_set, link_down, link_up, partition, heal, kill, restart, pause, resume"),
@@ -91,10 +98,14 @@ OPTIONAL: dict[str, tuple[Field, ...]] = {
            "(reasons: congested, class_full, stream_refused, stream_full, recipient_full, recipient_wait, "
            "recipient_never_fits); per neighbour also deferred_in/out, credits_in/out and scheduler"
            "{queued_by_priority, served_by_priority, transfers, ready, waiting_for_credit, waiting_for_timer, streams}"),
+        _f("routing", dict, "routing state, present with routing.mode dynamic (or rules): mode, routes (table size), "
+           "changes (table changes so far), seq, adverts, links{neighbour: {latency_ms, sd_ms, jitter_ms, loss, "
+           "probes_sent, probes_answered, cost (null: withdrawn), up, suppressed, probed}}"),
     ),
     "event": (
         _f("scope", str, "kill and restart faults: 'process' (the daemon, netns runtime) or 'container' (docker)"),
         _f("replumbed", list, "container restart: the interfaces moved into the new container's namespace"),
+        _f("before", dict, "link_set: the changed fields' values until then, per direction of the link's own ends"),
     ),
 }
 

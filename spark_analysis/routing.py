@@ -97,21 +97,8 @@ def _is_number(v: Any) -> bool:
 
 
 def route_problems(record: dict) -> list[str]:
-    """What is wrong with one routes.jsonl record (node/schema.py's check once it knows the kind)."""
-    if "route" in schema.RECORDS:
-        return schema.validate("route", record)
-    problems = [f"missing field {k!r}" for k in ("ts", "node", "dst", "next_hop", "cost", "reason")
-                if k not in record]
-    if problems:
-        return problems
-    if not _is_number(record["ts"]):
-        problems.append("field 'ts': expected a number")
-    for k in ("node", "dst", "next_hop", "reason"):
-        if not isinstance(record[k], str):
-            problems.append(f"field {k!r}: expected str")
-    if record["cost"] is not None and not _is_number(record["cost"]):
-        problems.append("field 'cost': expected a number or null (infinite)")
-    return problems
+    """What is wrong with one routes.jsonl record (node/schema.py's `route` kind)."""
+    return schema.validate("route", record)
 
 
 @dataclass
