@@ -6,7 +6,8 @@
   probes       probe traffic per link: two real daemons on loopback with dynamic routing for 20 s at the
                default 1 s interval; UDP bytes both ways (payload + 28 bytes of IPv4/UDP header) per second,
                from the probes the monitors counted. Bound: 1 kB/s per link (the thesis calls it negligible).
-  convergence  time from a link change to the last table change, for probe intervals 0.1 .. 1 s: a triangle
+  convergence  time from a link change to the last next-hop change at a (cost-only lines aside: a 5 ms link
+               near a quantum boundary nudges costs for a while), for probe intervals 0.1 .. 1 s: a triangle
                a-b-c (a-b 10 ms, a-c 20 ms, c-b 5 ms) on the wire shaper; at t the a-b delay goes to 60 ms and
                a must move b's route to via c. Bound: (window/2 + 2) probe intervals + flooding across the
                diameter (one hop here, its link delay) + 1 s. Needs root (namespaces).
@@ -120,15 +121,17 @@ def bench_convergence() -> None:
         events = [json.loads(line) for line in (rep / "events.jsonl").read_text().splitlines() if line.strip()]
         [t_change] = [e["ts"] for e in events if e.get("event") == "link_set"]
         routes = [json.loads(line) for line in (rep / "nodes" / "a" / "routes.jsonl").read_text().splitlines()]
-        moves = [r["ts"] for r in routes if r["dst"] == "b" and r["ts"] > t_change]
-        switched = [r for r in routes if r["dst"] == "b" and r["ts"] > t_change and r["next_hop"] == "c"]
+        after = [r for r in routes if r["ts"] > t_change]
+        moves = [r for r in after if r["reason"] != "cost"]          # next-hop changes, any destination
+        switched = [r for r in moves if r["dst"] == "b" and r["next_hop"] == "c"]
         bound = (window / 2 + 2) * interval + 0.010 + 1.0
         if not switched:
             print(f"convergence at probe interval {interval * 1000:.0f} ms: no switch to c seen / {bound:.2f} s")
             continue
-        took = max(moves) - t_change
-        print(f"convergence at probe interval {interval * 1000:.0f} ms: {took:.2f} s "
-              f"(switch after {switched[0]['ts'] - t_change:.2f} s) / {bound:.2f} s = {took / bound:.2f}")
+        took = moves[-1]["ts"] - t_change
+        settled = after[-1]["ts"] - t_change
+        print(f"convergence at probe interval {interval * 1000:.0f} ms: {took:.2f} s (last next-hop change; "
+              f"costs settled after {settled:.2f} s) / {bound:.2f} s = {took / bound:.2f}")
 
 
 CONVERGENCE_SCENARIO = """\

@@ -45,8 +45,8 @@ COUNT_COLUMNS = ["cell", "rep", "node", "mode", "changes", *REASONS, "other", "f
 TIMELINE_COLUMNS = ["cell", "rep", "node", "t_s", "dst", "next_hop", "cost", "reason"]
 LATENCY_COLUMNS = ["cell", "rep", "node", "neighbour", "link", "phase", "from_s", "to_s", "samples",
                    "measured_ms", "measured_sd_ms", "loss", "configured_ms", "oneway_ms", "diff_ms", "diff_pct"]
-CONVERGENCE_COLUMNS = ["cell", "rep", "t_s", "event", "target", "change", "window_s", "route_changes", "nodes",
-                       "convergence_s", "result"]
+CONVERGENCE_COLUMNS = ["cell", "rep", "t_s", "event", "target", "change", "window_s", "route_changes",
+                       "next_hop_changes", "nodes", "convergence_s", "settled_s", "result"]
 POLICY_COLUMNS = ["setting", "policy", "runs", "messages", "mean_delay_s", "p50_delay_s", "p95_delay_s"]
 
 
@@ -399,22 +399,29 @@ def _configured(links: dict[str, LinkDelays], changes: dict, node: str, neighbou
 
 
 def convergence_rows(rr: RunRouting, window: float = CONVERGENCE_WINDOW) -> list[dict]:
-    """Per link change: the time from the event to the last route change (any node, `static` table loads
-    aside) before the next link change or `window` seconds, whichever comes first."""
+    """Per link change: the time from the event to the last change of a next hop at any node before the next
+    link change or `window` seconds, whichever comes first (`convergence_s`), and to the last change of any
+    kind (`settled_s`: path costs still moving as the monitor's average follows the link). Cost-only lines
+    are left out of convergence: a link near a quantum boundary keeps nudging costs long after the routes
+    have moved; `static` table loads are not routing events at all."""
     t0 = rr.t0
-    changes = sorted((c.ts, c.node) for cs in rr.routes.values() for c in cs if c.reason != "static")
-    times = [ts for ts, _ in changes]
+    changes = sorted((c.ts, c.node, c.reason != "cost") for cs in rr.routes.values() for c in cs
+                     if c.reason != "static")
+    times = [ts for ts, _, _ in changes]
     network = [ev for ev in rr.events if ev.get("event") in NETWORK_EVENTS]
     rows = []
     for i, ev in enumerate(network):
         ts = float(ev["ts"])
         end = min(ts + window, float(network[i + 1]["ts"])) if i + 1 < len(network) else ts + window
         inside = changes[bisect_left(times, ts):bisect_left(times, end)]
+        moves = [c for c in inside if c[2]]
         rows.append({"cell": rr.run.cell, "rep": rr.run.rep, "t_s": _rel(ts, t0), "event": ev["event"],
                      "target": _target(ev.get("target")), "change": _params(ev), "window_s": round(end - ts, 3),
-                     "route_changes": len(inside), "nodes": len({n for _, n in inside}),
-                     "convergence_s": round(inside[-1][0] - ts, 3) if inside else math.nan,
-                     "result": "converged" if inside else "no change"})
+                     "route_changes": len(inside), "next_hop_changes": len(moves),
+                     "nodes": len({n for _, n, _ in moves}),
+                     "convergence_s": round(moves[-1][0] - ts, 3) if moves else math.nan,
+                     "settled_s": round(inside[-1][0] - ts, 3) if inside else math.nan,
+                     "result": "converged" if moves else ("costs only" if inside else "no change")})
     return rows
 
 
@@ -428,7 +435,7 @@ def _params(ev: dict) -> str:
     """The changed parameters of an event as `key=value` words (delays in ms)."""
     words = []
     for k, v in ev.items():
-        if k in ("ts", "node", "event", "target"):
+        if k in ("ts", "node", "event", "target", "before"):
             continue
         words.append(f"{k}={v * 1000:g}ms" if k in ("delay", "jitter") and _is_number(v) else f"{k}={v}")
     return " ".join(words)
@@ -534,7 +541,9 @@ direction's first change its delay is the link_set event's <code>before</code> v
 that did not record it).</p>
 {table(rt.latency, "routing-latency-table")}
 <h3>Convergence after link changes</h3>
-<p>From each link change (link_set, link_down, link_up, partition, heal) to the last route change at any
-node before the next link change or {CONVERGENCE_WINDOW:g} s, whichever comes first.</p>
+<p>From each link change (link_set, link_down, link_up, partition, heal) to the last change of a next hop
+at any node (<code>convergence_s</code>) and to the last change of any kind (<code>settled_s</code>: path costs
+still following the monitor's moving average), before the next link change or {CONVERGENCE_WINDOW:g} s,
+whichever comes first.</p>
 {table(rt.convergence, "routing-convergence-table")}
 {policy}"""

@@ -112,8 +112,9 @@ def test_convergence_from_event_to_last_route_change(tables: routing.RoutingTabl
     conv = tables.convergence
     assert conv["event"].tolist() == ["link_set", "link_down", "link_up"]      # workload_end is no link change
     first, down, up = (conv.iloc[i] for i in range(3))
-    # b1 at +2.5 s and b3 at +4 s; b2's static table load does not count
-    assert (first["route_changes"], first["nodes"], first["convergence_s"]) == (2, 2, 4.0)
+    # b1 moves a next hop at +2.5 s and b3 changes a cost at +4 s; b2's static table load does not count
+    assert (first["route_changes"], first["next_hop_changes"], first["nodes"]) == (2, 1, 1)
+    assert (first["convergence_s"], first["settled_s"]) == (2.5, 4.0)
     assert first["window_s"] == 60.0 and first["result"] == "converged"
     assert first["change"] == "direction=both delay=60ms"
     # the change 70 s after the link went down is outside the 60 s window
@@ -221,5 +222,5 @@ def test_report_writes_the_routing_tables(tables: routing.RoutingTables, tmp_pat
     text = page.read_text()
     assert 'id="routing"' in text and 'id="routing-convergence-table"' in text
     conv = pd.read_csv(tmp_path / "out" / "routing_convergence.csv")
-    assert conv["convergence_s"].tolist()[:2] == [4.0, 7.25]
+    assert conv["convergence_s"].tolist()[:2] == [2.5, 7.25]
     assert (tmp_path / "out" / "tables" / "routing_timeline.parquet").is_file()
