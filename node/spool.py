@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS frag(
   fragments INTEGER NOT NULL, state TEXT NOT NULL, data BLOB NOT NULL,
   PRIMARY KEY(msg_id, dst, off));
 CREATE TABLE IF NOT EXISTS seen(msg_id TEXT, dst TEXT, off INTEGER, expires_ts REAL,
-  PRIMARY KEY(msg_id, dst, off)) WITHOUT ROWID;
+  hops INTEGER NOT NULL DEFAULT 0, PRIMARY KEY(msg_id, dst, off)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS done(msg_id TEXT, dst TEXT, outcome TEXT, ts REAL, PRIMARY KEY(msg_id, dst)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS mailbox(msg_id TEXT, user TEXT, src TEXT, size INTEGER, fragments INTEGER,
   hops INTEGER, submit_ts REAL, deliver_ts REAL, kind TEXT, payload BLOB, PRIMARY KEY(msg_id, user));
@@ -129,6 +129,20 @@ def _piece(row: tuple) -> Piece:
 Op = Callable[[sqlite3.Connection], Any]
 
 
+
+def _came_back(c: sqlite3.Connection, p: "Piece", hops_then: int) -> bool:
+    """A piece seen here before that is NOT a retransmission: it passed through here with fewer hops and
+    has come back round a routing loop (two nodes' maps disagreed for a moment). Dropping it as a
+    duplicate would lose it: this node handed its copy on long ago. Only in transit (at its
+    destination `done` and the byte ranges keep reassembly exact) and only when no copy is held here."""
+    if p.hops <= hops_then or p.state not in (PieceState.QUEUED, PieceState.HELD, PieceState.ORPHAN):
+        return False
+    if c.execute("SELECT 1 FROM frag WHERE msg_id=? AND dst=? AND off=?", (p.msg_id, p.dst, p.off)).fetchone():
+        return False
+    log.warning("%s for %s (offset %d) came back with %d hops (%d when it passed here): a routing loop; "
+                "keeping it", p.msg_id, p.dst, p.off, p.hops, hops_then)
+    return True
+
 class Spool:
     """One SQLite file, one writer thread, group commit; see the module docstring."""
 
@@ -162,6 +176,8 @@ class Spool:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")   # fsync the WAL at every commit: acks mean durable
             conn.executescript(SCHEMA)
+            if "hops" not in {row[1] for row in conn.execute("PRAGMA table_info(seen)")}:
+                conn.execute("ALTER TABLE seen ADD COLUMN hops INTEGER NOT NULL DEFAULT 0")   # spools from before
             if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise sqlite3.DatabaseError("integrity check failed")
         except sqlite3.DatabaseError:
@@ -295,8 +311,8 @@ class Spool:
                 if c.execute("SELECT 1 FROM done WHERE msg_id=? AND dst=?", (msg_id, dst)).fetchone():
                     continue
                 offs = [pieces[i].off for i in idx]
-                have = {o for (o,) in c.execute("SELECT off FROM seen WHERE msg_id=? AND dst=? AND off BETWEEN ? AND ?",
-                                                (msg_id, dst, min(offs), max(offs)))}
+                have = dict(c.execute("SELECT off, hops FROM seen WHERE msg_id=? AND dst=? AND off BETWEEN ? AND ?",
+                                      (msg_id, dst, min(offs), max(offs))))
                 for i in idx:
                     p = pieces[i]
                     if p.state == PieceState.WHOLE:
@@ -309,14 +325,14 @@ class Spool:
                         done_rows.append((p.msg_id, p.dst, "delivered", deliver_ts))
                         out[i] = True
                         continue
-                    if p.off in have:
+                    if p.off in have and not _came_back(c, p, have[p.off]):
                         continue
-                    have.add(p.off)
-                    seen_rows.append((p.msg_id, p.dst, p.off, p.expires_ts))
+                    have[p.off] = p.hops
+                    seen_rows.append((p.msg_id, p.dst, p.off, p.expires_ts, p.hops))
                     frag_rows.append(p)
                     out[i] = True
             if seen_rows:
-                c.executemany("INSERT INTO seen VALUES (?,?,?,?)", seen_rows)
+                c.executemany("INSERT OR REPLACE INTO seen VALUES (?,?,?,?,?)", seen_rows)
                 c.executemany(f"INSERT OR REPLACE INTO frag({_COLS}) VALUES ({','.join('?' * 15)})", _rows(frag_rows))
             if mail_rows:
                 c.executemany("INSERT OR IGNORE INTO mailbox VALUES (?,?,?,?,?,?,?,?,?,?)", mail_rows)

@@ -1,8 +1,13 @@
 """Route selection with hysteresis: which next hop each destination uses, given the link-state graph.
 
 A route moves to another next hop only when the new path is cheaper by more than the `hysteresis`
-fraction of the current path's cost (or the current path is broken), so two nearly equal paths whose
-measured costs wobble do not make messages alternate between them. A destination that becomes
+fraction of the best path through the current next hop (or there is none), so two nearly equal paths
+whose measured costs wobble do not make messages alternate between them. Hysteresis must not make
+loops: a node keeps its current next hop N for D only while N is strictly closer to D than this
+node is (dist(N, D) < dist(me, D), in the map every node shares). Along the next hops actually in
+use the distance then falls at every hop, so a copy can never come back (once the maps agree;
+while an advert is still on its way a short loop is possible, and the spool's hop-aware duplicate
+check keeps such a copy instead of dropping it). A destination that becomes
 unreachable keeps its next hop at cost math.inf: its messages wait queued for that neighbour
 instead of becoming orphans, and move as soon as a route appears again.
 """
@@ -11,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from node.routing.spf import Graph, Path, natural_key, path_cost, shortest_paths
+from node.routing.spf import Graph, Path, natural_key, shortest_paths
 
 
 @dataclass
@@ -30,10 +35,17 @@ class RouteSelector:
     def update(self, graph: Graph) -> dict[str, tuple[Route | None, Route]]:
         """Recompute every route; returns {dst: (old, new)} for those whose next hop or cost changed."""
         best = shortest_paths(graph, self.me)
+        from_hop: dict[str, dict[str, Path]] = {}
+
+        def paths_from(n: str) -> dict[str, Path]:      # a kept next hop's own shortest paths, once each
+            if n not in from_hop:
+                from_hop[n] = shortest_paths(graph, n) if n in graph else {}
+            return from_hop[n]
+
         changed: dict[str, tuple[Route | None, Route]] = {}
         for dst in best.keys() | self.routes.keys():
             old = self.routes.get(dst)
-            new = self._choose(graph, old, best.get(dst))
+            new = self._choose(graph, dst, old, best.get(dst), paths_from)
             self.routes[dst] = new
             if old is None or old.next_hop != new.next_hop or old.cost != new.cost:
                 changed[dst] = (old, new)
@@ -42,7 +54,8 @@ class RouteSelector:
     def table(self) -> list[tuple[str, Route]]:
         return sorted(self.routes.items(), key=lambda item: natural_key(item[0]))
 
-    def _choose(self, graph: Graph, old: Route | None, best: Path | None) -> Route:
+    def _choose(self, graph: Graph, dst: str, old: Route | None, best: Path | None,
+                paths_from) -> Route:
         if old is None:
             assert best is not None     # update only asks for destinations in one of the two
             return _route(best)
@@ -50,15 +63,25 @@ class RouteSelector:
             return Route(old.next_hop, math.inf, old.path)
         if best.next_hop == old.next_hop:
             return _route(best)
-        current = path_cost(graph, old.path)
+        hop = old.next_hop
+        if dst == hop:
+            rest: tuple[str, ...] = (hop,)
+            beyond = 0.0
+        else:
+            via = paths_from(hop).get(dst)
+            rest, beyond = (via.nodes, via.cost) if via is not None else ((), math.inf)
+        current = round(graph.get(self.me, {}).get(hop, math.inf) + beyond, 9)
+        # Not strictly closer than we are: keeping it could send copies round in a loop.
+        if not math.isfinite(current) or beyond >= best.cost:
+            return _route(best)
         # Rounded like path costs, so float noise in the product cannot decide a borderline case.
-        if current == math.inf or best.cost < round(current * (1.0 - self.hysteresis), 9):
+        if best.cost < round(current * (1.0 - self.hysteresis), 9):
             return _route(best)
         # An exact tie goes to the same neighbour however the table got here (the order adverts
         # arrived in must not decide it; Table 3's tie for b20 needs b2): no flap, the rule is fixed.
-        if best.cost == current and natural_key(best.next_hop) < natural_key(old.next_hop):
+        if best.cost == current and natural_key(best.next_hop) < natural_key(hop):
             return _route(best)
-        return Route(old.next_hop, current, old.path)
+        return Route(hop, current, (self.me, *rest))
 
 
 def _route(p: Path) -> Route:

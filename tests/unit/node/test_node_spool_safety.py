@@ -38,3 +38,45 @@ def test_a_damaged_spool_is_moved_aside_with_one_log_line(tmp_path: Path, damage
     assert len(lines) == 1 and "damaged" in lines[0].getMessage() and lines[0].exc_info is None
     with sqlite3.connect(path) as c:                                   # the new spool is a sound one
         assert c.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+
+
+def _piece(hops: int, state: str, dst: str = "n9", off: int = 0):
+    from node.spool import Piece
+    return Piece("m1", dst, off, 2000, hops, "n1", "", [""], 1, 0.0, 4e9, "", 2, b"x" * 1000, state=state)
+
+
+def test_a_copy_that_comes_back_round_a_loop_is_kept_a_retransmission_is_not(tmp_path: Path) -> None:
+    from node.states import PieceState as S
+    spool = Spool(tmp_path / "s.db", 0.0)
+    spool.open()
+    try:
+        assert spool.run_sync(Spool.op_receive([_piece(2, S.QUEUED)])) == [True]
+        assert spool.run_sync(Spool.op_receive([_piece(2, S.QUEUED)])) == [False]     # retransmission
+        assert spool.run_sync(Spool.op_receive([_piece(4, S.QUEUED)])) == [False]     # still held here
+        spool.run_sync(Spool.op_delete([("m1", "n9", 0)]))                           # handed on and acked
+        assert spool.run_sync(Spool.op_receive([_piece(2, S.QUEUED)])) == [False]     # a late retransmission
+        assert spool.run_sync(Spool.op_receive([_piece(4, S.QUEUED)])) == [True]      # back round a loop
+        assert spool.run_sync(Spool.op_receive([_piece(4, S.QUEUED)])) == [False]     # ... once
+        # at its destination a fragment is never taken twice, whatever its hops (reassembly counts bytes)
+        assert spool.run_sync(Spool.op_receive([_piece(1, S.PART, dst="me", off=1000)])) == [True]
+        assert spool.run_sync(Spool.op_receive([_piece(5, S.PART, dst="me", off=1000)])) == [False]
+    finally:
+        spool.close()
+
+
+def test_a_spool_from_before_hop_counts_in_seen_opens_and_gains_the_column(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE seen(msg_id TEXT, dst TEXT, off INTEGER, expires_ts REAL, "
+                 "PRIMARY KEY(msg_id, dst, off)) WITHOUT ROWID")
+    conn.execute("INSERT INTO seen VALUES ('m1', 'n9', 0, 4e9)")
+    conn.commit()
+    conn.close()
+    spool = Spool(path, 0.0)
+    spool.open()
+    try:
+        from node.states import PieceState as S
+        assert spool.run_sync(Spool.op_receive([_piece(0, S.QUEUED)])) == [False]
+        assert spool.run_sync(Spool.op_receive([_piece(3, S.QUEUED)])) == [True]
+    finally:
+        spool.close()

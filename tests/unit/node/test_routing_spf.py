@@ -303,7 +303,8 @@ def test_gunduz_tables_3_4_5_with_hysteresis(scale: float) -> None:
 
 
 def two_ways(via_a: float, via_b: float) -> dict[str, dict[str, float]]:
-    return {"s": {"a": 1, "b": 1}, "a": {"d": via_a - 1}, "b": {"d": via_b - 1}}
+    # first links of 10: the other neighbour stays strictly closer to d than s is (the loop-free condition)
+    return {"s": {"a": 10, "b": 10}, "a": {"d": via_a - 10}, "b": {"d": via_b - 10}}
 
 
 def test_hysteresis_keeps_a_slightly_worse_route_and_switches_for_a_clearly_better_one() -> None:
@@ -326,14 +327,61 @@ def test_zero_hysteresis_switches_only_to_a_strictly_cheaper_path() -> None:
     assert sel.routes["d"].next_hop == "b"
 
 
-def test_withdrawn_link_on_the_current_path_forces_a_switch() -> None:
-    graph = {"s": {"a": 1, "b": 1}, "a": {"d": 9, "c": 1}, "b": {"d": 9.5}, "c": {"d": 9}}
+def test_a_next_hop_without_a_path_any_more_forces_a_switch() -> None:
+    graph = {"s": {"a": 1, "b": 1}, "a": {"d": 9}, "b": {"d": 9.5}}
     sel = RouteSelector("s", hysteresis=0.1)
     sel.update(graph)
     assert sel.routes["d"].path == ("s", "a", "d")
-    graph["a"]["d"] = INF         # best is now via b (10.5), only 0-5% off the old path's cost
+    graph["a"]["d"] = INF         # best is now via b (10.5), only 5% off the old path's cost
     changed = sel.update(graph)
     assert sel.routes["d"] == Route("b", 10.5, ("s", "b", "d")) and set(changed) == {"d"}
+
+
+def test_a_broken_path_through_a_next_hop_that_has_another_is_kept_within_the_margin() -> None:
+    graph = {"s": {"a": 5, "b": 5}, "a": {"d": 5, "c": 1}, "b": {"d": 6}, "c": {"d": 5}}
+    sel = RouteSelector("s", hysteresis=0.1)
+    sel.update(graph)
+    graph["a"]["d"] = INF         # via a is now s-a-c-d (11), via b 11: a tie, a first in natural order
+    sel.update(graph)
+    assert sel.routes["d"] == Route("a", 11, ("s", "a", "c", "d"))
+
+
+def test_hysteresis_never_keeps_a_next_hop_that_is_not_closer_than_we_are() -> None:
+    # cgl3 learned england via cgl1 first (its direct link not yet measured); then the direct link costs 50
+    # while cgl1 is 52 from england: keeping cgl1 (within 10% of 50) could loop, since cgl1 may route
+    # england via cgl3 (2 + 50 = 52, a tie with its direct link, cgl3 first in natural order)
+    sel = RouteSelector("cgl3", hysteresis=0.1)
+    sel.update({"cgl3": {"cgl1": 2}, "cgl1": {"cgl3": 2, "england": 52}, "england": {"cgl1": 52}})
+    assert sel.routes["england"].next_hop == "cgl1"
+    sel.update({"cgl3": {"cgl1": 2, "england": 50}, "cgl1": {"cgl3": 2, "england": 52},
+                "england": {"cgl1": 52, "cgl3": 50}})
+    assert sel.routes["england"] == Route("england", 50, ("cgl3", "england"))
+
+
+def test_next_hops_in_use_never_loop_whatever_each_node_saw_before() -> None:
+    import random
+    rng = random.Random(7)
+    nodes = [f"n{i}" for i in range(1, 9)]
+    links = {(a, b) for a in nodes for b in nodes if a < b and rng.random() < 0.45}
+    links |= {(nodes[i], nodes[i + 1]) for i in range(len(nodes) - 1)}     # connected
+    sels = {n: RouteSelector(n, hysteresis=0.3) for n in nodes}
+    cost = {link: rng.uniform(1, 20) for link in links}
+    for step in range(300):
+        for link in rng.sample(sorted(links), 3):         # a few links move a lot every step
+            cost[link] = max(1.0, cost[link] * rng.uniform(0.5, 1.8))
+        graph: dict[str, dict[str, float]] = {}
+        for (a, b), c in cost.items():
+            graph.setdefault(a, {})[b] = round(c)
+            graph.setdefault(b, {})[a] = round(c)
+        for n in rng.sample(nodes, len(nodes)):          # every node sees the same map (flooding done)
+            sels[n].update(graph)
+        for src in nodes:
+            for dst in nodes:
+                at, seen = src, {src}
+                while at != dst:
+                    at = sels[at].routes[dst].next_hop
+                    assert at not in seen, f"step {step}: loop from {src} to {dst} at {at}"
+                    seen.add(at)
 
 
 def test_unreachable_destination_keeps_its_next_hop_at_infinite_cost() -> None:

@@ -1,0 +1,94 @@
+"""Performance-based routing on the intercontinental six (Gunduz Table 8): `testbed run
+scenarios/intercontinental.yaml --quick` (dynamic routing, probes every 250 ms).
+
+England -> Korea must take a measured shortest path, leave CGL1-Korea while it is degraded (306 ms,
+2% loss) for a path round by San Diego and CGL2, and come back after it is restored; CGL3's table
+shows where the thesis' printed routes disagree with its own Table 8 costs; every message arrives
+exactly once while the routes move (the loss checker).
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from testbed.accounting import check_run
+from tests.e2e.test_testbed_run import REPO, leftovers, read_jsonl, run_quick
+
+SCENARIO = REPO / "scenarios" / "intercontinental.yaml"
+SHORTEST = 160.0        # 153.2 / 154 by Table 8, plus what the monitor adds (jitter term, processing)
+DETOUR = ("cgl3", "sandiego")      # england -> cgl3 -> sandiego -> cgl2 -> korea (208)
+
+
+@pytest.fixture(scope="module")
+def run() -> Iterator[dict[str, Any]]:
+    work = Path(tempfile.mkdtemp(prefix="tb-e2e-ic-"))
+    result = run_quick(SCENARIO, work / "ic", 300.0)
+    print(f"intercontinental --quick took {result['wall']:.1f} s")
+    try:
+        yield result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def rep_dir(run: dict[str, Any]) -> Path:
+    [summary] = sorted(run["out"].glob("*/1/summary.json"))
+    return summary.parent
+
+
+def table_at(rep: Path, node: str, ts: float) -> dict[str, tuple[str, float | None]]:
+    out: dict[str, tuple[str, float | None]] = {}
+    for r in sorted(read_jsonl(rep / "nodes" / node / "routes.jsonl"), key=lambda r: r["ts"]):
+        if r["ts"] <= ts:
+            out[r["dst"]] = (r["next_hop"], r["cost"])
+    return out
+
+
+def korea_path(rep: Path, ts: float) -> tuple[str, ...]:
+    """England's path to Korea at `ts`, following each broker's own table (hop by hop)."""
+    path, node = ["england"], "england"
+    while node != "korea" and len(path) < 7:
+        node = table_at(rep, node, ts)["korea"][0]
+        path.append(node)
+    return tuple(path)
+
+
+@pytest.mark.root
+@pytest.mark.timeout(600)
+def test_england_to_korea_follows_the_measured_costs(run) -> None:
+    assert run["rc"] == 0, f"stdout:\n{run['stdout'][-4000:]}\nstderr:\n{run['stderr'][-4000:]}"
+    rep = rep_dir(run)
+    events = read_jsonl(rep / "events.jsonl")
+    degraded, restored = sorted(e["ts"] for e in events if e["event"] == "link_set")
+    end = max(r["ts"] for n in ("england", "cgl3", "cgl1") for r in read_jsonl(rep / "nodes" / n / "routes.jsonl"))
+    end = max(end, restored) + 0.1
+    before = korea_path(rep, degraded - 0.1)
+    assert before in (("england", "cgl1", "korea"), ("england", "cgl3", "cgl1", "korea")), before
+    assert table_at(rep, "england", degraded - 0.1)["korea"][1] < SHORTEST
+    # off the degraded link, round by San Diego and CGL2: england-cgl3-sandiego-cgl2-korea (208), or the same
+    # after a first hop to cgl1 (211) when england still had cgl1 from before (within the hysteresis margin)
+    assert korea_path(rep, restored - 0.1) in (("england", *DETOUR, "cgl2", "korea"),
+                                               ("england", "cgl1", *DETOUR, "cgl2", "korea"))
+    assert korea_path(rep, end) in (("england", "cgl1", "korea"), ("england", "cgl3", "cgl1", "korea"))
+
+
+@pytest.mark.root
+@pytest.mark.timeout(600)
+def test_cgl3_follows_table_8_costs_not_the_thesis_printed_routes(run) -> None:
+    rep = rep_dir(run)
+    degraded = min(e["ts"] for e in read_jsonl(rep / "events.jsonl") if e["event"] == "link_set")
+    cgl3 = table_at(rep, "cgl3", degraded - 0.1)
+    # the thesis prints 5-4-3-1 (via sandiego) to Korea and 5-4-3-2 to CGL1; its costs give these:
+    assert (cgl3["korea"][0], cgl3["cgl1"][0], cgl3["cgl2"][0]) == ("cgl1", "cgl1", "sandiego")
+
+
+@pytest.mark.root
+@pytest.mark.timeout(600)
+def test_nothing_lost_or_duplicated_while_routes_move(run) -> None:
+    verdict = check_run(rep_dir(run))
+    assert verdict.accepted > 0
+    assert (verdict.lost, verdict.duplicate, verdict.late) == (0, 0, 0), verdict
+    assert leftovers(run["run_ids"]) == []
