@@ -12,7 +12,10 @@
                a must move b's route to via c. Bound: (window/2 + 2) probe intervals + flooding across the
                diameter (one hop here, its link delay) + 1 s. Needs root (namespaces).
 
-    .venv/bin/python bench/bench_routing.py [compute|probes|convergence ...]
+  intervals    Table 10 beside the thesis' from a run of scenarios/gunduz-intervals.yaml (not part of the
+               default set: the sweep takes about 20 minutes): bench_routing.py intervals [RUN_DIR]
+
+    .venv/bin/python bench/bench_routing.py [compute|probes|convergence|intervals ...]
 """
 from __future__ import annotations
 
@@ -162,10 +165,85 @@ faults:
   - {{at: {at}s, action: link_set, target: a-b, params: {{delay: 60ms}}}}
 """
 
-BENCHES = {"compute": bench_compute, "probes": bench_probes, "convergence": bench_convergence}
+THESIS_TABLE_10 = {0.05: ("4000+", "900+", "300+"), 0.1: ("2000+", "93", "20"), 0.25: ("900+", "24", "1"),
+                   0.5: ("94", "23", "1"), 1.0: ("93", "23", "1"), 2.0: ("93", "23", "1"), 5.0: ("93", "23", "1"),
+                   10.0: ("93", "23", "1")}
+TABLE_10_LINKS = (("cgl1", "korea", 102.0), ("cgl2", "sandiego", 30.0), ("cgl1", "cgl3", 1.2))
+
+
+def bench_intervals(run_dir: str | None = None) -> None:
+    """Table 10 from a run of scenarios/gunduz-intervals.yaml (RUN_DIR, or runs/gunduz-intervals):
+    per probe interval, the cost each end settles on (median over the second half of the cell) for the
+    thesis' three links, beside the configured one-way delay and the thesis' figures; the probe traffic per
+    link; accuracy = cost / configured delay - 1 over all seven links. Bound: the settled costs within 10%
+    of the configured delays at every interval >= 1 s (the thesis' "safe" range)."""
+    root = Path(run_dir or ROOT / "runs" / "gunduz-intervals")
+    cells = sorted(root.glob("*/1/summary.json"))
+    if not cells:
+        sys.exit(f"no runs of gunduz-intervals under {root} (testbed run scenarios/gunduz-intervals.yaml first)")
+    print("interval | cgl1-korea (102) | cgl2-sandiego (30) | cgl1-cgl3 (1.2) | thesis Table 10 | "
+          "worst error, 7 links | probe B/s per link")
+    for summary in cells:
+        rep = summary.parent
+        interval = _interval_of(rep)
+        settled: dict[tuple[str, str], float] = {}
+        probes: list[float] = []
+        for mfile in sorted((rep / "nodes").glob("*/metrics.jsonl")):
+            node = mfile.parent.name
+            lines = [json.loads(x) for x in mfile.read_text().splitlines() if x.strip()]
+            lines = [x for x in lines if "routing" in x]
+            if len(lines) < 4:
+                continue
+            half = lines[len(lines) // 2:]
+            span = half[-1]["ts"] - half[0]["ts"]
+            for peer in half[-1]["routing"]["links"]:
+                costs = [x["routing"]["links"][peer].get("cost") for x in half]
+                costs = [c for c in costs if c is not None]
+                if costs:
+                    settled[(node, peer)] = statistics.median(costs)
+                sent = [x["routing"]["links"][peer].get("probes_sent", 0) for x in half]
+                if span > 0:
+                    # request + response, and both ends probe: 4 datagrams per interval per link
+                    probes.append((sent[-1] - sent[0]) / span * 4 * (2 + 1 + 1 + 8 + 8 + 5 + 28))
+        delays = _configured_delays(rep)
+        errs = [abs(c / delays[link] - 1) for link, c in settled.items() if delays.get(link)]
+        row = []
+        for a, b, _d in TABLE_10_LINKS:
+            both = [settled.get((a, b)), settled.get((b, a))]
+            row.append("/".join(f"{c:g}" if c is not None else "-" for c in both))
+        thesis = "/".join(THESIS_TABLE_10.get(interval, ("?", "?", "?")))
+        worst = max(errs) if errs else math.nan
+        print(f"{interval * 1000:>6.0f} ms | {row[0]:>16} | {row[1]:>18} | {row[2]:>15} | {thesis:>15} | "
+              f"{worst:>10.1%} | {statistics.mean(probes) if probes else 0:.0f}")
+        if interval >= 1.0:
+            print(f"    settled cost error at {interval:g} s: {worst:.3f} / 0.10 = {worst / 0.10:.2f}")
+
+
+def _interval_of(rep: Path) -> float:
+    cfg = (rep / "nodes" / "cgl1" / "node.yaml").read_text()
+    import yaml
+    return float(yaml.safe_load(cfg)["routing"].get("monitor", {}).get("interval", 1.0))
+
+
+def _configured_delays(rep: Path) -> dict[tuple[str, str], float]:
+    """(node, neighbour) -> one-way delay in ms from topology.json (the sweep changes no link)."""
+    topo = json.loads((rep / "topology.json").read_text())
+    out: dict[tuple[str, str], float] = {}
+    for link in topo["links"]:
+        out[(link["a"], link["b"])] = (link["a_to_b"].get("delay") or 0) * 1000
+        out[(link["b"], link["a"])] = (link["b_to_a"].get("delay") or 0) * 1000
+    return out
+
+
+BENCHES = {"compute": bench_compute, "probes": bench_probes, "convergence": bench_convergence,
+           "intervals": bench_intervals}
 
 if __name__ == "__main__":
-    for name in sys.argv[1:] or list(BENCHES):
+    args = sys.argv[1:]
+    if args[:1] == ["intervals"] and len(args) == 2:
+        bench_intervals(args[1])
+        sys.exit(0)
+    for name in args or ["compute", "probes", "convergence"]:
         if name not in BENCHES:
             sys.exit(f"unknown bench {name!r} (known: {', '.join(BENCHES)})")
         BENCHES[name]()

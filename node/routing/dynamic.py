@@ -101,7 +101,7 @@ class DynamicTable:
                 self.monitor.republish(peer)
             self._originate()
             p = self.peers.get(peer)
-            if p is not None:
+            if p is not None and CAPABILITY in p.capabilities:      # a static neighbour gets no adverts
                 now = time.monotonic()
                 for adv in self.db.adverts.values():
                     if adv.origin != self.me:

@@ -80,9 +80,9 @@ class NodeRouter:
 
     def refused(self, peer: str) -> None:
         """`peer` refused a copy for good: fail-over passes it over for a while."""
-        first = peer not in self._refusing or not self.usable(peer)
+        was_usable = self.usable(peer)
         self._refusing[peer] = time.monotonic()
-        if first and self.rules.depends_on_sessions():
+        if was_usable and self.rules.depends_on_sessions():     # once per episode: a re-ask moves every copy
             self._changed()
 
     def set_routes(self, routes: dict[str, str]) -> int:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
 from node.errors import UserError
+from node.routing.spf import natural_key
 from testbed.commands.messaging import resolve_address
 
 ANSWER_TIMEOUT = 5.0       # seconds a node has to answer GetRoutes / SetRules
@@ -54,9 +54,6 @@ def _one_line(exc: Exception) -> str:
 
 # ---- the reply as plain data and as text ---------------------------------------------------------
 
-def natural_key(name: str) -> list[Any]:
-    """Sort key that puts b2 before b10."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def _finite(value: float) -> float | None:

@@ -9,8 +9,6 @@ twice and nothing still held. Budget: about a minute on 2 cores (measured 58 s).
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,7 +16,7 @@ import pytest
 
 from testbed.accounting import check_run
 from testbed.scenario import load
-from tests.e2e.test_testbed_run import MODES, REPO, leftovers, read_jsonl, run_quick
+from tests.e2e.test_testbed_run import MODES, REPO, leftovers, quick_run_in_tempdir, read_jsonl
 from tests.integration.support import recoveries
 
 DRILL = REPO / "scenarios" / "drill-nemesis.yaml"
@@ -33,14 +31,8 @@ RUN_TIMEOUT = 300.0                      # wall seconds: 2 cells of 1 s warm-up 
 
 @pytest.fixture(scope="module")
 def drill() -> Iterator[dict[str, Any]]:
-    # not pytest's tmp_path: a concurrent pytest session may prune it under running daemons
-    work = Path(tempfile.mkdtemp(prefix="tb-e2e-drill-"))
-    result = run_quick(DRILL, work / "drill", RUN_TIMEOUT)
-    print(f"drill-nemesis --quick took {result['wall']:.1f} s")
-    try:
+    with quick_run_in_tempdir(DRILL, RUN_TIMEOUT) as result:
         yield result
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def rep(drill: dict[str, Any], mode: str) -> Path:

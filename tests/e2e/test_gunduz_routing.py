@@ -8,8 +8,6 @@ traffic b1 sends meanwhile must all arrive exactly once (the loss checker).
 """
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -17,7 +15,7 @@ import pytest
 
 from testbed.accounting import check_run
 from testbed.scenario import load
-from tests.e2e.test_testbed_run import REPO, leftovers, read_jsonl, run_quick
+from tests.e2e.test_testbed_run import REPO, leftovers, only_rep, quick_run_in_tempdir, read_jsonl
 
 SCENARIO = REPO / "scenarios" / "gunduz-9broker.yaml"
 QUICK = load(SCENARIO, quick=True)
@@ -34,18 +32,12 @@ RUN_TIMEOUT = 300.0
 
 @pytest.fixture(scope="module")
 def run() -> Iterator[dict[str, Any]]:
-    work = Path(tempfile.mkdtemp(prefix="tb-e2e-gunduz-"))
-    result = run_quick(SCENARIO, work / "gunduz", RUN_TIMEOUT)
-    print(f"gunduz-9broker --quick took {result['wall']:.1f} s")
-    try:
+    with quick_run_in_tempdir(SCENARIO, RUN_TIMEOUT) as result:
         yield result
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def rep_dir(run: dict[str, Any]) -> Path:
-    [summary] = sorted(run["out"].glob("*/1/summary.json"))
-    return summary.parent
+    return only_rep(run)
 
 
 def table_at(routes: list[dict], ts: float) -> dict[str, tuple[str, float | None]]:

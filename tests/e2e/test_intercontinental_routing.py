@@ -8,15 +8,13 @@ exactly once while the routes move (the loss checker).
 """
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
 from testbed.accounting import check_run
-from tests.e2e.test_testbed_run import REPO, leftovers, read_jsonl, run_quick
+from tests.e2e.test_testbed_run import REPO, leftovers, only_rep, quick_run_in_tempdir, read_jsonl
 
 SCENARIO = REPO / "scenarios" / "intercontinental.yaml"
 SHORTEST = 160.0        # 153.2 / 154 by Table 8, plus what the monitor adds (jitter term, processing)
@@ -25,18 +23,12 @@ DETOUR = ("cgl3", "sandiego")      # england -> cgl3 -> sandiego -> cgl2 -> kore
 
 @pytest.fixture(scope="module")
 def run() -> Iterator[dict[str, Any]]:
-    work = Path(tempfile.mkdtemp(prefix="tb-e2e-ic-"))
-    result = run_quick(SCENARIO, work / "ic", 300.0)
-    print(f"intercontinental --quick took {result['wall']:.1f} s")
-    try:
+    with quick_run_in_tempdir(SCENARIO, 300.0) as result:
         yield result
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def rep_dir(run: dict[str, Any]) -> Path:
-    [summary] = sorted(run["out"].glob("*/1/summary.json"))
-    return summary.parent
+    return only_rep(run)
 
 
 def table_at(rep: Path, node: str, ts: float) -> dict[str, tuple[str, float | None]]:

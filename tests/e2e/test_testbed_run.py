@@ -6,6 +6,7 @@ have their own tests. Budget: about 2-3 minutes together on 2 cores.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -125,6 +126,25 @@ def run_quick(scenario: Path, out: Path, timeout: float = RUN_TIMEOUT) -> dict:
     wall = time.monotonic() - t0
     run_ids = watcher.stop()
     return {"out": out, "rc": proc.returncode, "stdout": stdout, "stderr": stderr, "wall": wall, "run_ids": run_ids}
+
+
+@contextlib.contextmanager
+def quick_run_in_tempdir(scenario: Path, timeout: float) -> Iterator[dict]:
+    """run_quick into a directory of our own (not pytest's tmp_path: a concurrent pytest session may prune
+    it under running daemons), removed afterwards; for a module-scoped fixture to share."""
+    work = Path(tempfile.mkdtemp(prefix=f"tb-e2e-{scenario.stem}-"))
+    result = run_quick(scenario, work / scenario.stem, timeout)
+    print(f"{scenario.stem} --quick took {result['wall']:.1f} s")
+    try:
+        yield result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def only_rep(result: dict) -> Path:
+    """The repetition directory of a run with one cell and one repetition."""
+    [summary] = sorted(result["out"].glob("*/1/summary.json"))
+    return summary.parent
 
 
 def rep_dirs(out: Path) -> dict[str, Path]:
