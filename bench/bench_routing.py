@@ -12,6 +12,10 @@
                a must move b's route to via c. Bound: (window/2 + 2) probe intervals + flooding across the
                diameter (one hop here, its link delay) + 1 s. Needs root (namespaces).
 
+  flap         the flapping-link drill's route moves with damping on and off, from a run of
+               scenarios/drill-flap.yaml (about 5 minutes): bench_routing.py flap [RUN_DIR]
+  detour       England -> Korea delay with static and dynamic routing while CGL1-Korea is degraded, from a run
+               of scenarios/intercontinental.yaml (about 7 minutes): bench_routing.py detour [RUN_DIR]
   intervals    Table 10 beside the thesis' from a run of scenarios/gunduz-intervals.yaml (not part of the
                default set: the sweep takes about 20 minutes): bench_routing.py intervals [RUN_DIR]
 
@@ -235,13 +239,75 @@ def _configured_delays(rep: Path) -> dict[tuple[str, str], float]:
     return out
 
 
+def bench_flap(run_dir: str | None = None) -> None:
+    """The flapping-link drill from a run of scenarios/drill-flap.yaml (RUN_DIR, or runs/drill-flap): per cell
+    (damping on / off) the link changes, n1's next-hop moves for n3 and every node's next-hop moves.
+    Bound: with damping, n1's route to n3 moves at most once per four link changes."""
+    root = Path(run_dir or ROOT / "runs" / "drill-flap")
+    cells = sorted(root.glob("*/1/summary.json"))
+    if not cells:
+        sys.exit(f"no runs of drill-flap under {root} (testbed run scenarios/drill-flap.yaml first)")
+    for summary in cells:
+        rep = summary.parent
+        events = [json.loads(x) for x in (rep / "events.jsonl").read_text().splitlines() if x.strip()]
+        changes = sum(1 for e in events if e.get("event") == "link_set")
+        moves_n3, moves_all = 0, 0
+        for rfile in sorted((rep / "nodes").glob("*/routes.jsonl")):
+            for r in (json.loads(x) for x in rfile.read_text().splitlines() if x.strip()):
+                if r["reason"] in ("cost", "initial", "static"):
+                    continue
+                moves_all += 1
+                moves_n3 += rfile.parent.name == "n1" and r["dst"] == "n3"
+        verdict = json.loads(summary.read_text())
+        line = (f"{rep.parent.name}: {changes} link changes, n1->n3 next hop moved {moves_n3} times, "
+                f"all nodes {moves_all}; lost {verdict.get('lost')}, duplicates {verdict.get('duplicates')}")
+        if "true" in rep.parent.name:
+            bound = changes / 4
+            line += f"; n1->n3 moves {moves_n3} / {bound:g} = {moves_n3 / bound:.2f}"
+        print(line)
+
+
+def bench_detour(run_dir: str | None = None) -> None:
+    """Delivery delay England -> Korea with the static least-delay table (policy delay) and with dynamic
+    routing, from a run of scenarios/intercontinental.yaml (RUN_DIR, or runs/intercontinental): messages
+    submitted while CGL1-Korea was degraded (306 ms, 2% loss), and all the others. Bound: dynamic's mean
+    delay in the degraded phase at most the static table's (it should be well below: 208 ms of path
+    instead of 153 + 204 ms extra and retransmissions)."""
+    root = Path(run_dir or ROOT / "runs" / "intercontinental")
+    cells = sorted(root.glob("*/*/summary.json"))
+    if not cells:
+        sys.exit(f"no runs of intercontinental under {root} (testbed run scenarios/intercontinental.yaml first)")
+    phase: dict[str, dict[str, list[float]]] = {}
+    for summary in cells:
+        rep = summary.parent
+        events = [json.loads(x) for x in (rep / "events.jsonl").read_text().splitlines() if x.strip()]
+        degraded, restored = sorted(e["ts"] for e in events if e.get("event") == "link_set")[:2]
+        rows = [json.loads(x) for x in (rep / "nodes" / "korea" / "deliveries.jsonl").read_text().splitlines()]
+        for r in rows:
+            if r["src"] != "england":
+                continue
+            which = "degraded" if degraded <= r["submit_ts"] < restored else "normal"
+            phase.setdefault(rep.parent.name, {}).setdefault(which, []).append(r["delay"])
+    means = {}
+    for cell, by in sorted(phase.items()):
+        for which in ("normal", "degraded"):
+            d = sorted(by.get(which, []))
+            if d:
+                means[(cell, which)] = statistics.mean(d)
+                print(f"{cell} England->Korea, {which}: {len(d)} messages, mean {statistics.mean(d) * 1000:.0f} ms, "
+                      f"p50 {d[len(d) // 2] * 1000:.0f} ms, p95 {d[int(len(d) * 0.95)] * 1000:.0f} ms")
+    dyn, stat = means.get(("policy-dynamic", "degraded")), means.get(("policy-delay", "degraded"))
+    if dyn and stat:
+        print(f"degraded phase mean delay, dynamic: {dyn * 1000:.0f} ms / static {stat * 1000:.0f} ms = {dyn / stat:.2f}")
+
+
 BENCHES = {"compute": bench_compute, "probes": bench_probes, "convergence": bench_convergence,
-           "intervals": bench_intervals}
+           "intervals": bench_intervals, "flap": bench_flap, "detour": bench_detour}
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if args[:1] == ["intervals"] and len(args) == 2:
-        bench_intervals(args[1])
+    if args[:1] in (["intervals"], ["flap"], ["detour"]) and len(args) == 2:
+        BENCHES[args[0]](args[1])
         sys.exit(0)
     for name in args or ["compute", "probes", "convergence"]:
         if name not in BENCHES:
