@@ -166,6 +166,12 @@ class LinkEstimator:
             self._settled.append(True)
         return len(old)
 
+    def forget_losses(self) -> None:
+        """Start the loss count afresh (keeps latency and jitter): probes that went unanswered while the
+        neighbour was down or not started yet say nothing about the link now that its session is up."""
+        self._pending.clear()
+        self._settled.clear()
+
     def add_sample(self, latency_ms: float) -> None:
         """One latency sample (RTT / 2, ms): updates jitter, then the window mean and the EMA."""
         if self._last_sample is not None:
@@ -314,8 +320,12 @@ class LinkMonitor:
         return self._published.get(peer, self.routing.cost.quantum)
 
     def republish(self, peer: str) -> None:
-        """Publish `peer`'s next estimate whatever it is (its session came back up)."""
+        """`peer`'s session came (back) up: publish its next estimate whatever it is, with the losses counted
+        from now on (a daemon that was down or still starting did not answer: no fault of the link)."""
         self._published.pop(peer, None)
+        est = self.estimator(peer)
+        if est is not None:
+            est.forget_losses()
 
     def snapshot(self) -> dict[str, dict]:
         """Per neighbour (probed or not): the estimate, probe counts and last published cost, JSON-ready."""

@@ -48,6 +48,15 @@ def converged(net, node: str, want: dict[str, tuple[str, float]]) -> bool:
     return all(t.get(d, ("", 0, ""))[:2] == w for d, w in want.items())
 
 
+def stored_seq(net, node: str) -> int:
+    import sqlite3
+    conn = sqlite3.connect(net.nodes[node].cfg.spool_path)     # its daemon is dead: nobody else writes
+    try:
+        return int(conn.execute("SELECT value FROM setting WHERE key='linkstate.seq'").fetchone()[0])
+    finally:
+        conn.close()
+
+
 def link_up(net, node: str, peer: str) -> bool:
     with net.client(node) as c:
         return {lk.neighbour: lk.up for lk in c.routes().links}[peer]
@@ -78,6 +87,8 @@ def test_link_state_reaches_every_node_and_tables_are_shortest_paths(net) -> Non
 def test_a_dead_next_hop_is_withdrawn_and_traffic_moves_without_loss(net) -> None:
     want = {"n3": ("n2", 2 * QUANTUM)}
     wait_until(lambda: converged(net, "n1", want), 10 * HOLD, what="n1 routes n3 via n2")
+    with net.client("n2") as c:
+        seq_before = c.stats()["routing"]["seq"]
     sent = []
     with net.client("n1") as c:
         for _ in range(20):
@@ -93,9 +104,13 @@ def test_a_dead_next_hop_is_withdrawn_and_traffic_moves_without_loss(net) -> Non
         assert len(got) == len(sent), "a message was delivered twice"
         reasons = {r["reason"] for r in net.records("n1", "route") if r["dst"] == "n3"}
         assert reasons & {"withdrawn", "switch"}
+        # its advert sequence number is in its spool, so a restarted n2 goes on counting from there
+        assert stored_seq(net, "n2") >= seq_before
     finally:
         net.start("n2")
     wait_until(lambda: converged(net, "n1", {"n2": ("n2", QUANTUM)}), 10 * HOLD, what="n2 back in n1's table")
+    with net.client("n2") as c:
+        assert c.stats()["routing"]["seq"] > seq_before
 
 
 def test_failover_rule_passes_over_a_down_neighbour(net) -> None:

@@ -245,3 +245,16 @@ def test_only_well_formed_requests_for_this_node_are_answered(caplog: pytest.Log
         asyncio.run(go())
     malformed = [r for r in caplog.records if "malformed" in r.getMessage()]
     assert len(malformed) == 1 and "node me" in malformed[0].getMessage()   # once per minute, not per datagram
+
+
+def test_forget_losses_starts_the_loss_count_afresh_and_keeps_latency() -> None:
+    from node.config import MonitorConfig
+    from node.routing.monitor import LinkEstimator
+    est = LinkEstimator(MonitorConfig(), interval=1.0)
+    lost = est.probe(0.0)
+    answered = est.probe(1.0)
+    assert est.on_answer(answered, 1.0, 1.02)          # the gap settles the first as lost
+    assert est.loss == 0.5 and est.latency_ms == pytest.approx(10.0)
+    est.forget_losses()
+    assert est.loss == 0.0 and est.settled == 0 and est.latency_ms == pytest.approx(10.0)
+    assert not est.on_answer(lost, 0.0, 1.5)            # an answer to a forgotten probe changes nothing
