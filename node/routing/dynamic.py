@@ -146,7 +146,12 @@ class DynamicTable:
                             self.me, peer.name, self._bad_frames, adv)
             return
         if adv.origin == self.me:
-            if adv.seq >= self.seq:       # our own advert from before a restart lost its number: count past it
+            # Our own advert comes back whenever a neighbour heard it first by a longer but faster path:
+            # the same number with the same links is just that, and answering it would start an endless
+            # flood. A higher number, or the same one with other links, was ours before a restart whose
+            # last number the spool had not kept yet: count past it.
+            mine = self.db.adverts[self.me]
+            if adv.seq > self.seq or (adv.seq == self.seq and adv.links != mine.links):
                 self.seq = adv.seq
                 self._originate()
             return
