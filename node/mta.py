@@ -476,7 +476,7 @@ class Engine:
         for peer in self.peers.values():
             moved = peer.queue.remove_if(lambda p, name=peer.name: self.routes.hop(p) != name)
             # Whole copies move (the router answers per copy); a stream's credits from the old next hop
-            # mean nothing at the new one, which grants its own (its reservation at the old hop times out).
+            # mean nothing at the new one, which grants its own (the old hop closes the stream once it is idle).
             peer.queue.forget_streams({p.mkey for p in moved if p.mkey not in peer.queue.message_keys()})
             for p in moved:
                 self._enqueue(p)
