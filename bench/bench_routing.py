@@ -254,10 +254,11 @@ def bench_flap(run_dir: str | None = None) -> None:
         rep = summary.parent
         events = [json.loads(x) for x in (rep / "events.jsonl").read_text().splitlines() if x.strip()]
         changes = sum(1 for e in events if e.get("event") == "link_set")
+        first = min(e["ts"] for e in events if e.get("event") == "link_set")
         moves_n3, moves_all = 0, 0
         for rfile in sorted((rep / "nodes").glob("*/routes.jsonl")):
             for r in (json.loads(x) for x in rfile.read_text().splitlines() if x.strip()):
-                if r["reason"] in ("cost", "initial", "static"):
+                if r["reason"] in ("cost", "initial", "static") or r["ts"] < first:     # start-up aside
                     continue
                 moves_all += 1
                 moves_n3 += rfile.parent.name == "n1" and r["dst"] == "n3"
