@@ -20,7 +20,10 @@ SCENARIO = REPO / "scenarios" / "intercontinental.yaml"
 # Adverts a node may make in the quick run: one per session change and per published cost change (32 at
 # most measured, on cgl1 with the degraded link); a node answering its own advert's echo made hundreds.
 MAX_ADVERTS = 100
-SHORTEST = 160.0        # 153.2 / 154 by Table 8, plus what the monitor adds (jitter term, processing)
+# England -> Korea is 153.2 / 154 by Table 8 on the shortest paths and 208 round by San Diego; measured
+# costs add the jitter term (2 ms of configured jitter per link) and may sit up to the 10% publishing
+# threshold away: "on a shortest path" = closer to 154 than to the detour.
+SHORTEST = (154.0 + 208.0) / 2
 DETOUR = ("cgl3", "sandiego")      # england -> cgl3 -> sandiego -> cgl2 -> korea (208)
 
 
