@@ -80,3 +80,71 @@ def test_a_spool_from_before_hop_counts_in_seen_opens_and_gains_the_column(tmp_p
         assert spool.run_sync(Spool.op_receive([_piece(3, S.QUEUED)])) == [True]
     finally:
         spool.close()
+
+
+class _FailingCommits:
+    """A connection whose COMMIT fails while `failing` is set: what SQLite reports when fsync fails
+    (SQLITE_IOERR at commit). Everything else goes to the real connection."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self.failing = False
+
+    def execute(self, sql: str, *args):
+        if self.failing and sql == "COMMIT":
+            raise sqlite3.OperationalError("disk I/O error (injected: fsync failed)")
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name: str):
+        return getattr(self._conn, name)
+
+
+class _SpoolWithFailingFsync(Spool):
+    def _connect(self):
+        self.wrapped = _FailingCommits(super()._connect())
+        return self.wrapped
+
+
+def test_a_failing_fsync_refuses_instead_of_acknowledging(tmp_path: Path) -> None:
+    import asyncio
+    import json
+    import time
+
+    from node import config
+    from node.mta import make_engine
+    from node.records import Records
+    from node.spool import Piece
+
+    cfg = config.from_dict({"name": "n3", "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2",
+                            "neighbours": {"n2": "127.0.0.1:3"}, "records_dir": str(tmp_path)})
+
+    def transit(msg: str) -> Piece:
+        return Piece(msg, "n2", 0, 10, 1, "n1", "alice", ["bob"], 1, time.time(), time.time() + 60, "", 1, b"x" * 10)
+
+    async def go() -> tuple:
+        spool = _SpoolWithFailingFsync(cfg.spool_path, 0.0)
+        spool.open()
+        eng = make_engine(cfg, spool, Records(tmp_path, "n3"))
+        await eng.recover()
+        spool.wrapped.failing = True
+        submitted = await eng.submit("alice", [("n2", "bob")], b"hello", None)
+        try:        # the link layer answers a failed store with "store failed, try later" (test_node_frame_checks)
+            received = await eng.receive("n2", [transit("m1")])
+        except sqlite3.OperationalError as exc:
+            received = exc
+        spool.wrapped.failing = False
+        submitted_after = await eng.submit("alice", [("n2", "bob")], b"hello", None)
+        received_after = await eng.receive("n2", [transit("m2")])
+        stored = spool.run_sync(lambda c: [r[0] for r in c.execute("SELECT msg_id FROM frag ORDER BY msg_id")])
+        await eng.settle()
+        spool.close()
+        eng.records.close()
+        return submitted, received, submitted_after, received_after, stored
+
+    submitted, received, submitted_after, received_after, stored = asyncio.run(go())
+    assert submitted[0] is False and submitted[2]           # refused, with a reason: never "accepted"
+    assert isinstance(received, sqlite3.OperationalError)   # the store failed: no ack (None) for m1
+    assert submitted_after[0] is True and received_after == [None]
+    assert stored == sorted([submitted_after[1], "m2"])     # only what was acknowledged is in the spool
+    lines = [json.loads(x) for x in (tmp_path / "submissions.jsonl").read_text().splitlines()]
+    assert [x["accepted"] for x in lines] == [False, True]
