@@ -1,12 +1,14 @@
-"""A small blocking client for a node's management address (Submit and Control): CLI, tests, benchmarks."""
+"""A small blocking client for a node's management address (Submit, Control, PubSub): CLI, tests, benchmarks."""
 from __future__ import annotations
 
 import json
+import queue
 from dataclasses import dataclass
+from typing import Iterator
 
 import grpc
 
-from node.rpc import common_pb2, control_pb2, control_pb2_grpc, submit_pb2, submit_pb2_grpc
+from node.rpc import common_pb2, control_pb2, control_pb2_grpc, pubsub_pb2, pubsub_pb2_grpc, submit_pb2, submit_pb2_grpc
 from node.errors import UserError
 
 
@@ -32,6 +34,7 @@ class NodeClient:
                                                                ("grpc.max_send_message_length", 256 << 20)])
         self.submit = submit_pb2_grpc.SubmitStub(self._channel)
         self.control = control_pb2_grpc.ControlStub(self._channel)
+        self.pubsub = pubsub_pb2_grpc.PubSubStub(self._channel)
 
     def close(self) -> None:
         self._channel.close()
@@ -105,3 +108,68 @@ class NodeClient:
         """Replace the node's routing rules (the config's form: a list of mappings)."""
         req = control_pb2.SetRulesRequest(rules_json=json.dumps(rules))
         return self._call(self.control.SetRules, req, metadata=self._md).installed
+
+    # -- PubSub ------------------------------------------------------------------------------------------
+    def publish(self, topic: str, size: int | None = None, payload: bytes | None = None, priority: int = 0,
+                lifetime: float = 0.0, key: str = "", publisher: str = "") -> pubsub_pb2.PublishReply:
+        req = pubsub_pb2.PublishRequest(topic=topic, priority=priority, lifetime=lifetime, key=key, publisher=publisher)
+        if payload is not None:
+            req.payload = payload
+        else:
+            req.size = int(size or 0)
+        return self._call(self.pubsub.Publish, req)
+
+    def subscribe(self, pattern: str, name: str = "", durable: bool = False, window: int = 0) -> "Subscription":
+        """A subscription stream: iterate it for events, `ack(...)` what was processed, `close()` when done."""
+        return Subscription(self.pubsub, self.address, pubsub_pb2.SubscribeStart(
+            pattern=pattern, name=name, durable=durable, window=window))
+
+    def unsubscribe(self, name: str) -> pubsub_pb2.UnsubscribeReply:
+        return self._call(self.pubsub.Unsubscribe, pubsub_pb2.UnsubscribeRequest(name=name))
+
+    def subscriptions(self, remote: bool = False) -> list[pubsub_pb2.SubscriptionInfo]:
+        return list(self._call(self.pubsub.ListSubscriptions,
+                               pubsub_pb2.ListSubscriptionsRequest(remote=remote)).subscriptions)
+
+
+class Subscription:
+    """One Subscribe stream (blocking): the events in arrival order; acks go back on the same stream."""
+
+    def __init__(self, stub: pubsub_pb2_grpc.PubSubStub, address: str, start: pubsub_pb2.SubscribeStart) -> None:
+        self.address = address
+        self._out: queue.Queue = queue.Queue()
+        self._out.put(pubsub_pb2.SubscribeRequest(start=start))
+        self._call = stub.Subscribe(self._requests())
+        self.closed = False
+
+    def _requests(self) -> Iterator[pubsub_pb2.SubscribeRequest]:
+        while True:
+            item = self._out.get()
+            if item is None:
+                return
+            yield item
+
+    def __iter__(self) -> Iterator[pubsub_pb2.SubscribeEvent]:
+        try:
+            yield from self._call
+        except grpc.RpcError as exc:
+            if self.closed and exc.code() == grpc.StatusCode.CANCELLED:
+                return
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                raise UserError(f"node at {self.address} is not reachable (unavailable).") from None
+            raise UserError(f"node at {self.address}: {exc.details()}") from None
+
+    def ack(self, pub_ids: list[str]) -> None:
+        if pub_ids and not self.closed:
+            self._out.put(pubsub_pb2.SubscribeRequest(ack=pubsub_pb2.SubscribeAck(pub_ids=pub_ids)))
+
+    def close(self) -> None:
+        self.closed = True
+        self._out.put(None)
+        self._call.cancel()
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -10,6 +10,7 @@ import math
 
 from node.config import NodeConfig
 from node.names import is_message_id, is_node_name, is_user_name
+from node.broker.kinds import PUB_KIND, PUB_PREFIX
 from node.reports import REPORT_KIND, REPORTER
 from node.rpc import link_pb2
 from node.spool import Piece
@@ -42,9 +43,10 @@ def _check_header(f: link_pb2.Fragment, cfg: NodeConfig) -> str | None:
         return "fragment with a timestamp that is not a finite number"
     if f.priority > lim.max_priority:
         return f"priority {f.priority} outside 0..{lim.max_priority}"
-    if f.kind and not (f.kind == REPORT_KIND and f.originator == REPORTER and f.msg_id.startswith("ndr.")):
-        # a neighbour may only pass on what nodes make: user mail, or a report a node made (a forged
-        # report kind would suppress the reports about that message)
+    if f.kind and not ((f.kind == REPORT_KIND and f.originator == REPORTER and f.msg_id.startswith("ndr."))
+                       or (f.kind == PUB_KIND and f.msg_id.startswith(PUB_PREFIX))):
+        # a neighbour may only pass on what nodes make: user mail, a report a node made (a forged report
+        # kind would suppress the reports about that message) or a broker's publication copy
         return f"fragment of kind {f.kind!r} that a neighbour may not set"
     return None
 

@@ -23,6 +23,7 @@ A node's config file (the testbed writes one per host; it can also be written by
     resources: {buffer_classes: true, transit_buffers: 100, ...}   # issue 6; see ResourcesConfig (absent = off)
     routing: {mode: dynamic, nodes: [...], monitor: {...}, cost: {...}, damping: {...}, rules: [...]}
                                     # see RoutingConfig; absent = static routes only
+    broker: {enabled: true, max_hops: 32, window: 256, live_buffer: 1024, ...}   # see BrokerConfig
 
 Which end dials: the node whose name sorts first dials its neighbour; the other
 only accepts. So every pair has exactly one session and no tie-break is needed.
@@ -230,6 +231,26 @@ class RoutingConfig:
             raise ConfigError(f"routing.rules: {exc}") from None
 
 
+@dataclass
+class BrokerConfig:
+    """The publish/subscribe broker (node/broker/)."""
+    enabled: bool = True
+    max_hops: int = 32             # brokers a publication may pass before it is dropped (loops end here)
+    refresh: float = 600.0         # seconds between re-sends of this node's unchanged interest record
+    max_age: float = 3600.0        # seconds after which an interest record nobody refreshed is dropped
+    window: int = 256              # durable deliveries a client may have unacknowledged (its default)
+    live_buffer: int = 1024        # publications waiting for a non-durable client before they are dropped
+    live_queue: int = 4096         # publication frames waiting for one neighbour before they are dropped
+    live_memory: int = 200_000     # (publication, target) pairs remembered for the non-durable path
+
+    def validate(self) -> None:
+        for key in ("max_hops", "window", "live_buffer", "live_queue", "live_memory"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"broker.{key} must be at least 1.")
+        if self.refresh <= 0 or self.max_age <= self.refresh:
+            raise ConfigError("broker.refresh must be positive and max_age longer than refresh.")
+
+
 ROUTING_MODES = ("static", "dynamic")
 # Sub-sections: a key of these dataclasses whose value is itself a section.
 SECTIONS: dict[type, dict[str, type]] = {}
@@ -257,6 +278,7 @@ class NodeConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
+    broker: BrokerConfig = field(default_factory=BrokerConfig)
 
     @property
     def known_nodes(self) -> set[str]:
@@ -301,11 +323,12 @@ class NodeConfig:
             raise ConfigError("batch needs 1 <= min_bytes <= max_bytes and a positive target_delay.")
         self.resources.validate()
         self.routing.validate(self.name, self.neighbours)
+        self.broker.validate()
 
 
 SECTIONS.update({
     NodeConfig: {"batch": BatchConfig, "session": SessionConfig, "limits": LimitsConfig,
-                 "resources": ResourcesConfig, "routing": RoutingConfig},
+                 "resources": ResourcesConfig, "routing": RoutingConfig, "broker": BrokerConfig},
     RoutingConfig: {"monitor": MonitorConfig, "cost": CostConfig, "damping": DampingConfig},
 })
 

@@ -7,12 +7,14 @@ import signal
 
 import grpc
 
+from node.broker.broker import Broker
+from node.broker.service import PubSubService
 from node.config import ConfigError, NodeConfig
 from node.link import GRPC_OPTIONS, LinkManager, LinkService
 from node.mailbox import Mailbox
 from node.mta import Engine, make_engine
 from node.records import Records
-from node.rpc import control_pb2_grpc, link_pb2_grpc, submit_pb2_grpc
+from node.rpc import control_pb2_grpc, link_pb2_grpc, pubsub_pb2_grpc, submit_pb2_grpc
 from node.services import ControlService, SubmitService
 from node.spool import Spool
 
@@ -28,17 +30,23 @@ class NodeDaemon:
         self.records = Records(cfg.records_dir, cfg.name)
         self.engine: Engine | None = None
         self.links: LinkManager | None = None
+        self.broker: Broker | None = None
         self._servers: list[grpc.aio.Server] = []
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
         self.spool.open()
         self.engine = make_engine(self.cfg, self.spool, self.records)
+        if self.cfg.broker.enabled:
+            self.broker = Broker(self.cfg, self.engine, self.records)
         await self.engine.recover()
+        if self.broker is not None:
+            await self.broker.start()    # after recovery: it reads what the inbox holds
         self.links = LinkManager(self.cfg, self.engine)
         router = self.engine.router
-        for kind, handler in getattr(router, "frame_handlers", dict)().items():
-            self.links.register(kind, handler)
+        for part in (router, self.broker):
+            for kind, handler in getattr(part, "frame_handlers", dict)().items():
+                self.links.register(kind, handler)
         # no SO_REUSEPORT: a second daemon on the same port must fail, not silently share it
         server_opts = GRPC_OPTIONS + [("grpc.so_reuseport", 0)]
         # bounded RPCs: a session per neighbour plus room for redials and strangers being refused; clients
@@ -48,6 +56,8 @@ class NodeDaemon:
         mgmt = grpc.aio.server(options=server_opts, maximum_concurrent_rpcs=MGMT_RPCS)
         submit_pb2_grpc.add_SubmitServicer_to_server(SubmitService(self.engine, Mailbox(self.spool, self.engine.policy)), mgmt)
         control_pb2_grpc.add_ControlServicer_to_server(ControlService(self.engine, self.cfg.control_token), mgmt)
+        if self.broker is not None:
+            pubsub_pb2_grpc.add_PubSubServicer_to_server(PubSubService(self.broker), mgmt)
         for server, addr in ((data, self.cfg.data_listen), (mgmt, self.cfg.mgmt_listen)):
             try:
                 port = server.add_insecure_port(addr)
@@ -85,6 +95,8 @@ class NodeDaemon:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.engine is not None and hasattr(self.engine.router, "stop"):
             await self.engine.router.stop()       # first: closing the sessions is not a routing event
+        if self.broker is not None:
+            await self.broker.stop()              # ends the subscribers' streams
         if self.links is not None:
             await self.links.stop()
         for s in self._servers:

@@ -181,6 +181,9 @@ class LinkSession:
         b = self.cfg.batch
         peer = self.peer
         wake, queue, st = peer.wake, peer.queue, peer.stats
+        loop = asyncio.get_running_loop()
+        keepalive = self.cfg.session.keepalive
+        last_write = loop.time()
         while not self._ended:
             frames = self.control_frames()       # control before data, in every batch
             room = b.window_frames - len(self.inflight)
@@ -194,16 +197,25 @@ class LinkSession:
             if frames:
                 st.inflight = len(self.inflight)
                 await self._write(link_pb2.FrameBatch(frames=frames))
+                last_write = loop.time()
                 continue
             wake.clear()
             if (self.ack_seqs or self.refuses or peer.outbox or self.engine.has_credits(peer.name)
                     or (room > 0 and queue.has_ready())):
                 continue
-            try:
-                await asyncio.wait_for(wake.wait(), self.cfg.session.keepalive)
-            except asyncio.TimeoutError:
-                await self._write(link_pb2.FrameBatch(frames=[link_pb2.Frame(keepalive=link_pb2.Keepalive(
-                    ts=asyncio.get_running_loop().time()))]))
+            # The keepalive is due `keepalive` seconds after the last write, however often the writer is woken
+            # with nothing to send (every batch the reader takes wakes it): a peer that only RECEIVES frames
+            # that need no answer (publications, adverts) would otherwise never hear from us and time us out.
+            left = keepalive - (loop.time() - last_write)
+            if left > 0:
+                try:
+                    await asyncio.wait_for(wake.wait(), left)
+                    continue
+                except asyncio.TimeoutError:
+                    pass
+            await self._write(link_pb2.FrameBatch(frames=[link_pb2.Frame(keepalive=link_pb2.Keepalive(
+                ts=loop.time()))]))
+            last_write = loop.time()
 
     async def _reader(self) -> None:
         sem = asyncio.Semaphore(STORE_PARALLEL)

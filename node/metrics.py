@@ -31,4 +31,5 @@ def engine_snapshot(e: Engine) -> dict:
             "held_messages": len(e.held), "orphans": len(e.orphans), "expired": e.expired,
             "reports": e.reporter.made, "mode": e.mode, "spool_commits": e.spool.commits,
             "spool_ops": e.spool.ops, **({"resources": e.policy.snapshot()} if managed else {}),
-            **({"routing": routing} if (routing := e.router_snapshot()) else {})}
+            **({"routing": routing} if (routing := e.router_snapshot()) else {}),
+            **{name: snap() for name, snap in e.snapshots.items()}}

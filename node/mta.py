@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import sqlite3
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from node.routing import Router
 from node.routing.router import NodeRouter
 from node.routing.cache import CopyRoutes
 from node.rpc import link_pb2
-from node.spool import Piece, Spool
+from node.spool import MAIL_KINDS, Op, Piece, Spool
 from node.submission import submission_problem
 from node.states import PieceState as S
 
@@ -61,6 +62,19 @@ def split(size: int, chunk: int) -> list[tuple[int, int]]:
     if size == 0:
         return [(0, 0)]
     return [(o, min(chunk, size - o)) for o in range(0, size, chunk)]
+
+
+@dataclass
+class Prepared:
+    """A message this node originates, cut into pieces, routed and admitted, not stored yet."""
+    m: NewMessage
+    msg_id: str
+    dsts: list[str]
+    now: float
+    prio: int
+    frags: int
+    pieces: list[Piece]
+    origin: Op
 
 
 class Engine:
@@ -93,9 +107,17 @@ class Engine:
         self.refused_submissions = 0
         self.expired = 0
         self._bg: set[asyncio.Task] = set()
-        # the delivery hook seam: subsystems that consume deliveries (a broker) register a callable that is
-        # given the delivered copy's header piece and its size, once per delivered copy
+        # the delivery hook seam: subsystems that consume deliveries register a callable that is given the
+        # delivered copy's header piece and its size, once per delivered mail copy
         self.delivery_hooks: list[Callable[[Piece, int], None]] = []
+        # messages of a subsystem's own kind (the broker's "pub"): delivered into the spool's inbox instead
+        # of a mailbox, then handed to the consumer registered for the kind with (header piece, payload);
+        # the consumer takes the inbox row away in its own transaction (after a crash it reads the inbox)
+        self.consumers: dict[str, Callable[[Piece, bytes], None]] = {}
+        # subsystems' sections of the metrics record (e.g. "broker"), each a callable returning a dict
+        self.snapshots: dict[str, Callable[[], dict]] = {}
+        # told when a Link session comes up or goes down (after the router): subsystems with per-neighbour state
+        self.session_watchers: list[Callable[[str, bool], None]] = []
 
     def _wake_peer(self, peer: str) -> None:
         p = self.peers.get(peer)
@@ -165,7 +187,8 @@ class Engine:
         # (an RPC, a session) is cancelled, or a durable message would sit unqueued until a restart
         return await asyncio.shield(self._originate(m))
 
-    async def _originate(self, m: NewMessage) -> tuple[bool, str, str]:
+    def _prepare(self, m: NewMessage) -> "Prepared | str":
+        """The pieces of a message this node originates, routed and admitted; or why it is refused."""
         n = len(m.payload)
         msg_id = m.msg_id or f"{self.me}-{uuid.uuid4().hex[:16]}"
         dsts = sorted({node for node, _u in m.recipients})
@@ -181,12 +204,20 @@ class Engine:
                 pieces.append(Piece(msg_id, dst, off, n, 0, self.me, m.originator, users, prio, now, expires,
                                     m.kind, frags, m.payload[off:off + ln], state))
         unroutable = sorted({p.dst for p in pieces if p.state == S.QUEUED and self.router.next_hop(p) is None})
-        if unroutable:
-            return self._refuse_submission(m.originator, m.recipients, n, f"no route to {unroutable[0]}")
-        reason = self.policy.admit_submission(pieces, frags, internal=m.kind == REPORT_KIND)
+        if unroutable and not m.orphan_ok:
+            return f"no route to {unroutable[0]}"
+        reason = self.policy.admit_submission(pieces, frags, internal=m.kind != "")
         if reason:
-            return self._refuse_submission(m.originator, m.recipients, n, reason)
-        origin = Spool.op_origin(msg_id, m.originator, dsts, n, prio, now, expires)
+            return reason
+        return Prepared(m, msg_id, dsts, now, prio, frags, pieces,
+                        Spool.op_origin(msg_id, m.originator, dsts, n, prio, now, expires))
+
+    async def _originate(self, m: NewMessage) -> tuple[bool, str, str]:
+        n = len(m.payload)
+        prep = self._prepare(m)
+        if isinstance(prep, str):
+            return self._refuse_submission(m.originator, m.recipients, n, prep)
+        pieces, msg_id = prep.pieces, prep.msg_id
         every = pieces
         try:
             early = await self._store_early(pieces)
@@ -194,7 +225,7 @@ class Engine:
             insert = Spool.op_insert(pieces)
 
             def op(c) -> None:
-                origin(c)
+                prep.origin(c)
                 insert(c)
             await self.spool.run(op)         # acknowledged only once durable
         except Exception as exc:             # disk full, I/O error: refuse it and keep nothing of it
@@ -202,18 +233,62 @@ class Engine:
             log.error("cannot store submission %s: %s", msg_id, exc)
             return self._refuse_submission(m.originator, m.recipients, n,
                                            f"{CONGESTED}: this node cannot store it now ({exc})")
-        self.submitted += 1
-        for p in pieces:                     # queued before anything else can fail
+        self._accepted(prep, pieces)
+        return True, msg_id, ""
+
+    async def originate_together(self, messages: list[NewMessage], also: Op) -> str | None:
+        """Store several messages this node originates, and `also` (a subsystem's own spool change), in ONE
+        transaction: all of it is durable, or none of it (a broker forwarding one publication to several next
+        hops while taking it out of its inbox). None when done, else why nothing was stored."""
+        return await asyncio.shield(self._originate_together(messages, also))
+
+    async def _originate_together(self, messages: list[NewMessage], also: Op) -> str | None:
+        preps: list[Prepared] = []
+        for m in messages:
+            prep = self._prepare(m)
+            if isinstance(prep, str):
+                for done in preps:
+                    for p in done.pieces:
+                        self.policy.dropped(p)
+                return prep
+            preps.append(prep)
+        inserts = [Spool.op_insert(prep.pieces) for prep in preps]
+
+        def op(c) -> None:
+            for prep, insert in zip(preps, inserts):
+                prep.origin(c)
+                insert(c)
+            also(c)
+        try:
+            await self.spool.run(op)
+        except Exception as exc:
+            for prep in preps:
+                self._abandon(prep.msg_id, prep.pieces)
+            if not isinstance(exc, (sqlite3.Error, OSError)):
+                raise                         # the subsystem's own objection (its `also` raised): its to handle
+            log.error("cannot store %d messages of this node now: %s", len(preps), exc)
+            return f"{CONGESTED}: this node cannot store it now ({exc})"
+        for prep in preps:
+            self._accepted(prep, prep.pieces)
+        return None
+
+    def _accepted(self, prep: "Prepared", pieces: list[Piece]) -> None:
+        """A durable message of this node: queue it before anything else can fail, then record it."""
+        m, msg_id = prep.m, prep.msg_id
+        self.submitted += m.kind in MAIL_KINDS
+        for p in pieces:
             if p.state == S.PART:
                 self._collect(self.partial, p)
             else:
                 self._enqueue(p)
-        if self.me in dsts:
+        if self.me in prep.dsts:
             self._spawn(self._deliver((msg_id, self.me)))
-        self.records.write("submission", ts=now, msg_id=msg_id, src=self.me, dst=dsts if len(dsts) > 1 else dsts[0],
-                           size=n, accepted=True, reason="", originator=m.originator, priority=prio,
-                           fragments=frags, kind=m.kind)
-        return True, msg_id, ""
+        if m.kind in MAIL_KINDS:          # a subsystem's own kinds are in its own records
+            dsts = prep.dsts
+            self.records.write("submission", ts=prep.now, msg_id=msg_id, src=self.me,
+                               dst=dsts if len(dsts) > 1 else dsts[0], size=len(m.payload), accepted=True,
+                               reason="", originator=m.originator, priority=prep.prio, fragments=prep.frags,
+                               kind=m.kind)
 
     def _abandon(self, msg_id: str, pieces: list[Piece]) -> None:
         """A submission that could not be stored whole: out of the queues, its charges and early chunks gone
@@ -258,8 +333,12 @@ class Engine:
         admit, me, hop = self.policy.admit, self.me, self.routes.hop
         local_users = self.local_users
         transit = self.transit_state()
+        consumers = self.consumers
         for i, p in enumerate(pieces):
-            if local_users and p.dst == me and not local_users.issuperset(p.users):
+            if p.dst == me and p.kind not in MAIL_KINDS and p.kind not in consumers:
+                result[i] = f"{me} takes no messages of kind {p.kind!r}"
+                continue
+            if local_users and p.dst == me and p.kind in MAIL_KINDS and not local_users.issuperset(p.users):
                 result[i] = f"no such user at {me}: {sorted(set(p.users) - local_users)[0]!r}"
                 continue
             verdict = admit(peer, p)
@@ -291,7 +370,7 @@ class Engine:
                 st.duplicates_in += 1
                 continue
             if p.state == S.WHOLE:
-                self._delivered(p, p.total, deliver_ts)
+                self._delivered(p, p.total, deliver_ts, p.data)
             elif p.state == S.PART:
                 pend = self._collect(self.partial, p)
                 pend.last = now
@@ -338,12 +417,16 @@ class Engine:
         m = pend.meta
         now = time.time()
         meta = {"src": m.src, "fragments": m.fragments, "hops": m.hops, "submit_ts": m.submit_ts, "kind": m.kind}
-        size = await self.spool.run(Spool.op_deliver(mkey[0], mkey[1], m.users, meta, now))
+        payload = await self.spool.run(Spool.op_deliver(mkey[0], mkey[1], m.users, meta, now))
         self.partial.pop(mkey, None)
-        if size is not None:
-            self._delivered(m, size, now)
+        if payload is not None:
+            self._delivered(m, len(payload), now, payload)
 
-    def _delivered(self, m: Piece, size: int, now: float) -> None:
+    def _delivered(self, m: Piece, size: int, now: float, payload: bytes) -> None:
+        consumer = self.consumers.get(m.kind)
+        if consumer is not None:
+            consumer(m, payload)            # durable in the inbox: the consumer cannot lose it
+            return
         if m.kind == REPORT_KIND:
             self.reporter.delivered(m, now)
             return
@@ -461,10 +544,14 @@ class Engine:
         self.policy.session_up(peer)
         self.peers[peer].queue.session_up()
         self.router.session_changed(peer, True)
+        for watch in self.session_watchers:
+            watch(peer, True)
 
     def session_down(self, peer: str) -> None:
         """The session to `peer` ended (its unacknowledged pieces are requeued separately)."""
         self.router.session_changed(peer, False)
+        for watch in self.session_watchers:
+            watch(peer, False)
 
     # -- routes -------------------------------------------------------------------------
     def set_routes(self, routes: dict[str, str]) -> int:

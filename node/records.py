@@ -11,7 +11,7 @@ log = logging.getLogger("node.records")
 
 FILES = {"submission": "submissions.jsonl", "delivery": "deliveries.jsonl",
          "metrics": "metrics.jsonl", "report": "reports.jsonl",
-         "route": "routes.jsonl"}
+         "route": "routes.jsonl", "publication": "publications.jsonl"}
 
 
 class Records:

@@ -32,6 +32,7 @@ class NewMessage:
     lifetime: float
     kind: str = ""
     msg_id: str | None = None
+    orphan_ok: bool = False                  # no route now: keep it as an orphan instead of refusing it
 
 
 Originate = Callable[[NewMessage], Awaitable[tuple[bool, str, str]]]
@@ -60,7 +61,7 @@ class Reporter:
         self.records.write("report", event=event, msg_id=p.msg_id, dst=p.dst, reason=reason, src=p.src,
                            originator=p.originator)
         self.log.warning("message %s for %s not delivered: %s", p.msg_id, p.dst, reason)
-        if p.kind == REPORT_KIND or not p.src:
+        if p.kind != "" or not p.src:      # never a report about a report, nor about a subsystem's message
             return
         if not await self.spool.run(Spool.op_ndr_once(p.msg_id, p.dst)):
             return

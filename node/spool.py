@@ -12,6 +12,11 @@ Postfix's queues: queued, held, part, orphan (named once, in node/states.py).
 Tables `seen` (duplicates by message id, destination and byte range), `done`
 (messages delivered or aborted here), `mailbox`, `origin` (what this node
 accepted from its users, for Status) and `ndr` (reports already sent).
+
+Mail (kind "") and reports (kind "ndr") are delivered into `mailbox`; a message
+of any other kind is a subsystem's (the broker's "pub") and is delivered into
+`inbox`, where that subsystem takes it from (node/mta.py `Engine.consumers`).
+A subsystem keeps its own tables in this file too (node/broker/store.py).
 """
 from __future__ import annotations
 
@@ -30,6 +35,8 @@ from node.states import PieceState
 
 log = logging.getLogger("node.spool")
 
+MAIL_KINDS = ("", "ndr")     # delivered into `mailbox`; every other kind into `inbox`
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS frag(
   msg_id TEXT NOT NULL, dst TEXT NOT NULL, off INTEGER NOT NULL, total INTEGER NOT NULL,
@@ -46,6 +53,8 @@ CREATE TABLE IF NOT EXISTS origin(msg_id TEXT PRIMARY KEY, originator TEXT, dsts
   prio INTEGER, submit_ts REAL, expires_ts REAL);
 CREATE TABLE IF NOT EXISTS ndr(msg_id TEXT, dst TEXT, PRIMARY KEY(msg_id, dst)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS setting(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS inbox(msg_id TEXT PRIMARY KEY, kind TEXT NOT NULL, src TEXT NOT NULL,
+  hops INTEGER NOT NULL, submit_ts REAL NOT NULL, deliver_ts REAL NOT NULL, payload BLOB NOT NULL);
 """
 
 
@@ -306,7 +315,7 @@ class Spool:
             by_msg: dict[tuple[str, str], list[int]] = {}
             for i, p in enumerate(pieces):
                 by_msg.setdefault(p.mkey, []).append(i)
-            seen_rows, frag_rows, mail_rows, done_rows = [], [], [], []
+            seen_rows, frag_rows, mail_rows, done_rows, inbox_rows = [], [], [], [], []
             for (msg_id, dst), idx in by_msg.items():
                 if c.execute("SELECT 1 FROM done WHERE msg_id=? AND dst=?", (msg_id, dst)).fetchone():
                     continue
@@ -319,9 +328,12 @@ class Spool:
                         if done_rows and done_rows[-1][:2] == (msg_id, dst):
                             continue       # the same one-piece message twice in one batch
                         # a one-piece message for this node: straight into the mailbox (`done` dedups it)
-                        for user in p.users or [""]:
-                            mail_rows.append((p.msg_id, user, p.src, p.total, p.fragments, p.hops, p.submit_ts,
-                                              deliver_ts, p.kind, p.data))
+                        if p.kind in MAIL_KINDS:
+                            for user in p.users or [""]:
+                                mail_rows.append((p.msg_id, user, p.src, p.total, p.fragments, p.hops, p.submit_ts,
+                                                  deliver_ts, p.kind, p.data))
+                        else:
+                            inbox_rows.append((p.msg_id, p.kind, p.src, p.hops, p.submit_ts, deliver_ts, p.data))
                         done_rows.append((p.msg_id, p.dst, "delivered", deliver_ts))
                         out[i] = True
                         continue
@@ -336,6 +348,9 @@ class Spool:
                 c.executemany(f"INSERT OR REPLACE INTO frag({_COLS}) VALUES ({','.join('?' * 15)})", _rows(frag_rows))
             if mail_rows:
                 c.executemany("INSERT OR IGNORE INTO mailbox VALUES (?,?,?,?,?,?,?,?,?,?)", mail_rows)
+            if inbox_rows:
+                c.executemany("INSERT OR IGNORE INTO inbox VALUES (?,?,?,?,?,?,?)", inbox_rows)
+            if done_rows:
                 c.executemany("INSERT OR IGNORE INTO done VALUES (?,?,?,?)", done_rows)
             return out
         return op
@@ -366,20 +381,34 @@ class Spool:
 
     @staticmethod
     def op_deliver(msg_id: str, dst: str, users: list[str], meta: dict, deliver_ts: float) -> Op:
-        """Reassemble the parts into the mailbox, once; returns the payload size or None if already done."""
-        def op(c: sqlite3.Connection) -> int | None:
+        """Reassemble the parts into the mailbox (or the inbox, for a subsystem's kind), once; returns the
+        payload, or None if already done."""
+        def op(c: sqlite3.Connection) -> bytes | None:
             if c.execute("SELECT 1 FROM done WHERE msg_id=? AND dst=?", (msg_id, dst)).fetchone():
                 return None
             rows = c.execute(f"SELECT off, data FROM frag WHERE msg_id=? AND dst=? AND state='{PieceState.PART}' ORDER BY off",
                              (msg_id, dst)).fetchall()
             payload = b"".join(bytes(d) for _o, d in rows)
-            for user in users or [""]:
-                c.execute("INSERT OR IGNORE INTO mailbox VALUES (?,?,?,?,?,?,?,?,?,?)",
-                          (msg_id, user, meta["src"], len(payload), meta["fragments"], meta["hops"],
-                           meta["submit_ts"], deliver_ts, meta["kind"], payload))
+            if meta["kind"] in MAIL_KINDS:
+                for user in users or [""]:
+                    c.execute("INSERT OR IGNORE INTO mailbox VALUES (?,?,?,?,?,?,?,?,?,?)",
+                              (msg_id, user, meta["src"], len(payload), meta["fragments"], meta["hops"],
+                               meta["submit_ts"], deliver_ts, meta["kind"], payload))
+            else:
+                c.execute("INSERT OR IGNORE INTO inbox VALUES (?,?,?,?,?,?,?)",
+                          (msg_id, meta["kind"], meta["src"], meta["hops"], meta["submit_ts"], deliver_ts, payload))
             c.execute("INSERT OR REPLACE INTO done VALUES (?,?,?,?)", (msg_id, dst, "delivered", deliver_ts))
             c.execute(f"DELETE FROM frag WHERE msg_id=? AND dst=? AND state='{PieceState.PART}'", (msg_id, dst))
-            return len(payload)
+            return payload
+        return op
+
+    @staticmethod
+    def op_inbox(kind: str) -> Op:
+        """(msg_id, payload) of every message of `kind` delivered here that its subsystem has not taken yet,
+        oldest first (start-up: what a crash left between delivery and the subsystem's own commit)."""
+        def op(c: sqlite3.Connection) -> list[tuple[str, bytes]]:
+            return [(m, bytes(p)) for m, p in c.execute(
+                "SELECT msg_id, payload FROM inbox WHERE kind=? ORDER BY deliver_ts, msg_id", (kind,))]
         return op
 
     @staticmethod

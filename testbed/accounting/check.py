@@ -26,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from node.broker.kinds import PUB_PREFIX
 from node.reports import REPORT_KIND, REPORTER
 from testbed.accounting.records import RecordReader, reason_group, recipients
 from testbed.accounting.spools import SPOOL_FILE, SpoolUnreadable, read_spool
@@ -82,6 +83,8 @@ def check_run(rep_dir: Path) -> Verdict:
             held.setdefault(pair, []).extend(Place(d.name, state, n) for state, n in sorted(states.items()))
         spool_delivered |= spool.delivered
         for row in spool.accepted:
+            if row.msg_id.startswith(PUB_PREFIX):
+                continue         # a broker's publication copy: accounted per subscription (publications.jsonl)
             is_report = row.originator == REPORTER or row.msg_id.startswith(NDR_PREFIX)
             for dst in row.dsts:
                 pair = (row.msg_id, dst)

@@ -1,0 +1,547 @@
+"""The broker: publications travel from broker to broker towards the nodes that want them.
+
+Interest (node/broker/interest.py) tells every node which nodes subscribe to
+which patterns. A publisher's node finds the subscriptions that match the
+topic; their nodes are the publication's *targets*. It groups the targets by
+its next hop towards each (the node's routes: node/routing/) and sends one
+copy per next hop, carrying the targets that lie beyond it; the next broker
+delivers to its own subscribers when it is a target and groups the rest by
+its own next hops. So a publication crosses each link once until the paths
+split, whatever the topology, and stops where nobody wants it.
+
+Two paths, chosen per target by the publisher:
+- durable: a target with a durable subscription. The copy is an ordinary
+  message of kind "pub" addressed to the next broker, so the engine stores it,
+  fragments it, keeps it until the next hop acknowledged it and retries it
+  across link cuts and restarts. The next broker gets it from the spool's
+  inbox (`Engine.consumers`) and, in ONE transaction, queues it for its local
+  durable subscriptions, stores the copies for its next hops, remembers the
+  (publication, target) pairs and takes it out of the inbox.
+- live: a target with non-durable subscriptions only. The copy is a Link frame
+  (`publication`), never stored: at most once, like NATS core.
+
+Duplicates and loops: a node remembers every (publication, target) pair it
+handled for the publication's lifetime (durable: in the spool; live: a
+bounded memory) and a target it handled already is dropped from a later copy,
+unless that copy came back round a routing loop (more broker hops than
+before), which must go on; a publication passes at most `max_hops` brokers.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import uuid
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass, field
+
+from google.protobuf.message import DecodeError
+
+from node.broker import store
+from node.broker.kinds import PUB_KIND, PUB_PREFIX
+from node.broker.interest import CAPABILITY as INTEREST, InterestTable, Sub
+from node.broker.subscriptions import DurableSubscription, LiveSubscription, Stream, delivery
+from node.broker.topics import matches, pattern_problem, topic_problem
+from node.config import NodeConfig
+from node.mta import Engine
+from node.names import is_message_id, is_node_name, is_user_name
+from node.peer import Peer
+from node.records import Records
+from node.reports import NewMessage
+from node.rpc import link_pb2, pubsub_pb2
+from node.spool import Piece, Spool
+
+log = logging.getLogger("node.broker")
+
+LIVE = "publication"             # the Link frame kind of the live path (announced in OPEN)
+KEY_MAX = 256
+BATCH = 256                      # inbox copies handled per round
+RETRY = 1.0                      # seconds before a copy this node could not store now is tried again
+EXPIRY_EVERY = 5.0               # seconds between sweeps of expired queue rows and memory
+
+
+class BrokerError(Exception):
+    """A client request the broker refuses: `code` is the gRPC status name."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Counters:
+    published: int = 0
+    refused: int = 0
+    copies_in: int = 0             # durable copies taken from the inbox
+    copies_out: int = 0            # durable copies stored for a next hop
+    live_in: int = 0
+    live_out: int = 0
+    live_dropped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    duplicates: int = 0            # targets dropped because they were handled here already
+    expired: int = 0
+    hop_limit: int = 0
+    bad: int = 0
+    local: int = 0                 # publications handed to local subscriptions (per subscription)
+
+    def snapshot(self) -> dict:
+        return {"published": self.published, "refused": self.refused, "copies_in": self.copies_in,
+                "copies_out": self.copies_out, "live_in": self.live_in, "live_out": self.live_out,
+                "live_dropped": dict(self.live_dropped), "duplicates": self.duplicates, "expired": self.expired,
+                "hop_limit": self.hop_limit, "bad": self.bad, "local": self.local}
+
+
+class Broker:
+    """One per node; the PubSub service (node/broker/service.py) calls its public methods."""
+
+    def __init__(self, cfg: NodeConfig, engine: Engine, records: Records) -> None:
+        self.cfg = cfg
+        self.bc = cfg.broker
+        self.me = cfg.name
+        self.engine = engine
+        self.spool = engine.spool
+        self.records = records
+        self.interest = InterestTable(self.me, self.spool, self.bc.refresh, self.bc.max_age)
+        self.durable: dict[str, DurableSubscription] = {}
+        self.live: dict[str, LiveSubscription] = {}
+        self.counters = Counters()
+        self.peers: dict[str, Peer] = engine.peers
+        self.interest.attach(self.peers)
+        self._inbox: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
+        self._recent: OrderedDict[tuple[str, str], int] = OrderedDict()   # live path: (pub, target) -> hops
+        self._tasks: list[asyncio.Task] = []
+        self._bg: set[asyncio.Task] = set()
+        self._started = False
+        engine.consumers[PUB_KIND] = self._delivered
+        engine.snapshots["broker"] = self.snapshot
+        engine.session_watchers.append(self.interest.session)
+
+    # -- wiring ---------------------------------------------------------------------------------------
+    def frame_handlers(self) -> dict:
+        return {INTEREST: self.interest.on_frame, LIVE: self._on_live}
+
+    async def start(self) -> None:
+        """After the engine recovered: the durable subscriptions, our interest record, what the inbox holds."""
+        for name, pattern, backlog in await self.spool.run(store.op_create()):
+            self.durable[name] = DurableSubscription(name, pattern, backlog)
+        await self.interest.start(self._own())
+        for msg_id, payload in await self.spool.run(Spool.op_inbox(PUB_KIND)):
+            self._inbox.put_nowait((msg_id, payload))
+        self._started = True
+        self._tasks = [asyncio.ensure_future(self._inbox_worker()), asyncio.ensure_future(self._housekeeping())]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for sub in [*self.durable.values(), *self.live.values()]:
+            if sub.stream is not None:
+                sub.stream.end("the node is shutting down")
+        while self._bg:
+            await asyncio.gather(*list(self._bg), return_exceptions=True)
+
+    def _own(self) -> list[Sub]:
+        return [s.sub() for s in (*self.durable.values(), *self.live.values())]
+
+    def _interest_changed(self) -> None:
+        self.interest.set_own(self._own())
+
+    # -- publishing ---------------------------------------------------------------------------------------
+    async def publish(self, topic: str, payload: bytes | None, size: int | None, priority: int, lifetime: float,
+                      key: str, publisher: str) -> pubsub_pb2.PublishReply:
+        why = self._publish_problem(topic, payload, size, priority, lifetime, key, publisher)
+        if why:
+            self.counters.refused += 1
+            return pubsub_pb2.PublishReply(accepted=False, reason=why)
+        pub_id = f"{self.me}-{uuid.uuid4().hex[:16]}"
+        n = len(payload) if payload is not None else int(size or 0)
+        if payload is None:
+            seed = (pub_id + " ").encode()
+            payload = (seed * (n // len(seed) + 1))[:n]
+        now = time.time()
+        pub = link_pb2.Publication(pub_id=pub_id, origin=self.me, topic=topic, key=key, priority=priority or 1,
+                                   publish_ts=now, expires_ts=now + (lifetime or self.cfg.default_lifetime),
+                                   hops=0, payload=payload, publisher=publisher, size=n)
+        matched = self.interest.matching(topic)
+        durable, live = self._split(pub, matched, big=n > self._live_max())
+        if durable:
+            reason = await self._handle(pub, 0, durable, inbox_id=None)
+            if reason:
+                self.counters.refused += 1
+                return pubsub_pb2.PublishReply(accepted=False, reason=reason)
+        if live:
+            self._live_forward(pub, 0, live)
+        self.counters.published += 1
+        expected = sorted(f"{node}/{s.name}" for node, subs in matched.items() for s in subs)
+        expected_durable = sorted(f"{node}/{s.name}" for node, subs in matched.items() for s in subs if s.durable)
+        self.records.write("publication", ts=now, pub_id=pub_id, topic=topic, size=n, key=key,
+                           priority=pub.priority, publisher=publisher, expected=expected,
+                           expected_durable=expected_durable, targets=sorted(matched))
+        return pubsub_pb2.PublishReply(accepted=True, pub_id=pub_id, expected=len(expected),
+                                       expected_durable=len(expected_durable))
+
+    def _split(self, pub: link_pb2.Publication, matched: dict[str, list[Sub]], big: bool) -> tuple[set[str], set[str]]:
+        """(durable targets, live targets). A next hop gets one copy: a stored one when any target beyond it has
+        a durable subscription (the others ride along), a live frame otherwise; a publication too big for one
+        frame always goes stored (the engine fragments it). Downstream a stored copy stays stored."""
+        wants_durable = {node for node, subs in matched.items() if any(s.durable for s in subs)}
+        durable: set[str] = set()
+        live: set[str] = set()
+        groups: dict[str | None, set[str]] = defaultdict(set)
+        for t in matched:
+            if t == self.me:
+                (durable if t in wants_durable else live).add(t)
+            else:
+                groups[self._next_hop(pub, t)].add(t)
+        for ts in groups.values():
+            (durable if big or ts & wants_durable else live).update(ts)
+        return durable, live
+
+    def _publish_problem(self, topic: str, payload: bytes | None, size: int | None, priority: int,
+                         lifetime: float, key: str, publisher: str) -> str | None:
+        why = topic_problem(topic)
+        if why:
+            return why
+        n = len(payload) if payload is not None else int(size or 0)
+        lim = self.cfg.limits
+        if n > lim.max_message_size:
+            return f"publication of {n} bytes is over the limit of {lim.max_message_size}"
+        if not 0 <= priority <= lim.max_priority:
+            return f"priority {priority} is not between 0 and {lim.max_priority}"
+        if not (math.isfinite(lifetime) and 0 <= lifetime <= 10 * 365 * 86400):
+            return f"lifetime {lifetime} is not a number of seconds (0 = the node's default)"
+        if len(key) > KEY_MAX or any(ch in key for ch in "\r\n\0"):
+            return f"key is over {KEY_MAX} characters or has control characters"
+        if publisher and not is_user_name(publisher):
+            return f"invalid publisher {publisher!r}"
+        return None
+
+    def _live_max(self) -> int:
+        return max(0, self.cfg.limits.max_frame_bytes - 4096)
+
+    # -- the durable path ---------------------------------------------------------------------------
+    def _delivered(self, m: Piece, payload: bytes) -> None:
+        """The engine's consumer for kind "pub": a copy for this broker is durable in the inbox."""
+        if self._started:                  # before start() (engine recovery) the inbox is read whole at start
+            self._inbox.put_nowait((m.msg_id, payload))
+
+    async def _inbox_worker(self) -> None:
+        while True:
+            first = await self._inbox.get()
+            batch = [first]
+            while len(batch) < BATCH and not self._inbox.empty():
+                batch.append(self._inbox.get_nowait())
+            # one transaction per copy, all queued at once: the spool commits them together
+            results = await asyncio.gather(*(self._take(msg_id, payload) for msg_id, payload in batch),
+                                           return_exceptions=True)
+            for (msg_id, payload), r in zip(batch, results):
+                if isinstance(r, BaseException):
+                    log.error("%s: handling publication copy %s failed: %r", self.me, msg_id, r)
+                    r = "failed"
+                if r:                      # not stored now: stays in the inbox, tried again later
+                    self._later(msg_id, payload)
+
+    def _later(self, msg_id: str, payload: bytes) -> None:
+        asyncio.get_running_loop().call_later(RETRY, self._inbox.put_nowait, (msg_id, payload))
+
+    async def _take(self, msg_id: str, payload: bytes) -> str | None:
+        """Handle one copy from the inbox; None when done (including dropped for good), else why not now."""
+        try:
+            pub = link_pb2.Publication.FromString(payload)
+        except DecodeError:
+            pub = None
+        why = _publication_problem(pub) if pub is not None else "not a Publication"
+        if why:
+            self.counters.bad += 1
+            log.warning("%s: dropping publication copy %s: %s", self.me, msg_id, why)
+            await self.spool.run(store.op_forget_inbox(msg_id))
+            return None
+        self.counters.copies_in += 1
+        hops = pub.hops + 1
+        if pub.expires_ts < time.time() or hops > self.bc.max_hops:
+            if hops > self.bc.max_hops:
+                self.counters.hop_limit += 1
+                log.warning("%s: publication %s passed %d brokers (limit %d): dropped", self.me, pub.pub_id,
+                            hops, self.bc.max_hops)
+            else:
+                self.counters.expired += 1
+            await self.spool.run(store.op_forget_inbox(msg_id))
+            return None
+        return await self._handle(pub, hops, set(pub.targets), inbox_id=msg_id)
+
+    async def _handle(self, pub: link_pb2.Publication, hops: int, targets: set[str], inbox_id: str | None) -> str | None:
+        """Store what one publication does here (local durable queues, copies for next hops, the targets handled,
+        the inbox row gone) in one transaction, then hand it to local live subscribers. None when done."""
+        while True:
+            local = self.me in targets
+            queue_for = [s.name for s in self.durable.values() if local and matches(s.pattern, pub.topic)]
+            body = _stored(pub) if queue_for else b""
+            messages = self._copies(pub, hops, targets - {self.me})
+            op = store.op_handle(self.me, pub, hops, targets, queue_for, body, inbox_id)
+            try:
+                reason = await self.engine.originate_together(messages, op)
+            except store.AlreadySeen as seen:
+                self.counters.duplicates += len(seen.targets)
+                targets = targets - seen.targets
+                continue
+            if reason:
+                return reason
+            break
+        self.counters.copies_out += len(messages)
+        if local:
+            for name in queue_for:
+                sub = self.durable.get(name)
+                if sub is not None:
+                    sub.backlog += 1
+                    sub.wake()
+            self._to_live_subscribers(pub, hops)
+        return None
+
+    def _copies(self, pub: link_pb2.Publication, hops: int, remote: set[str]) -> list[NewMessage]:
+        """One stored copy per next hop, carrying the targets beyond it (a target with no route now: a copy
+        addressed to it, kept by the engine as an orphan until a route appears)."""
+        groups: dict[str, list[str]] = defaultdict(list)
+        for t in sorted(remote):
+            hop = self._next_hop(pub, t)
+            groups[hop if hop is not None else t].append(t)
+        lifetime = max(0.001, pub.expires_ts - time.time())
+        out = []
+        for hop, ts in sorted(groups.items()):
+            copy = _onward(pub, hops, ts)
+            out.append(NewMessage(pub.publisher, [(hop, "")], copy.SerializeToString(), pub.priority, lifetime,
+                                  kind=PUB_KIND, msg_id=f"{PUB_PREFIX}{pub.pub_id}.{self.me}.{hops}.{hop}",
+                                  orphan_ok=True))
+        return out
+
+    def _next_hop(self, pub: link_pb2.Publication, target: str) -> str | None:
+        header = Piece(f"{PUB_PREFIX}{pub.pub_id}", target, 0, pub.size, 0, self.me, pub.publisher, [],
+                       pub.priority, pub.publish_ts, pub.expires_ts, PUB_KIND, 1, b"")
+        return self.engine.router.next_hop(header)
+
+    # -- the live path ------------------------------------------------------------------------------
+    def _on_live(self, peer: Peer, frame: link_pb2.Frame) -> None:
+        pub = frame.publication
+        why = _publication_problem(pub)
+        if why:
+            self.counters.bad += 1
+            if self.counters.bad <= 3 or self.counters.bad % 1000 == 0:
+                log.warning("%s: ignored a publication frame from %s: %s", self.me, peer.name, why)
+            return
+        self.counters.live_in += 1
+        hops = pub.hops + 1
+        if pub.expires_ts < time.time():
+            self.counters.expired += 1
+            return
+        if hops > self.bc.max_hops:
+            self.counters.hop_limit += 1
+            return
+        self._live_forward(pub, hops, set(pub.targets))
+
+    def _live_forward(self, pub: link_pb2.Publication, hops: int, targets: set[str]) -> None:
+        fresh = set()
+        for t in targets:
+            before = self._recent.get((pub.pub_id, t))
+            if before is not None and (t == self.me or before >= hops):
+                self.counters.duplicates += 1
+                continue
+            self._recent[(pub.pub_id, t)] = hops
+            self._recent.move_to_end((pub.pub_id, t))
+            fresh.add(t)
+        while len(self._recent) > self.bc.live_memory:
+            self._recent.popitem(last=False)
+        if self.me in fresh:
+            self._to_live_subscribers(pub, hops)
+        groups: dict[str, list[str]] = defaultdict(list)
+        for t in sorted(fresh - {self.me}):
+            hop = self._next_hop(pub, t)
+            groups[hop or ""].append(t)
+        for hop, ts in groups.items():
+            p = self.peers.get(hop)
+            if p is None or p.session is None or LIVE not in p.capabilities:
+                self.counters.live_dropped["no_session"] += len(ts)
+                continue
+            if len(p.outbox) >= self.bc.live_queue:
+                self.counters.live_dropped["link_queue_full"] += len(ts)
+                continue
+            p.send_control(link_pb2.Frame(publication=_onward(pub, hops, ts)))
+            self.counters.live_out += 1
+
+    def _to_live_subscribers(self, pub: link_pb2.Publication, hops: int) -> None:
+        event = None
+        for sub in self.live.values():
+            if matches(sub.pattern, pub.topic):
+                event = event or delivery(pub, hops)
+                sub.offer(event)
+                self.counters.local += 1
+
+    # -- subscribers ----------------------------------------------------------------------------------
+    async def subscribe(self, start: pubsub_pb2.SubscribeStart) -> tuple[LiveSubscription | DurableSubscription, Stream]:
+        why = pattern_problem(start.pattern)
+        if why:
+            raise BrokerError("INVALID_ARGUMENT", why)
+        name = start.name
+        if name and not is_user_name(name):
+            raise BrokerError("INVALID_ARGUMENT", f"invalid subscription name {name!r} (letters, digits, '_.-')")
+        window = min(start.window or self.bc.window, 65536)
+        stream = Stream()
+        if start.durable:
+            if not name:
+                raise BrokerError("INVALID_ARGUMENT", "a durable subscription needs a name")
+            if name in self.live:
+                raise BrokerError("ALREADY_EXISTS", f"{name!r} is a non-durable subscription at {self.me}")
+            sub = self.durable.get(name)
+            if sub is None:
+                await self.spool.run(store.op_subscribe(name, start.pattern, time.time()))
+                sub = self.durable.setdefault(name, DurableSubscription(name, start.pattern))
+                self._interest_changed()
+                log.info("%s: durable subscription %s on %s", self.me, name, start.pattern)
+            elif sub.pattern != start.pattern:
+                raise BrokerError("FAILED_PRECONDITION", f"durable subscription {name!r} exists with pattern "
+                                  f"{sub.pattern!r}; unsubscribe it first to change the pattern")
+            sub.attach(stream, window)
+            return sub, stream
+        if not name:
+            name = f"live-{uuid.uuid4().hex[:8]}"
+        if name in self.live or name in self.durable:
+            raise BrokerError("ALREADY_EXISTS", f"subscription {name!r} exists at {self.me}")
+        sub = LiveSubscription(name, start.pattern, self.bc.live_buffer, stream)
+        self.live[name] = sub
+        self._interest_changed()
+        return sub, stream
+
+    def detach(self, sub: LiveSubscription | DurableSubscription, stream: Stream) -> None:
+        """The client stream ended: a non-durable subscription goes, a durable one keeps collecting."""
+        stream.end("closed")
+        if isinstance(sub, DurableSubscription):
+            sub.detach(stream)
+        elif self.live.get(sub.name) is sub:
+            del self.live[sub.name]
+            self._interest_changed()
+
+    async def events(self, sub: LiveSubscription | DurableSubscription, stream: Stream) -> list[pubsub_pb2.SubscribeEvent]:
+        """The next events for the client (waits for some); [] once the stream has been ended."""
+        while not stream.ended:
+            stream.wake.clear()
+            if isinstance(sub, LiveSubscription):
+                out = sub.take()
+            else:
+                out = await self._durable_batch(sub, stream)
+            if out:
+                return out
+            if not stream.ended:
+                await stream.wake.wait()
+        return []
+
+    async def _durable_batch(self, sub: DurableSubscription, stream: Stream) -> list[pubsub_pb2.SubscribeEvent]:
+        room = sub.window - len(sub.inflight)
+        if room <= 0 or sub.stream is not stream:
+            return []
+        rows = await self.spool.run(store.op_next(sub.name, sub.cursor, min(room, BATCH)))
+        if sub.stream is not stream:
+            return []
+        out = []
+        for seq, hops, body in rows:
+            pub = link_pb2.Publication.FromString(body)
+            sub.inflight[pub.pub_id] = seq
+            out.append(delivery(pub, hops, redelivered=seq <= sub.max_sent))
+            sub.cursor = max(sub.cursor, seq)
+            sub.max_sent = max(sub.max_sent, seq)
+        sub.delivered += len(out)
+        return out
+
+    async def ack(self, sub: LiveSubscription | DurableSubscription, stream: Stream, pub_ids: list[str]) -> None:
+        """The client processed these: a durable subscription forgets them for good."""
+        if not isinstance(sub, DurableSubscription) or sub.stream is not stream:
+            return
+        seqs = [s for s in (sub.inflight.pop(p, None) for p in pub_ids) if s is not None]
+        if seqs:
+            await self.spool.run(store.op_ack(sub.name, seqs))
+            sub.backlog = max(0, sub.backlog - len(seqs))
+            sub.wake()
+
+    async def unsubscribe(self, name: str) -> tuple[bool, int]:
+        """Remove a subscription (durable: with what waits for it). (removed, publications discarded)."""
+        live = self.live.pop(name, None)
+        if live is not None:
+            live.stream.end(f"unsubscribed {name!r}")
+            self._interest_changed()
+            return True, 0
+        sub = self.durable.pop(name, None)
+        if sub is None:
+            return False, 0
+        if sub.stream is not None:
+            sub.stream.end(f"unsubscribed {name!r}")
+        self._interest_changed()
+        discarded = await self.spool.run(store.op_unsubscribe(name))
+        log.info("%s: durable subscription %s removed (%d publications discarded)", self.me, name, discarded)
+        return True, discarded
+
+    def subscriptions(self, remote: bool) -> list[pubsub_pb2.SubscriptionInfo]:
+        out = [pubsub_pb2.SubscriptionInfo(node=self.me, name=s.name, pattern=s.pattern, durable=True,
+                                           connected=s.stream is not None, backlog=s.backlog, delivered=s.delivered)
+               for s in self.durable.values()]
+        out += [pubsub_pb2.SubscriptionInfo(node=self.me, name=s.name, pattern=s.pattern, durable=False,
+                                            connected=True, backlog=len(s.buffer), delivered=s.delivered,
+                                            dropped=s.dropped) for s in self.live.values()]
+        if remote:
+            for origin, rec in sorted(self.interest.records.items()):
+                if origin != self.me:
+                    out += [pubsub_pb2.SubscriptionInfo(node=origin, name=s.name, pattern=s.pattern,
+                                                        durable=s.durable) for s in rec.subs]
+        return sorted(out, key=lambda i: (i.node, i.name))
+
+    # -- housekeeping, metrics -------------------------------------------------------------------------
+    async def _housekeeping(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRY_EVERY)
+            try:
+                self.interest.housekeeping()
+                dropped = await self.spool.run(store.op_expire(time.time()))
+                for name, n in dropped.items():
+                    sub = self.durable.get(name)
+                    if sub is not None:
+                        sub.backlog = max(0, sub.backlog - n)
+                    self.counters.expired += n
+                    log.warning("%s: %d publications for durable subscription %s expired unread", self.me, n, name)
+            except Exception:
+                log.exception("%s: broker housekeeping failed", self.me)
+
+    def snapshot(self) -> dict:
+        subs = {s.name: {"durable": True, "pattern": s.pattern, "connected": s.stream is not None,
+                         "backlog": s.backlog, "delivered": s.delivered} for s in self.durable.values()}
+        subs.update({s.name: {"durable": False, "pattern": s.pattern, "connected": True, "backlog": len(s.buffer),
+                              "delivered": s.delivered, "dropped": s.dropped} for s in self.live.values()})
+        return {**self.counters.snapshot(), "inbox": self._inbox.qsize(), "interest": self.interest.snapshot(),
+                "subscriptions": subs}
+
+
+def _onward(pub: link_pb2.Publication, hops: int, targets: list[str]) -> link_pb2.Publication:
+    copy = link_pb2.Publication()
+    copy.CopyFrom(pub)
+    copy.hops = hops
+    del copy.targets[:]
+    copy.targets.extend(targets)
+    return copy
+
+
+def _stored(pub: link_pb2.Publication) -> bytes:
+    """What a durable subscription's queue row keeps: the publication without its routing."""
+    copy = link_pb2.Publication()
+    copy.CopyFrom(pub)
+    del copy.targets[:]
+    return copy.SerializeToString()
+
+
+def _publication_problem(pub: link_pb2.Publication) -> str | None:
+    if len(pub.pub_id) > 64 or not is_message_id(pub.pub_id) or not is_node_name(pub.origin):
+        return "bad publication id or origin"
+    why = topic_problem(pub.topic)
+    if why:
+        return why
+    if not pub.targets or len(pub.targets) > 4096 or not all(is_node_name(t) for t in pub.targets):
+        return "bad targets"
+    if not (math.isfinite(pub.publish_ts) and math.isfinite(pub.expires_ts)):
+        return "bad timestamps"
+    if len(pub.key) > KEY_MAX or (pub.publisher and not is_user_name(pub.publisher)):
+        return "bad key or publisher"
+    return None

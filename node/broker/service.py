@@ -1,0 +1,90 @@
+"""The PubSub gRPC service: a thin layer over node/broker/broker.py (protocol here, policy there)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from node.broker.broker import Broker, BrokerError
+from node.rpc import pubsub_pb2, pubsub_pb2_grpc
+
+log = logging.getLogger("node.broker")
+
+START_TIMEOUT = 30.0         # seconds a Subscribe call may take to send its first message
+
+
+class PubSubService(pubsub_pb2_grpc.PubSubServicer):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def Publish(self, request: pubsub_pb2.PublishRequest, context) -> pubsub_pb2.PublishReply:  # noqa: N802
+        body = request.WhichOneof("body")
+        if body is None:
+            return pubsub_pb2.PublishReply(accepted=False, reason="a publication needs a payload or a size")
+        return await self.broker.publish(request.topic, request.payload if body == "payload" else None,
+                                         request.size if body == "size" else None, request.priority,
+                                         request.lifetime, request.key, request.publisher)
+
+    async def Subscribe(self, request_iterator, context):  # noqa: N802
+        try:
+            first = await asyncio.wait_for(context.read(), START_TIMEOUT)
+        except asyncio.TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no SubscribeStart within 30 s")
+            return
+        except DecodeError:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message is not a SubscribeRequest")
+            return
+        if first is grpc.aio.EOF:
+            return
+        if first.WhichOneof("kind") != "start":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message of Subscribe must be `start`")
+        try:
+            sub, stream = await self.broker.subscribe(first.start)
+        except BrokerError as exc:
+            await context.abort(getattr(grpc.StatusCode, exc.code), str(exc))
+        acks = asyncio.ensure_future(self._acks(context, sub, stream))
+        try:
+            await context.write(pubsub_pb2.SubscribeEvent(subscribed=pubsub_pb2.Subscribed(
+                node=self.broker.me, name=sub.name, durable=sub.durable, backlog=getattr(sub, "backlog", 0))))
+            while True:
+                events = await self.broker.events(sub, stream)
+                if not events:
+                    break
+                for ev in events:
+                    await context.write(ev)
+        finally:
+            acks.cancel()
+            self.broker.detach(sub, stream)
+        if stream.ended not in ("", "closed", "client closed"):
+            await context.abort(grpc.StatusCode.ABORTED if "taken over" in stream.ended else grpc.StatusCode.CANCELLED,
+                                stream.ended)
+
+    async def _acks(self, context, sub, stream) -> None:
+        """Read the client's acknowledgements until it half-closes; a bad message ends the stream."""
+        try:
+            while True:
+                msg = await context.read()
+                if msg is grpc.aio.EOF:
+                    return
+                if msg.WhichOneof("kind") != "ack":
+                    stream.end("a Subscribe stream takes only acks after its start")
+                    return
+                await self.broker.ack(sub, stream, list(msg.ack.pub_ids))
+        except DecodeError:
+            stream.end("the client sent a message that is not a SubscribeRequest")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:       # the call went away: the stream's writes fail next and end it
+            log.debug("subscribe stream %s: %r", sub.name, exc)
+            stream.end("client closed")
+
+    async def Unsubscribe(self, request: pubsub_pb2.UnsubscribeRequest, context) -> pubsub_pb2.UnsubscribeReply:  # noqa: N802
+        removed, discarded = await self.broker.unsubscribe(request.name)
+        if not removed:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no subscription {request.name!r} at {self.broker.me}")
+        return pubsub_pb2.UnsubscribeReply(removed=True, discarded=discarded)
+
+    async def ListSubscriptions(self, request: pubsub_pb2.ListSubscriptionsRequest, context):  # noqa: N802
+        return pubsub_pb2.ListSubscriptionsReply(subscriptions=self.broker.subscriptions(request.remote))

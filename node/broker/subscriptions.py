@@ -1,0 +1,111 @@
+"""This node's subscriptions and the client streams attached to them.
+
+A durable subscription lives in the spool (node/broker/store.py): what
+arrives for it waits in `pub_queue` whether or not a client is attached, and
+a row goes only when the client acknowledges it; a client that comes back
+(or a node that restarted) gets everything unacknowledged again, so a client
+that remembers what it processed sees each publication once. At most one
+client stream is attached to a durable subscription; a new one replaces it.
+
+A non-durable subscription exists while its client is connected. What
+arrives waits in a bounded buffer; when the client is too slow the newest
+publication is dropped and counted (the client hears the running total), so
+a slow subscriber never holds anything else up.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+
+from node.broker.interest import Sub
+from node.rpc import link_pb2, pubsub_pb2
+
+
+def delivery(pub: link_pb2.Publication, hops: int, redelivered: bool = False) -> pubsub_pb2.SubscribeEvent:
+    return pubsub_pb2.SubscribeEvent(delivery=pubsub_pb2.Delivery(
+        pub_id=pub.pub_id, topic=pub.topic, origin=pub.origin, publish_ts=pub.publish_ts, payload=pub.payload,
+        key=pub.key, priority=pub.priority, hops=hops, size=pub.size, redelivered=redelivered,
+        publisher=pub.publisher))
+
+
+@dataclass(eq=False)
+class Stream:
+    """One attached client stream; `end(reason)` makes its event loop stop."""
+    ended: str = ""
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def end(self, reason: str) -> None:
+        if not self.ended:
+            self.ended = reason
+        self.wake.set()
+
+
+@dataclass(eq=False)
+class LiveSubscription:
+    name: str
+    pattern: str
+    limit: int
+    stream: Stream = field(default_factory=Stream)
+    buffer: deque = field(default_factory=deque)
+    delivered: int = 0
+    dropped: int = 0
+    told_dropped: int = 0
+
+    durable = False
+
+    def sub(self) -> Sub:
+        return Sub(self.name, self.pattern, False)
+
+    def offer(self, event: pubsub_pb2.SubscribeEvent) -> None:
+        if len(self.buffer) >= self.limit:
+            self.dropped += 1
+        else:
+            self.buffer.append(event)
+        self.stream.wake.set()
+
+    def take(self) -> list[pubsub_pb2.SubscribeEvent]:
+        """What to write to the client now (the drop total first when it grew)."""
+        out = []
+        if self.dropped > self.told_dropped:
+            self.told_dropped = self.dropped
+            out.append(pubsub_pb2.SubscribeEvent(dropped=pubsub_pb2.Dropped(total=self.dropped)))
+        while self.buffer:
+            out.append(self.buffer.popleft())
+        self.delivered += sum(1 for e in out if e.HasField("delivery"))
+        return out
+
+
+@dataclass(eq=False)
+class DurableSubscription:
+    name: str
+    pattern: str
+    backlog: int = 0                        # rows in pub_queue for it
+    stream: Stream | None = None            # the attached client, if any
+    window: int = 256
+    inflight: dict[str, int] = field(default_factory=dict)   # pub_id -> queue seq, sent and not acknowledged
+    cursor: int = 0                         # highest queue seq sent on the attached stream
+    max_sent: int = 0                       # highest queue seq ever sent (a lower one is a redelivery)
+    delivered: int = 0
+
+    durable = True
+
+    def sub(self) -> Sub:
+        return Sub(self.name, self.pattern, True)
+
+    def attach(self, stream: Stream, window: int) -> None:
+        if self.stream is not None:
+            self.stream.end(f"durable subscription {self.name!r} was taken over by a new client")
+        self.stream = stream
+        self.window = window
+        self.inflight.clear()
+        self.cursor = 0                     # everything unacknowledged goes again
+
+    def detach(self, stream: Stream) -> None:
+        if self.stream is stream:
+            self.stream = None
+            self.inflight.clear()
+
+    def wake(self) -> None:
+        if self.stream is not None:
+            self.stream.wake.set()
