@@ -72,6 +72,29 @@ RECORDS: dict[str, tuple[Field, ...]] = {
         _f("cost", (int, float, type(None)), "total path cost (null: unreachable, or a static entry)"),
         _f("reason", str, "'initial', 'cost', 'switch', 'withdrawn', 'unreachable' or 'static'"),
     ),
+    # nodes/<node>/publications.jsonl: one line per publication accepted at this node (node/broker/)
+    "publication": COMMON + (
+        _f("pub_id", str, "publication id, unique"),
+        _f("topic", str, "the topic it was published on"),
+        _f("size", int, "payload bytes"),
+        _f("expected", list, "the subscriptions ('node/name') whose interest had reached this node when it was "
+           "published: the receipts expected"),
+        _f("expected_durable", list, "those of them that are durable (each must receive it exactly once)"),
+        _f("targets", list, "the nodes of those subscriptions"),
+    ),
+    # subscribers/<node>/<name>/receipts.jsonl: one line per publication a subscriber client received (the
+    # first arrival of each publication id; redeliveries are counted in subscriber.json beside it)
+    "receipt": COMMON + (
+        _f("subscription", str, "the subscription's name at its node (`node` is the subscriber's node)"),
+        _f("durable", bool, "whether the subscription is durable"),
+        _f("pub_id", str, "the publication"),
+        _f("topic", str, "its topic"),
+        _f("origin", str, "the node it was published at"),
+        _f("publish_ts", Number, "when it was published (the origin's clock)"),
+        _f("latency", Number, "ts - publish_ts, seconds (one host clock: the testbed runs on one machine)"),
+        _f("size", int, "payload bytes"),
+        _f("hops", int, "brokers it passed"),
+    ),
     # events.jsonl: faults and link changes as applied
     "event": COMMON + (
         _f("event", str, "what happened: link_set, link_down, link_up, partition, heal, kill, restart, pause, resume"),
@@ -98,6 +121,10 @@ OPTIONAL: dict[str, tuple[Field, ...]] = {
            "(reasons: congested, class_full, stream_refused, stream_full, recipient_full, recipient_wait, "
            "recipient_never_fits); per neighbour also deferred_in/out, credits_in/out and scheduler"
            "{queued_by_priority, served_by_priority, transfers, ready, waiting_for_credit, waiting_for_timer, streams}"),
+        _f("broker", dict, "the publish/subscribe broker (node/broker/): published, refused, copies_in, copies_out, "
+           "copies_out_bytes, live_in, live_out, live_out_bytes, live_dropped{reason: n}, duplicates, expired, "
+           "hop_limit, bad, local, inbox, interest{seq, records, changes, remote_subscriptions}, subscriptions"
+           "{name: {durable, pattern, connected, backlog, delivered, dropped}}"),
         _f("routing", dict, "routing state, present with routing.mode dynamic (or rules): mode, routes (table size), "
            "changes (table changes so far), seq, adverts, links{neighbour: {latency_ms, sd_ms, jitter_ms, loss, "
            "probes_sent, probes_answered, cost (null: withdrawn), up, suppressed, probed}}"),

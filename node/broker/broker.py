@@ -75,8 +75,10 @@ class Counters:
     refused: int = 0
     copies_in: int = 0             # durable copies taken from the inbox
     copies_out: int = 0            # durable copies stored for a next hop
+    copies_out_bytes: int = 0      # their payload bytes (what the links carry, less framing)
     live_in: int = 0
     live_out: int = 0
+    live_out_bytes: int = 0
     live_dropped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     duplicates: int = 0            # targets dropped because they were handled here already
     expired: int = 0
@@ -86,7 +88,8 @@ class Counters:
 
     def snapshot(self) -> dict:
         return {"published": self.published, "refused": self.refused, "copies_in": self.copies_in,
-                "copies_out": self.copies_out, "live_in": self.live_in, "live_out": self.live_out,
+                "copies_out": self.copies_out, "copies_out_bytes": self.copies_out_bytes, "live_in": self.live_in,
+                "live_out": self.live_out, "live_out_bytes": self.live_out_bytes,
                 "live_dropped": dict(self.live_dropped), "duplicates": self.duplicates, "expired": self.expired,
                 "hop_limit": self.hop_limit, "bad": self.bad, "local": self.local}
 
@@ -108,6 +111,9 @@ class Broker:
         self.peers: dict[str, Peer] = engine.peers
         self.interest.attach(self.peers)
         self._inbox: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
+        # inbox copies not handled yet (queued, being handled, or waiting to be tried again): what the drain
+        # and the metrics count, so a copy between the inbox and its onward copies is never invisible
+        self._unhandled: set[str] = set()
         self._recent: OrderedDict[tuple[str, str], int] = OrderedDict()   # live path: (pub, target) -> hops
         self._tasks: list[asyncio.Task] = []
         self._bg: set[asyncio.Task] = set()
@@ -126,6 +132,7 @@ class Broker:
             self.durable[name] = DurableSubscription(name, pattern, backlog)
         await self.interest.start(self._own())
         for msg_id, payload in await self.spool.run(Spool.op_inbox(PUB_KIND)):
+            self._unhandled.add(msg_id)
             self._inbox.put_nowait((msg_id, payload))
         self._started = True
         self._tasks = [asyncio.ensure_future(self._inbox_worker()), asyncio.ensure_future(self._housekeeping())]
@@ -223,6 +230,7 @@ class Broker:
     def _delivered(self, m: Piece, payload: bytes) -> None:
         """The engine's consumer for kind "pub": a copy for this broker is durable in the inbox."""
         if self._started:                  # before start() (engine recovery) the inbox is read whole at start
+            self._unhandled.add(m.msg_id)
             self._inbox.put_nowait((m.msg_id, payload))
 
     async def _inbox_worker(self) -> None:
@@ -240,6 +248,8 @@ class Broker:
                     r = "failed"
                 if r:                      # not stored now: stays in the inbox, tried again later
                     self._later(msg_id, payload)
+                else:
+                    self._unhandled.discard(msg_id)
 
     def _later(self, msg_id: str, payload: bytes) -> None:
         asyncio.get_running_loop().call_later(RETRY, self._inbox.put_nowait, (msg_id, payload))
@@ -288,6 +298,7 @@ class Broker:
                 return reason
             break
         self.counters.copies_out += len(messages)
+        self.counters.copies_out_bytes += sum(len(m.payload) for m in messages)
         if local:
             for name in queue_for:
                 sub = self.durable.get(name)
@@ -363,8 +374,10 @@ class Broker:
             if len(p.outbox) >= self.bc.live_queue:
                 self.counters.live_dropped["link_queue_full"] += len(ts)
                 continue
-            p.send_control(link_pb2.Frame(publication=_onward(pub, hops, ts)))
+            frame = link_pb2.Frame(publication=_onward(pub, hops, ts))
+            p.send_control(frame)
             self.counters.live_out += 1
+            self.counters.live_out_bytes += frame.ByteSize()
 
     def _to_live_subscribers(self, pub: link_pb2.Publication, hops: int) -> None:
         event = None
@@ -511,7 +524,7 @@ class Broker:
                          "backlog": s.backlog, "delivered": s.delivered} for s in self.durable.values()}
         subs.update({s.name: {"durable": False, "pattern": s.pattern, "connected": True, "backlog": len(s.buffer),
                               "delivered": s.delivered, "dropped": s.dropped} for s in self.live.values()})
-        return {**self.counters.snapshot(), "inbox": self._inbox.qsize(), "interest": self.interest.snapshot(),
+        return {**self.counters.snapshot(), "inbox": len(self._unhandled), "interest": self.interest.snapshot(),
                 "subscriptions": subs}
 
 

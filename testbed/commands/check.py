@@ -15,6 +15,7 @@ EXIT_FAILED = 1       # a repetition lost or duplicated copies, or had more late
 
 def _check(args: argparse.Namespace) -> int:
     from testbed import accounting
+    from testbed.accounting import pubsub
 
     root = Path(args.run_dir)
     if args.max_late is not None and args.max_late < 0:
@@ -30,15 +31,19 @@ def _check(args: argparse.Namespace) -> int:
     for rep in reps:
         verdict = accounting.check_run(rep)
         max_late = args.max_late if args.max_late is not None else accounting.scenario_max_late(rep)
-        ok = verdict.ok(max_late)
+        pubs = pubsub.account(rep)
+        ok = verdict.ok(max_late) and (pubs is None or pubs["ok"])
         all_ok = all_ok and ok
         name = accounting.label(rep)
         if args.json:
-            rows.append({"repetition": name, "dir": str(rep), **verdict.to_dict(max_late, limit=None)})
+            rows.append({"repetition": name, "dir": str(rep), **verdict.to_dict(max_late, limit=None),
+                         **({"pubsub": pubs} if pubs is not None else {})})
             continue
         _say(accounting.verdict_line(name, verdict, max_late))
         for line in accounting.verdict_details(verdict):
             _say(f"  {line}")
+        if pubs is not None:
+            _say(f"  {pubsub.line(pubs)}")
         rows.append({"ok": ok, **{k: getattr(verdict, k) for k in _COUNTS}})
     total = {k: sum(r[k] for r in rows) for k in _COUNTS}
     passed = sum(1 for r in rows if r["ok"])
@@ -66,9 +71,10 @@ def _say(text: str) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="check a run for lost, duplicated and late messages (reads only the run directory)",
                        description="Classify every accepted message copy of each repetition as delivered, "
-                                   "duplicate, reported undeliverable, late (still held in a spool: where) or lost. "
+                                   "duplicate, reported undeliverable, late (still held in a spool: where) or lost; "
+                                   "with publications, every expected receipt of a subscription too. "
                                    "Exit status 0 when every repetition passes, 1 when any lost or duplicated a "
-                                   "copy or had more late copies than allowed, 2 on bad input.")
+                                   "copy (or a durable receipt) or had more late copies than allowed, 2 on bad input.")
     p.add_argument("run_dir", metavar="RUN_DIR",
                    help="a repetition directory (<experiment>/<cell>/<rep>) or any directory above it")
     p.add_argument("--max-late", type=int, default=None, metavar="N",

@@ -1,8 +1,9 @@
 """One repetition of one cell: from an empty machine to a complete run directory.
 
 build network -> write node configs -> start daemons -> wait healthy -> host
-monitor -> warm-up -> workload + fault timeline for the duration -> drain ->
-stop daemons -> tear down -> loss check -> summary.json (and `.complete` when it
+monitor -> subscriber clients -> warm-up -> workload + fault timeline for the
+duration -> drain (spools empty, durable subscriptions read) -> stop subscribers
+and daemons -> tear down -> loss check -> summary.json (and `.complete` when it
 all ran).
 
 Teardown always happens (finally). A stop request (Ctrl-C in the runner) ends
@@ -23,12 +24,14 @@ from typing import Any, Iterator
 
 from node.errors import UserError
 from testbed import accounting
+from testbed.accounting import pubsub
 from testbed.experiment import nodeconfig, summary, timescale, workload
 from testbed.experiment.daemons import NodeDaemons
 from testbed.experiment.driver import WorkloadDriver
 from testbed.experiment.faults import Timeline
 from testbed.experiment.hostmon import HostMonitor
 from testbed.experiment.progress import Progress
+from testbed.experiment.subscribers import Subscribers
 from testbed.network import Network
 from testbed.scenario.loader import dump_resolved
 from testbed.scenario.spec import Scenario
@@ -38,6 +41,7 @@ log = logging.getLogger(__name__)
 HEALTH_TIMEOUT = 60.0     # wall seconds for every daemon to answer Health (Python start-up on a loaded host)
 SESSION_TIMEOUT = 30.0    # wall seconds for neighbour sessions to come up before the workload starts
 TICK = 1.0                # wall seconds between progress updates
+CONFIRM = 0.3             # wall seconds between a drain round that found every spool empty and the one confirming it
 COMPLETE_MARKER = ".complete"
 
 
@@ -94,6 +98,7 @@ class _CellRun:
         self.hostmon: HostMonitor | None = None
         self.driver: WorkloadDriver | None = None
         self.timeline: Timeline | None = None
+        self.subscribers: Subscribers | None = None
         self.drain: dict[str, Any] | None = None
         self.delivered = 0
 
@@ -126,19 +131,21 @@ class _CellRun:
         verdict = accounting.check_run(self.rep_dir)
         result = summary.write_summary(self.rep_dir, self.model, complete=complete, reason=reason, drain=self.drain,
                                        verdict=verdict)
-        self._announce(verdict)
+        self._announce(verdict, result.get("pubsub"))
         if complete:
             (self.rep_dir / COMPLETE_MARKER).write_text(f"{time.time()}\n")
         if error is not None:
             raise error
         return CellResult(complete, reason, result, verdict)
 
-    def _announce(self, verdict: accounting.Verdict) -> None:
+    def _announce(self, verdict: accounting.Verdict, pubs: dict | None) -> None:
         """The checker's verdict on the console (and in runner.log through the progress display)."""
         try:
             self.progress.event(accounting.verdict_line(accounting.label(self.rep_dir), verdict, self.model.max_late))
             for line in accounting.verdict_details(verdict):
                 self.progress.event(f"  {line}")
+            if pubs:
+                self.progress.event(f"  {pubsub.line(pubs)}")
         except Exception:  # noqa: BLE001 - a broken console must not lose the run's summary
             log.exception("cannot show the loss checker's verdict")
 
@@ -166,6 +173,14 @@ class _CellRun:
                                 f"{SESSION_TIMEOUT:.0f} s; starting anyway")
         self.hostmon = HostMonitor(self.rep_dir / "host.jsonl", self.daemons.pids)
         self.hostmon.start()
+        if wall.subscriptions:
+            self.subscribers = Subscribers(wall.subscriptions, self.rep_dir,
+                                           address=lambda n: nodeconfig.mgmt_target(self.network, n),
+                                           reachable=self.daemons.reachable)
+            late = self.subscribers.start(SESSION_TIMEOUT, self.stop)
+            if late:
+                self.progress.event(f"subscribers not subscribed after {SESSION_TIMEOUT:.0f} s: {', '.join(late)}; "
+                                    f"starting anyway (they keep trying)")
 
         if wall.workload.warmup > 0:
             self.phase("warmup")
@@ -186,7 +201,9 @@ class _CellRun:
             self.timeline.stop()
         self.network.record_event("workload_end", "all", planned=self.driver.planned,
                                   submitted=self.driver.submitted, accepted=self.driver.accepted,
-                                  refused=self.driver.refused, unreachable=self.driver.unreachable)
+                                  refused=self.driver.refused, unreachable=self.driver.unreachable,
+                                  published=self.driver.published, publish_refused=self.driver.publish_refused,
+                                  publish_unreachable=self.driver.publish_unreachable)
 
         self.phase("drain")
         self.drain = self._drain(wall.workload.drain)
@@ -225,13 +242,19 @@ class _CellRun:
         self.delivered = max(self.delivered, total)
 
     def _drain(self, bound: float) -> dict[str, Any]:
-        """Poll every node until all spools are empty or `bound` wall seconds passed."""
+        """Poll every node until all spools are empty or `bound` wall seconds passed.
+
+        The nodes are asked one after the other, so a message can move from a node not asked yet to one
+        asked already and be seen nowhere. "Empty" therefore counts only when a second round, a moment
+        later, is empty too and no node's traffic counters moved in between."""
         assert self.daemons is not None
         t0 = time.monotonic()
         remaining: dict[str, Any] = {}
+        seen_empty: int | None = None        # the traffic counters of the last round that found nothing
         while True:
             remaining = {}
             delivered = 0
+            activity = 0
             for n in self.daemons.config_paths:
                 if not self.daemons.reachable(n):
                     remaining[n] = f"daemon {self.daemons.state.get(n)}"
@@ -243,17 +266,23 @@ class _CellRun:
                     remaining[n] = f"unreachable: {exc}"
                     continue
                 delivered += int(st.get("delivered", 0))
-                held = int(st.get("spool_messages", 0))
+                activity += _activity(st)
+                held = int(st.get("spool_messages", 0)) + int(st.get("broker", {}).get("inbox", 0))
                 # Fragments sent but not yet acknowledged belong to no queued message: still in flight.
                 if held or int(st.get("spool_fragments", 0)):
                     remaining[n] = max(held, 1)
+            if not remaining and self.subscribers is not None:
+                # publications queued for durable subscriptions: their clients are still reading them
+                remaining.update(self.subscribers.backlog(lambda n: self.daemons.client(n, timeout=5.0)))
             elapsed = time.monotonic() - t0
             submitted = self.driver.submitted if self.driver else 0
             self.delivered = max(self.delivered, delivered)
             self.progress.tick(elapsed, bound, submitted, self.delivered)
-            if not remaining or elapsed >= bound:
+            if (not remaining and seen_empty == activity) or elapsed >= bound:
                 break
-            if self.stop.wait(min(TICK, bound - elapsed)):
+            seen_empty = activity if not remaining else None
+            pause = CONFIRM if not remaining else TICK
+            if self.stop.wait(max(0.0, min(pause, bound - elapsed))):
                 raise _Stopped()
         in_flight = sum(v for v in remaining.values() if isinstance(v, int))
         return {"empty": not remaining, "remaining": remaining, "in_flight": in_flight,
@@ -270,6 +299,7 @@ class _CellRun:
         except Exception:  # noqa: BLE001 - a broken console must not block teardown
             pass
         for what, fn in (("driver", lambda: self.driver and self.driver.stop()),
+                         ("subscribers", lambda: self.subscribers and self.subscribers.stop()),
                          ("fault timeline", lambda: self.timeline and self.timeline.stop()),
                          ("host monitor", lambda: self.hostmon and self.hostmon.stop()),
                          ("daemons", lambda: self.daemons and self.daemons.stop_all()),
@@ -278,3 +308,13 @@ class _CellRun:
                 fn()
             except Exception as exc:  # noqa: BLE001
                 log.warning("teardown of the %s failed: %s", what, exc)
+
+
+def _activity(stats: dict[str, Any]) -> int:
+    """A number that grows whenever the node moves anything (frames in or out, deliveries, publications)."""
+    n = int(stats.get("delivered", 0))
+    for link in (stats.get("neighbours") or {}).values():
+        n += int(link.get("frags_in", 0)) + int(link.get("frags_out", 0)) + int(link.get("retransmissions", 0))
+    broker = stats.get("broker") or {}
+    n += int(broker.get("copies_in", 0)) + int(broker.get("live_in", 0)) + int(broker.get("local", 0))
+    return n

@@ -1,10 +1,13 @@
-"""The workload driver: submits the planned messages at their wall times.
+"""The workload driver: submits the planned messages (and publications) at their wall times.
 
 One thread per submitting node, so a node that hangs (paused) or is gone
 (killed) delays only its own submissions. The node's own submissions.jsonl is
 the record of what it accepted or refused; the driver adds to workload.jsonl
 only the submissions that never reached a node (it was down, paused, or did
 not answer), so `offered = accepted + refused + unreachable` holds.
+Publications (planned items with a `topic`) are recorded by the node in
+publications.jsonl; the driver counts those it could not make
+(`publish_unreachable`, `publish_refused`: summary.json's pubsub section).
 """
 from __future__ import annotations
 
@@ -49,6 +52,9 @@ class WorkloadDriver:
         self.accepted = 0
         self.refused = 0
         self.unreachable = 0
+        self.published = 0
+        self.publish_refused = 0
+        self.publish_unreachable = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -88,6 +94,9 @@ class WorkloadDriver:
             client.close()
 
     def _submit(self, client: NodeClient, p: Planned) -> None:
+        if hasattr(p, "topic"):
+            self._publish(client, p)
+            return
         with self._lock:
             self.submitted += 1
         if not self._reachable(p.node):
@@ -103,6 +112,22 @@ class WorkloadDriver:
                 self.accepted += 1
             else:
                 self.refused += 1
+
+    def _publish(self, client: NodeClient, p: Any) -> None:
+        ok = False
+        if self._reachable(p.node):
+            try:
+                r = client.publish(p.topic, size=p.size, priority=min(p.priority, 15))
+                ok = True
+            except UserError as exc:
+                log.info("publication at %s not made: %s", p.node, exc)
+        with self._lock:
+            if not ok:
+                self.publish_unreachable += 1
+            elif r.accepted:
+                self.published += 1
+            else:
+                self.publish_refused += 1
 
     def _unreachable(self, p: Planned, reason: str) -> None:
         rec = {"ts": time.time(), "node": p.node, "msg_id": "", "src": p.node, "dst": list(p.recipients),

@@ -28,6 +28,10 @@ The loss figures come from the independent checker (testbed/accounting,
 - accounting = the checker's verdict: every class, the first pairs of each,
               where the late ones are held, `ok` (no loss, no duplicate, late
               within the scenario's `max_late`)
+- pubsub    = the publish/subscribe account (testbed/accounting/pubsub.py): per
+              topic published, expected and received receipts, durable ones late
+              or lost (must be 0), non-durable ones missing (allowed), duplicates;
+              null for a run without publications or subscribers
 Throughput is the thesis' (Brachman 1989 section 6.2.1: "based on end-to-end
 delivery of complete messages", Figures 6.3-6.7 plot messages of 2+
 fragments): delivered copies of 2 or more fragments per model hour of
@@ -47,7 +51,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from testbed.accounting import Verdict, check_run
+from testbed.accounting import Verdict, check_run, pubsub
 from testbed.accounting.check import node_directories
 from testbed.accounting.records import MAX_PROBLEM_SAMPLES, RecordReader, conforms, reason_group
 from testbed.accounting.text import where_text
@@ -60,7 +64,8 @@ log = logging.getLogger(__name__)
 _conforms = conforms      # the name the schema tests know the fast record check by (it moved to testbed/accounting)
 
 SUMMARY_FILE = "summary.json"
-DRIVER_COUNTERS = ("planned", "submitted", "accepted", "refused", "unreachable")
+DRIVER_COUNTERS = ("planned", "submitted", "accepted", "refused", "unreachable", "published", "publish_refused",
+                   "publish_unreachable")
 # Thesis Table 6.1 size ranges in fragments, plus anything larger (empirical/fixed sizes)
 BUCKETS: tuple[tuple[str, int, float], ...] = (("1", 0, 1), ("2-30", 2, 30), ("31-100", 31, 100),
                                                (">100", 101, math.inf))
@@ -177,6 +182,7 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
         "host_samples": len(host_records),
         "events": dict(sorted(events.items())),
         "driver": driver,
+        "pubsub": pubsub.account(rep_dir, reader),
         "schema": {"problems": verdict.record_problems + reader.problems,
                    "first": (verdict.first_problems + reader.samples)[:MAX_PROBLEM_SAMPLES],
                    "lines": verdict.record_lines + reader.lines},
@@ -240,6 +246,7 @@ def check(summary: dict) -> list[str]:
     if isinstance(sat, dict) and sat.get("saturated"):
         problems.append(f"host CPU above {sat.get('threshold')}% in {100 * float(sat.get('fraction_above', 0)):.0f}% "
                         f"of {sat.get('samples')} samples: the emulation results are not trustworthy")
+    problems.extend(pubsub.problems(summary.get("pubsub") if isinstance(summary.get("pubsub"), dict) else None))
     sch = summary.get("schema")
     if isinstance(sch, dict) and sch.get("problems"):
         first = (sch.get("first") or ["?"])[0]

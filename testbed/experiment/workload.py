@@ -51,14 +51,27 @@ class PlannedSubmission:
     priority: int
 
 
-def schedule(scenario: Scenario, nodes: list[str]) -> list[PlannedSubmission]:
+@dataclass(frozen=True)
+class PlannedPublication:
+    """A publication (a generator with `publish:`): the broker of `node` finds its subscribers."""
+    at: float
+    node: str
+    topic: str
+    size: int
+    priority: int
+
+
+def schedule(scenario: Scenario, nodes: list[str]) -> list[PlannedSubmission | PlannedPublication]:
     """Every generator applied to its nodes over [start, min(stop, duration)), sorted by time."""
-    plan: list[PlannedSubmission] = []
+    plan: list[PlannedSubmission | PlannedPublication] = []
     base = Path(scenario.source).parent if scenario.source else Path(".")
     for gi, gen in enumerate(scenario.workload.generators):
         _check_means(gen.interarrival, f"workload.generators[{gi}].interarrival")
         sizes = _size_sampler(gen.size, base, f"workload.generators[{gi}].size")
         for node in _generator_nodes(gen, nodes):
+            if gen.publish is not None:
+                plan.extend(_publications(scenario, gi, gen, node, sizes, len(plan)))
+                continue
             choose = _recipient_chooser(gen.recipients, node, nodes)
             if choose is None:
                 log.info("generator %d: node %s has no recipient other than itself; it submits nothing", gi, node)
@@ -73,6 +86,21 @@ def schedule(scenario: Scenario, nodes: list[str]) -> list[PlannedSubmission]:
     # stable sort: equal (at, node) keep generator order, so the order is fully determined
     plan.sort(key=attrgetter("at", "node"))
     return plan
+
+
+def _publications(scenario: Scenario, gi: int, gen: Generator, node: str, sizes: Callable[[random.Random], int],
+                  planned: int) -> list[PlannedPublication]:
+    """One publishing generator at one node: times and sizes as for mail, a topic drawn per publication."""
+    assert gen.publish is not None
+    topics = [t.replace("{node}", node) for t in gen.publish.topics]
+    t_rng = _rng(scenario.seed, gi, node, "time")
+    s_rng = _rng(scenario.seed, gi, node, "size")
+    k_rng = _rng(scenario.seed, gi, node, "topics")
+    end = scenario.duration if gen.stop is None else min(gen.stop, scenario.duration)
+    times = arrival_times(gen.interarrival, gen.start, end, t_rng, limit=MAX_SUBMISSIONS - planned)
+    count = len(topics)
+    return [PlannedPublication(at, node, topics[int(k_rng.random() * count)], sizes(s_rng), gen.priority)
+            for at in times]
 
 
 def derive_seed(seed: int, *names: object) -> int:

@@ -93,6 +93,12 @@ class RecipientChoice:
 
 
 @dataclass
+class PublishSpec:
+    """A generator that publishes (node/broker/) instead of sending mail: on which topics."""
+    topics: list[str] = field(default_factory=list)   # one drawn uniformly per publication; "{node}" = the publisher
+
+
+@dataclass
 class Generator:
     """One message source pattern, applied to each node in `nodes`."""
 
@@ -103,6 +109,16 @@ class Generator:
     priority: int = 1
     start: float = 0.0                   # model seconds after the workload begins
     stop: float | None = None            # None: until the scenario's duration
+    publish: PublishSpec | None = None   # set: the generator publishes on topics (no recipients)
+
+
+@dataclass
+class SubscriptionSpec:
+    """A subscriber client the testbed runs for the whole repetition (its receipts go to the run directory)."""
+    node: str
+    pattern: str
+    name: str = ""                       # required for durable; default s<index> otherwise
+    durable: bool = False
 
 
 @dataclass
@@ -204,6 +220,7 @@ class Scenario:
     nodes: NodesSpec = field(default_factory=NodesSpec)
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     faults: list[Fault] = field(default_factory=list)
+    subscriptions: list[SubscriptionSpec] = field(default_factory=list)
     max_late: int | None = None          # copies still held at teardown a rep may have and pass; None: any
     sweep: SweepSpec = field(default_factory=SweepSpec)
     quick: dict[str, Any] = field(default_factory=dict)      # dotted key -> value, applied by --quick

@@ -100,6 +100,9 @@ def check_daemon_references(c: Check, s: Scenario, topo: Topology) -> None:
         for sub, n in refs:
             if n not in daemons:
                 c.fail(path + sub, _no_daemon(n))
+    for i, sub in enumerate(s.subscriptions):
+        if sub.node not in daemons:
+            c.fail(("subscriptions", i, "node"), f"a subscription needs a broker, but {_no_daemon(sub.node)}")
     for i, f in enumerate(s.faults):
         if f.action in NODE_FAULTS and f.target not in daemons:
             c.fail(("faults", i, "target"), f"{f.action} acts on a node daemon, but {_no_daemon(f.target)}")

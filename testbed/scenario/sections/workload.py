@@ -12,7 +12,9 @@ from testbed.scenario import units
 from testbed.scenario.checks import Check, KeyPath, names_text, show
 from testbed.scenario.sections.base import Section
 from testbed.scenario.sections.refs import node_list
-from testbed.scenario.spec import Generator, Interarrival, RecipientChoice, Scenario, SizeDist, WorkloadSpec
+from node.broker.topics import topic_problem
+from testbed.scenario.spec import (Generator, Interarrival, PublishSpec, RecipientChoice, Scenario, SizeDist,
+                                   WorkloadSpec)
 from testbed.topology.model import Topology
 
 INTERARRIVALS = ("normal", "exponential", "constant", "piecewise")
@@ -63,11 +65,15 @@ def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
 
 
 def _generator(c: Check, path: KeyPath, raw: Any, names: list[str]) -> Generator:
-    m = c.mapping(path, raw, ("nodes", "interarrival", "size", "recipients", "priority", "start", "stop"))
+    m = c.mapping(path, raw, ("nodes", "interarrival", "size", "recipients", "priority", "start", "stop", "publish"))
     g = Generator()
     g.nodes = node_list(c, path + ("nodes",), m.get("nodes", "all"), names)
     g.interarrival = _interarrival(c, path + ("interarrival",), m.get("interarrival"))
     g.size = _size(c, path + ("size",), m.get("size"))
+    if m.get("publish") is not None:
+        if m.get("recipients") is not None:
+            c.fail(path + ("recipients",), "a generator that publishes has topics, not recipients")
+        g.publish = _publish(c, path + ("publish",), m["publish"], names)
     g.recipients = _recipients(c, path + ("recipients",), m.get("recipients"), names)
     g.priority = c.integer(path + ("priority",), m.get("priority", 1), 0, 255)
     g.start = c.unit(path + ("start",), m.get("start", 0.0), units.parse_duration)
@@ -76,6 +82,19 @@ def _generator(c: Check, path: KeyPath, raw: Any, names: list[str]) -> Generator
         if g.stop <= g.start:
             c.fail(path + ("stop",), "expected stop after start")
     return g
+
+
+def _publish(c: Check, pp: KeyPath, raw: Any, names: list[str]) -> PublishSpec:
+    """publish: {topics: [...]}; "{node}" in a topic stands for the publishing node."""
+    m = c.mapping(pp, raw, ("topics",))
+    topics = [c.text(pp + ("topics", i), t) for i, t in enumerate(c.sequence(pp + ("topics",), m.get("topics")))]
+    if not topics:
+        c.fail(pp + ("topics",), "missing: a publishing generator needs one or more topics")
+    for i, t in enumerate(topics):
+        why = topic_problem(t.replace("{node}", names[0] if names else "n"))
+        if why:
+            c.fail(pp + ("topics", i), why)
+    return PublishSpec(topics=topics)
 
 
 def _interarrival(c: Check, ip: KeyPath, raw: Any) -> Interarrival:
@@ -152,10 +171,11 @@ def _recipients(c: Check, rp: KeyPath, raw: Any, names: list[str]) -> RecipientC
 def _generator_plain(g: Generator) -> dict[str, Any]:
     ia = {"dist": g.interarrival.dist, "mean": g.interarrival.mean, "sd": g.interarrival.sd,
           "schedule": copy.deepcopy(g.interarrival.schedule)}
+    what = ({"publish": {"topics": list(g.publish.topics)}} if g.publish is not None else
+            {"recipients": {"choice": g.recipients.choice, "nodes": list(g.recipients.nodes),
+                            "weights": dict(g.recipients.weights)}})
     return {"nodes": copy.deepcopy(g.nodes), "interarrival": ia,
-            "size": {f.name: getattr(g.size, f.name) for f in fields(g.size)},
-            "recipients": {"choice": g.recipients.choice, "nodes": list(g.recipients.nodes),
-                           "weights": dict(g.recipients.weights)},
+            "size": {f.name: getattr(g.size, f.name) for f in fields(g.size)}, **what,
             "priority": g.priority, "start": g.start, "stop": g.stop}
 
 
