@@ -1,0 +1,379 @@
+"""Publish/subscribe commands on a live network: `pub`, `sub`, `unsub`, `subs` (the node's PubSub service,
+node/broker/).
+
+The node is reached as `testbed send` reaches it (commands/messaging.py resolve_address: --address,
+WANBED_NODE_ADDRESS, WANBED_NODES, else the running `testbed up` network) and asked through
+node/client.py. Every failure is one line with status 2: no network, an unknown or daemon-less host, a node
+that does not answer, a refusal (with the node's reason).
+
+`sub` runs until Ctrl-C (status 0, a summary line) or until --count deliveries. A non-durable subscription
+lives as long as its stream: when the node goes away `sub` says so in one sentence and exits 2. A durable one
+(--durable NAME) lives in the node's spool, so `sub --durable` reconnects instead: it says so, retries with
+backoff (RECONNECT_MIN doubling to RECONNECT_MAX) until the node answers again or Ctrl-C, and the node
+hands over what waited meanwhile (plus anything delivered but not acknowledged, flagged redelivered).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from node.errors import UserError
+from node.routing.spf import natural_key
+from testbed.commands.messaging import resolve_address
+from testbed.commands.routing import _one_line, _table, _yes
+
+ANSWER_TIMEOUT = 5.0       # seconds a node has to answer Unsubscribe / ListSubscriptions
+PUBLISH_TIMEOUT = 30.0     # a publication goes through the node's spool (fsync), and may be large
+RECONNECT_MIN = 0.5        # `sub --durable`: first wait before subscribing again after the node went away
+RECONNECT_MAX = 5.0        # ... doubling up to this
+ACK_GRACE = 0.3            # seconds the last acknowledgements get to reach the node before the stream is cancelled
+MAX_UINT32 = 2 ** 32 - 1
+
+
+def _node_said(exc: UserError, address: str) -> str | None:
+    """What the node answered (a refusal, a reason for ending a stream), or None when it did not answer."""
+    text = " ".join(str(exc).split())
+    prefix = f"node at {address}: "
+    return text[len(prefix):].rstrip(".") if text.startswith(prefix) else None
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+# ---- pub -----------------------------------------------------------------------------------------
+
+def _pub(args: argparse.Namespace) -> int:
+    from node.client import NodeClient
+
+    payload = None
+    if args.file:
+        try:
+            payload = Path(args.file).read_bytes()
+        except OSError as exc:
+            raise UserError(f"cannot read {args.file}: {exc.strerror}.") from None
+    elif args.size < 0:
+        raise UserError("--size must not be negative.")
+    if args.priority < 0:
+        raise UserError("--priority must not be negative.")
+    if args.priority > MAX_UINT32:
+        raise UserError(f"--priority {args.priority} is out of range.")
+    if args.count < 1:
+        raise UserError("--count must be at least 1.")
+    address = resolve_address(args.node, args.address)
+    t0 = time.monotonic()
+    with NodeClient(address, timeout=PUBLISH_TIMEOUT) as c:
+        for i in range(args.count):
+            r = c.publish(args.topic, size=args.size, payload=payload, priority=args.priority,
+                          lifetime=args.lifetime, key=args.key)
+            if not r.accepted:
+                which = f" publication {i + 1} of {args.count}" if args.count > 1 else " the publication"
+                raise UserError(f"{args.node} refused{which}: {_one_line(Exception(r.reason))}")
+            print(f"{r.pub_id}  expected by {_plural(r.expected, 'subscription')} ({r.expected_durable} durable, "
+                  f"{r.expected - r.expected_durable} non-durable)", flush=True)
+    if args.count > 1:
+        took = time.monotonic() - t0
+        print(f"published {args.count} on {args.topic} at {args.node} in {took:.2f} s "
+              f"({args.count / took if took > 0 else 0:.0f} per s)")
+    return 0
+
+
+# ---- sub -----------------------------------------------------------------------------------------
+
+class _Output:
+    """Deliveries on stdout (text lines or JSON objects); notices on stdout as text, on stderr with --json so
+    stdout stays one JSON object per line. A closed stdout (`| head`) ends the command quietly."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+
+    def _write(self, stream, line: str) -> None:
+        stream.write(line + "\n")
+        stream.flush()
+
+    def notice(self, line: str) -> None:
+        self._write(sys.stderr if self.as_json else sys.stdout, line)
+
+    def delivery(self, node: str, name: str, d: Any) -> None:
+        now = time.time()
+        latency_ms = 1000.0 * (now - d.publish_ts)
+        if self.as_json:
+            self._write(sys.stdout, json.dumps({
+                "ts": round(now, 6), "node": node, "subscription": name, "pub_id": d.pub_id, "topic": d.topic,
+                "origin": d.origin, "publisher": d.publisher, "key": d.key, "priority": d.priority,
+                "size": d.size, "hops": d.hops, "publish_ts": d.publish_ts, "latency_ms": round(latency_ms, 3),
+                "redelivered": d.redelivered}))
+            return
+        line = (f"{_clock(now)}  {d.topic}  {d.pub_id}  {d.size} B  {latency_ms:.1f} ms  "
+                f"{_plural(d.hops, 'hop')}")
+        self._write(sys.stdout, line + ("  (redelivered)" if d.redelivered else ""))
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush does not complain about the closed pipe."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _clock(ts: float) -> str:
+    return datetime.fromtimestamp(ts).strftime("%H:%M:%S.%f")[:-3]
+
+
+class _Subscriber:
+    """One `testbed sub`: a Subscribe stream (again after the node went away, when durable) and what it printed."""
+
+    def __init__(self, args: argparse.Namespace, address: str) -> None:
+        self.node, self.pattern, self.address = args.node, args.pattern, address
+        self.durable = args.durable is not None
+        self.name = args.durable or args.name or ""
+        self.count = args.count
+        self.out = _Output(args.json)
+        self.received = 0
+        self.redelivered = 0
+        self.dropped = 0
+        self.client = None
+        self.sub = None
+        self.acked_at = 0.0
+
+    # -- the stream --------------------------------------------------------------------------------
+    def _attach(self, again: bool) -> Iterator[Any]:
+        """Open a stream and read its first event (the node's confirmation); the stream's remaining events."""
+        from node.client import NodeClient
+
+        self.client = NodeClient(self.address)      # a new channel: no reconnect backoff left from a dead one
+        self.sub = self.client.subscribe(self.pattern, name=self.name, durable=self.durable)
+        events = iter(self.sub)
+        first = next(events, None)
+        if first is None or first.WhichOneof("kind") != "subscribed":
+            raise UserError(f"node at {self.address}: the stream did not start with a confirmation")
+        s = first.subscribed
+        self.name = s.name
+        kind = f"durable, {_plural(s.backlog, 'publication')} waiting" if s.durable else "non-durable"
+        self.out.notice(f"subscribed{' again' if again else ''} to {self.pattern} at {s.node or self.node} as "
+                        f"{s.name} ({kind})")
+        return events
+
+    def _detach(self) -> None:
+        """Close the stream; acknowledgements sent just before get ACK_GRACE to reach the node first (the
+        stream has no way to confirm them, and cancelling it drops what the node has not read yet)."""
+        if self.sub is not None:
+            wait = self.acked_at + ACK_GRACE - time.monotonic()
+            if self.durable and wait > 0:
+                time.sleep(wait)
+            self.sub.close()
+            self.sub = None
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    def _gone(self, exc: UserError) -> bool:
+        """Whether the error means the node went away (rather than refused or ended the subscription)."""
+        said = _node_said(exc, self.address)
+        return said is None or "shutting down" in said
+
+    # -- running -----------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Until --count deliveries or Ctrl-C (status 0, then the summary); an error is one UserError."""
+        try:
+            self._stream()
+        except KeyboardInterrupt:
+            pass
+        except BrokenPipeError:                      # stdout closed (`testbed sub ... | head`): end quietly
+            _quiet_stdout()
+            return 0
+        finally:
+            self._detach()
+        try:
+            self.out.notice(self.summary())
+        except BrokenPipeError:
+            _quiet_stdout()
+        return 0
+
+    def _stream(self) -> None:
+        try:
+            events = self._attach(again=False)
+        except UserError as exc:
+            said = _node_said(exc, self.address)
+            if said is None:
+                raise
+            raise UserError(f"{self.node} refused the subscription: {said}.") from None
+        while True:
+            try:
+                if self._consume(events):
+                    return
+                raise UserError(f"node at {self.address}: the stream ended")
+            except UserError as exc:
+                self._detach()
+                if not (self.durable and self._gone(exc)):
+                    raise self._ended(exc) from None
+                events = self._reconnect(exc)
+
+    def _consume(self, events: Iterator[Any]) -> bool:
+        """Print and acknowledge deliveries; True once --count of them arrived, False if the stream ends."""
+        for ev in events:
+            kind = ev.WhichOneof("kind")
+            if kind == "delivery":
+                d = ev.delivery
+                self.out.delivery(self.node, self.name, d)
+                self.sub.ack([d.pub_id])
+                self.acked_at = time.monotonic()
+                self.received += 1
+                self.redelivered += d.redelivered
+                if self.count is not None and self.received >= self.count:
+                    return True
+            elif kind == "dropped":
+                self.dropped = ev.dropped.total
+                self.out.notice(f"{_clock(time.time())}  {self.node} dropped {_plural(self.dropped, 'publication')} "
+                                f"for this subscription so far (the subscriber was too slow)")
+        return False
+
+    def _ended(self, exc: UserError) -> UserError:
+        after = f"after {_plural(self.received, 'publication')}"
+        said = _node_said(exc, self.address)
+        if self._gone(exc):
+            return UserError(f"{self.node} went away {after}: {_one_line(exc)}")
+        return UserError(f"{self.node} ended the subscription {after}: {said}.")
+
+    def _reconnect(self, exc: UserError) -> Iterator[Any]:
+        self.out.notice(f"{self.node} went away: {_one_line(exc).rstrip('.')}; reconnecting to the durable "
+                        f"subscription {self.name}, with backoff (Ctrl-C to stop)")
+        delay = RECONNECT_MIN
+        while True:
+            time.sleep(delay)
+            delay = min(2 * delay, RECONNECT_MAX)
+            try:
+                return self._attach(again=True)
+            except UserError as again:
+                self._detach()
+                if not self._gone(again):
+                    raise UserError(f"{self.node} refused the subscription: {_node_said(again, self.address)}.") \
+                        from None
+
+    def summary(self) -> str:
+        parts = [f"received {_plural(self.received, 'publication')}"]
+        if self.redelivered:
+            parts.append(f"{self.redelivered} of them redelivered")
+        if self.dropped:
+            parts.append(f"{self.dropped} dropped by {self.node}")
+        return ", ".join(parts)
+
+
+def _sub(args: argparse.Namespace) -> int:
+    if args.count is not None and args.count < 1:
+        raise UserError("--count must be at least 1.")
+    return _Subscriber(args, resolve_address(args.node, args.address)).run()
+
+
+# ---- unsub, subs ---------------------------------------------------------------------------------
+
+def _unsub(args: argparse.Namespace) -> int:
+    from node.client import NodeClient
+
+    address = resolve_address(args.node, args.address)
+    with NodeClient(address, timeout=ANSWER_TIMEOUT) as c:
+        try:
+            r = c.unsubscribe(args.name)
+        except UserError as exc:
+            said = _node_said(exc, address)
+            raise (UserError(f"{said}.") if said else exc) from None
+    gone = f", {_plural(r.discarded, 'waiting publication')} discarded" if r.discarded else ""
+    print(f"{args.node}: subscription {args.name} removed{gone}")
+    return 0
+
+
+def subscriptions_plain(local: list[Any], remote: list[Any]) -> list[dict[str, Any]]:
+    """This node's subscriptions (with their counters) and, from `remote`, the others it knows (counters None:
+    only the subscriber's own node has them), in natural order of node, then name."""
+    own = {(i.node, i.name) for i in local}
+    rows = [{"node": i.node, "name": i.name, "pattern": i.pattern, "durable": i.durable, "local": True,
+             "connected": i.connected, "backlog": i.backlog, "delivered": i.delivered, "dropped": i.dropped}
+            for i in local]
+    rows += [{"node": i.node, "name": i.name, "pattern": i.pattern, "durable": i.durable, "local": False,
+              "connected": None, "backlog": None, "delivered": None, "dropped": None}
+             for i in remote if (i.node, i.name) not in own]
+    return sorted(rows, key=lambda r: (natural_key(r["node"]), natural_key(r["name"])))
+
+
+def render_subscriptions(node: str, rows: list[dict[str, Any]], remote: bool) -> str:
+    where = f"known at {node}" if remote else f"at {node}"
+    if not rows:
+        return f"no subscriptions {where}"
+
+    def cell(v: Any) -> str:
+        return "-" if v is None else _yes(v) if isinstance(v, bool) else str(v)
+    table = [[r["node"], r["name"], r["pattern"], _yes(r["durable"]), *(cell(r[k]) for k in (
+        "connected", "backlog", "delivered", "dropped"))] for r in rows]
+    return "\n".join([f"subscriptions {where}",
+                      *_table(["Node", "Name", "Pattern", "Durable", "Connected", "Backlog", "Delivered", "Dropped"],
+                              table)])
+
+
+def _subs(args: argparse.Namespace) -> int:
+    from node.client import NodeClient
+
+    address = resolve_address(args.node, args.address)
+    with NodeClient(address, timeout=ANSWER_TIMEOUT) as c:
+        try:
+            local = c.subscriptions(remote=False)
+            remote = c.subscriptions(remote=True) if args.remote else []
+        except UserError as exc:
+            raise UserError(f"cannot list the subscriptions of {args.node}: {_one_line(exc)}") from None
+    rows = subscriptions_plain(local, remote)
+    print(json.dumps(rows, indent=1) if args.json else render_subscriptions(args.node, rows, args.remote))
+    return 0
+
+
+# ---- registration ----------------------------------------------------------------------------------
+
+def _add(sub: argparse._SubParsersAction, name: str, handler: Callable[[argparse.Namespace], int],
+         **kw: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, **kw)
+    p.add_argument("node", metavar="NODE")
+    p.set_defaults(handler=handler)
+    return p
+
+
+def _address(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", help="the node's management address HOST:PORT (else WANBED_NODES or the "
+                                     "running network)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = _add(sub, "pub", _pub, help="publish on a topic through a node",
+             description="Publish on TOPIC (tokens separated by '.', no wildcards) at NODE. Prints each "
+                         "publication id and how many subscriptions NODE knows that match it.")
+    p.add_argument("topic", metavar="TOPIC")
+    body = p.add_mutually_exclusive_group(required=True)
+    body.add_argument("--size", type=int, help="generated payload of this many bytes")
+    body.add_argument("--file", help="payload from a file")
+    p.add_argument("--priority", type=int, default=1)
+    p.add_argument("--lifetime", type=float, default=0.0, help="seconds (default: the node's default lifetime)")
+    p.add_argument("--key", default="", help="an opaque key carried to every subscriber")
+    p.add_argument("--count", type=int, default=1, help="publish this many times (default 1)")
+    _address(p)
+    p = _add(sub, "sub", _sub, help="subscribe to a topic pattern at a node and print what arrives",
+             description="Subscribe to PATTERN at NODE ('*' matches one token, '>' the rest) and print each "
+                         "delivery until Ctrl-C or --count deliveries. A durable subscription keeps collecting "
+                         "while no client is attached, and `sub --durable` reconnects when the node goes away.")
+    p.add_argument("pattern", metavar="PATTERN")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--durable", metavar="NAME", help="a durable subscription of this name (created if new)")
+    who.add_argument("--name", help="a name for the non-durable subscription (default: one the node picks)")
+    p.add_argument("--json", action="store_true", help="one JSON object per delivery on stdout (notices on stderr)")
+    p.add_argument("--count", type=int, help="end after this many deliveries")
+    _address(p)
+    p = _add(sub, "unsub", _unsub, help="remove a subscription at a node",
+             description="Remove subscription NAME at NODE; a durable one loses what waits for it.")
+    p.add_argument("name", metavar="NAME")
+    _address(p)
+    p = _add(sub, "subs", _subs, help="list the subscriptions at a node",
+             description="List NODE's subscriptions (node, name, pattern, durable, connected, backlog, "
+                         "delivered, dropped); --remote adds those other nodes advertised to it.")
+    p.add_argument("--remote", action="store_true", help="also the subscriptions other nodes advertised")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _address(p)
