@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import queue
+import threading
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -10,6 +11,23 @@ import grpc
 
 from node.rpc import common_pb2, control_pb2, control_pb2_grpc, pubsub_pb2, pubsub_pb2_grpc, submit_pb2, submit_pb2_grpc
 from node.errors import UserError
+
+
+# Management channels ping the node when idle, so a client on a silently cut path (a subscriber waiting for
+# publications) hears that the node is gone instead of waiting forever; the node's management server
+# permits pings this often (node/daemon.py).
+KEEPALIVE_OPTIONS = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
+                     ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0)]
+CLOSE_WAIT = 5.0        # seconds Subscription.close() waits for the node to take the last acks
+
+
+class SubscriptionEnded(UserError):
+    """A Subscribe stream ended: `code` is the gRPC status name (UNAVAILABLE: the node is not reachable;
+    ABORTED: taken over by another client; CANCELLED: the node shut down or the subscription was removed)."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass
@@ -31,7 +49,8 @@ class NodeClient:
         self.timeout = timeout
         self._md = (("authorization", token),) if token else ()
         self._channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 256 << 20),
-                                                               ("grpc.max_send_message_length", 256 << 20)])
+                                                               ("grpc.max_send_message_length", 256 << 20),
+                                                               *KEEPALIVE_OPTIONS])
         self.submit = submit_pb2_grpc.SubmitStub(self._channel)
         self.control = control_pb2_grpc.ControlStub(self._channel)
         self.pubsub = pubsub_pb2_grpc.PubSubStub(self._channel)
@@ -133,13 +152,16 @@ class NodeClient:
 
 
 class Subscription:
-    """One Subscribe stream (blocking): the events in arrival order; acks go back on the same stream."""
+    """One Subscribe stream (blocking): the events in arrival order; acks go back on the same stream.
+    Iterating raises SubscriptionEnded when the stream ends other than by `close()`."""
 
     def __init__(self, stub: pubsub_pb2_grpc.PubSubStub, address: str, start: pubsub_pb2.SubscribeStart) -> None:
         self.address = address
         self._out: queue.Queue = queue.Queue()
         self._out.put(pubsub_pb2.SubscribeRequest(start=start))
         self._call = stub.Subscribe(self._requests())
+        self._ended = threading.Event()
+        self._call.add_done_callback(lambda _call: self._ended.set())
         self.closed = False
 
     def _requests(self) -> Iterator[pubsub_pb2.SubscribeRequest]:
@@ -155,17 +177,24 @@ class Subscription:
         except grpc.RpcError as exc:
             if self.closed and exc.code() == grpc.StatusCode.CANCELLED:
                 return
-            if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                raise UserError(f"node at {self.address} is not reachable (unavailable).") from None
-            raise UserError(f"node at {self.address}: {exc.details()}") from None
+            code = exc.code().name
+            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise SubscriptionEnded(f"node at {self.address} is not reachable ({code.lower()}).", code) from None
+            raise SubscriptionEnded(f"node at {self.address}: {exc.details()}", code) from None
 
     def ack(self, pub_ids: list[str]) -> None:
         if pub_ids and not self.closed:
             self._out.put(pubsub_pb2.SubscribeRequest(ack=pubsub_pb2.SubscribeAck(pub_ids=pub_ids)))
 
-    def close(self) -> None:
+    def close(self, wait: float = CLOSE_WAIT) -> None:
+        """End the stream: the node first takes every ack sent before (they are durable once the stream has
+        ended), waiting at most `wait` seconds; then the call is cancelled."""
+        if self.closed:
+            return
         self.closed = True
+        self._out.put(pubsub_pb2.SubscribeRequest(close=pubsub_pb2.SubscribeClose()))
         self._out.put(None)
+        self._ended.wait(wait)
         self._call.cancel()
 
     def __enter__(self) -> "Subscription":

@@ -53,7 +53,11 @@ class NodeDaemon:
         # beyond the management bound get RESOURCE_EXHAUSTED instead of growing the node without limit
         data = grpc.aio.server(options=server_opts, maximum_concurrent_rpcs=4 * len(self.cfg.neighbours) + 16)
         link_pb2_grpc.add_LinkServicer_to_server(LinkService(self.links), data)
-        mgmt = grpc.aio.server(options=server_opts, maximum_concurrent_rpcs=MGMT_RPCS)
+        # clients' keepalive pings (node/client.py KEEPALIVE_OPTIONS) are welcome, also on idle streams
+        mgmt = grpc.aio.server(options=server_opts + [("grpc.keepalive_permit_without_calls", 1),
+                                                      ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+                                                      ("grpc.http2.max_ping_strikes", 0)],
+                               maximum_concurrent_rpcs=MGMT_RPCS)
         submit_pb2_grpc.add_SubmitServicer_to_server(SubmitService(self.engine, Mailbox(self.spool, self.engine.policy)), mgmt)
         control_pb2_grpc.add_ControlServicer_to_server(ControlService(self.engine, self.cfg.control_token), mgmt)
         if self.broker is not None:

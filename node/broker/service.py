@@ -68,8 +68,12 @@ class PubSubService(pubsub_pb2_grpc.PubSubServicer):
                 msg = await context.read()
                 if msg is grpc.aio.EOF:
                     return
-                if msg.WhichOneof("kind") != "ack":
-                    stream.end("a Subscribe stream takes only acks after its start")
+                kind = msg.WhichOneof("kind")
+                if kind == "close":           # every ack before it was awaited: durable now
+                    stream.end("client closed")
+                    return
+                if kind != "ack":
+                    stream.end("a Subscribe stream takes only acks (and a close) after its start")
                     return
                 await self.broker.ack(sub, stream, list(msg.ack.pub_ids))
         except DecodeError:

@@ -32,7 +32,6 @@ ANSWER_TIMEOUT = 5.0       # seconds a node has to answer Unsubscribe / ListSubs
 PUBLISH_TIMEOUT = 30.0     # a publication goes through the node's spool (fsync), and may be large
 RECONNECT_MIN = 0.5        # `sub --durable`: first wait before subscribing again after the node went away
 RECONNECT_MAX = 5.0        # ... doubling up to this
-ACK_GRACE = 0.3            # seconds the last acknowledgements get to reach the node before the stream is cancelled
 MAX_UINT32 = 2 ** 32 - 1
 
 
@@ -138,7 +137,6 @@ class _Subscriber:
         self.dropped = 0
         self.client = None
         self.sub = None
-        self.acked_at = 0.0
 
     # -- the stream --------------------------------------------------------------------------------
     def _attach(self, again: bool) -> Iterator[Any]:
@@ -159,12 +157,8 @@ class _Subscriber:
         return events
 
     def _detach(self) -> None:
-        """Close the stream; acknowledgements sent just before get ACK_GRACE to reach the node first (the
-        stream has no way to confirm them, and cancelling it drops what the node has not read yet)."""
+        """Close the stream (Subscription.close lets the node take the acknowledgements sent before)."""
         if self.sub is not None:
-            wait = self.acked_at + ACK_GRACE - time.monotonic()
-            if self.durable and wait > 0:
-                time.sleep(wait)
             self.sub.close()
             self.sub = None
         if self.client is not None:
@@ -173,6 +167,9 @@ class _Subscriber:
 
     def _gone(self, exc: UserError) -> bool:
         """Whether the error means the node went away (rather than refused or ended the subscription)."""
+        code = getattr(exc, "code", None)          # node.client.SubscriptionEnded
+        if code is not None:
+            return code in ("UNAVAILABLE", "DEADLINE_EXCEEDED") or (code == "CANCELLED" and "shutting down" in str(exc))
         said = _node_said(exc, self.address)
         return said is None or "shutting down" in said
 
@@ -221,7 +218,6 @@ class _Subscriber:
                 d = ev.delivery
                 self.out.delivery(self.node, self.name, d)
                 self.sub.ack([d.pub_id])
-                self.acked_at = time.monotonic()
                 self.received += 1
                 self.redelivered += d.redelivered
                 if self.count is not None and self.received >= self.count:
