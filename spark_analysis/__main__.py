@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-STEPS = 6
+STEPS = 7
 
 
 def report(directory: str, out: str | None = None, master: str | None = None, spark=None, plots: str = "png",
@@ -79,7 +79,7 @@ def report(directory: str, out: str | None = None, master: str | None = None, sp
 def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
     from pyspark.sql import functions as F
 
-    from . import compare, pcap_ingest, records, routing, traffic
+    from . import compare, pcap_ingest, pubsub, records, routing, traffic
     from .report import ReportTables
 
     with progress.step("reading node records (schema-checked)", spark):
@@ -90,8 +90,8 @@ def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
         records.read(spark, runs, "event")
         host = records.read(spark, runs, "host")
         per_run, delay = compare.per_run(subs, dels, metrics)
-    if per_run.empty:
-        raise UserError("no submission or delivery records found under the given directory.")
+    if per_run.empty and not pubsub.any_records(runs):
+        raise UserError("no submission or delivery records (nor publications) found under the given directory.")
     with progress.step("delivery metrics and comparisons", spark):
         summary, delays = compare.summarize(per_run, delay)
         uniq = compare.unique_deliveries(dels)
@@ -116,6 +116,8 @@ def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
     with progress.step("routing (routes.jsonl, link monitor, convergence)", spark):
         tables.routing = routing.build(runs)
         tables.routing.policy_delay, tables.routing.policy_note = routing.policy_delays(uniq, runs)
+    with progress.step("publish/subscribe (publications, receipts, broker counters)", spark):
+        tables.pubsub = pubsub.build(spark, runs)
     return tables
 
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .compare import BUCKET_ORDER
+from .pubsub import PubSubTables, section_html as pubsub_html
 from .routing import RoutingTables, section_html as routing_html
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class ReportTables:
     flows: pd.DataFrame = field(default_factory=pd.DataFrame)
     utilisation: pd.DataFrame = field(default_factory=pd.DataFrame)
     routing: RoutingTables | None = None     # routing.py; None: not computed
+    pubsub: PubSubTables | None = None       # pubsub.py; None (or not present): no section
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -194,6 +196,8 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
         named[f"sweep_{key.split('.')[-1]}"] = df
     if t.routing is not None:
         named.update(t.routing.named())
+    if t.pubsub is not None and t.pubsub.present:
+        named.update(t.pubsub.named())
     for name, df in named.items():
         if df is not None:
             _save_table(df, out, name)
@@ -224,6 +228,8 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
                     out, "link_throughput", formats)
         net_html = _img(png, "link throughput")
     top_flows = t.flows.sort_values("bytes", ascending=False).head(20) if len(t.flows) else t.flows
+    pubsub_section = pubsub_html(t.pubsub, _table, lambda fig, name, alt: _img(_save(fig, out, name, formats), alt))
+    pubsub_link = '<a href="#pubsub">pub/sub</a> · ' if pubsub_section else ""
 
     n_runs = len(t.runs)
     page = f"""<!DOCTYPE html>
@@ -237,7 +243,7 @@ the packet table (when pcaps were captured) is in parquet/packets.</p>
 <p>Sections: <a href="#summary">summary</a> · <a href="#comparison">fragmenting vs non-fragmenting</a> ·
 <a href="#sweeps">sweeps</a> · <a href="#delay">delay by size</a> · <a href="#delivery">delivery metrics</a> ·
 <a href="#health">run health</a> · <a href="#resources">resources</a> · <a href="#network">network</a> ·
-<a href="#routing">routing</a> · <a href="#runs">per run</a></p>
+<a href="#routing">routing</a> · {pubsub_link}<a href="#runs">per run</a></p>
 <h2 id="summary">Summary per cell and mode</h2>{_table(t.summary, "summary-table")}
 <h2 id="comparison">Fragmenting vs non-fragmenting</h2>
 <p>Cells whose parameters differ only in the mode, side by side; ratio = fragmenting mean / non-fragmenting mean.</p>
@@ -262,7 +268,7 @@ timing suspect.</p>
 <h2 id="network">Network (from the pcaps)</h2>{net_html}
 <h3>Links</h3>{_table(t.links, "links-table")}<h3>Largest flows</h3>{_table(top_flows, "flows-table")}
 <h2 id="routing">Routing</h2>{routing_html(t.routing, _table)}
-<h2 id="runs">Per-run figures</h2>{_table(t.runs, "runs-table")}
+{pubsub_section}<h2 id="runs">Per-run figures</h2>{_table(t.runs, "runs-table")}
 </body></html>
 """
     (out / "report.html").write_text(page, encoding="utf-8")
