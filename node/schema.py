@@ -122,7 +122,8 @@ OPTIONAL: dict[str, tuple[Field, ...]] = {
            "recipient_never_fits); per neighbour also deferred_in/out, credits_in/out and scheduler"
            "{queued_by_priority, served_by_priority, transfers, ready, waiting_for_credit, waiting_for_timer, streams}"),
         _f("broker", dict, "the publish/subscribe broker (node/broker/): published, refused, copies_in, copies_out, "
-           "copies_out_bytes, live_in, live_out, live_out_bytes, live_dropped{reason: n}, duplicates, expired, "
+           "copies_out_bytes (bytes of the stored copies: publication, header, targets), live_in, live_out, "
+           "live_out_bytes (bytes of the frames), live_dropped{reason: n}, duplicates, expired, "
            "hop_limit, bad, local, inbox, interest{seq, records, changes, remote_subscriptions}, subscriptions"
            "{name: {durable, pattern, connected, backlog, delivered, dropped}}"),
         _f("routing", dict, "routing state, present with routing.mode dynamic (or rules): mode, routes (table size), "

@@ -75,7 +75,7 @@ class Counters:
     refused: int = 0
     copies_in: int = 0             # durable copies taken from the inbox
     copies_out: int = 0            # durable copies stored for a next hop
-    copies_out_bytes: int = 0      # their payload bytes (what the links carry, less framing)
+    copies_out_bytes: int = 0      # their bytes: publication, header and targets (what the links carry, less framing)
     live_in: int = 0
     live_out: int = 0
     live_out_bytes: int = 0
