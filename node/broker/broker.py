@@ -40,7 +40,7 @@ from google.protobuf.message import DecodeError
 
 from node.broker import store
 from node.broker.kinds import PUB_KIND, PUB_PREFIX
-from node.broker.interest import CAPABILITY as INTEREST, InterestTable, Sub
+from node.broker.interest import CAPABILITY as INTEREST, MAX_SUBSCRIPTIONS, InterestTable, Sub
 from node.broker.subscriptions import DurableSubscription, LiveSubscription, Stream, delivery
 from node.broker.topics import matches, pattern_problem, topic_problem
 from node.config import NodeConfig
@@ -396,6 +396,10 @@ class Broker:
         if name and not is_user_name(name):
             raise BrokerError("INVALID_ARGUMENT", f"invalid subscription name {name!r} (letters, digits, '_.-')")
         window = min(start.window or self.bc.window, 65536)
+        if name not in self.durable and len(self.durable) + len(self.live) >= MAX_SUBSCRIPTIONS:
+            # every node must be able to take this node's interest record whole
+            raise BrokerError("RESOURCE_EXHAUSTED", f"{self.me} has {MAX_SUBSCRIPTIONS} subscriptions, the most one "
+                                                    f"node may have")
         stream = Stream()
         if start.durable:
             if not name:
