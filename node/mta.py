@@ -364,8 +364,13 @@ class Engine:
         now = time.monotonic()
         st.frags_in += len(keep)
         st.bytes_in += sum(len(p.data) for p in keep)
+        where = {id(p): i for i, p in enumerate(pieces)}
         for p, new in zip(keep, fresh):
-            self.policy.stored(peer, p, bool(new))
+            self.policy.stored(peer, p, new is True)
+            if isinstance(new, str):          # its byte range or total contradicts what is stored: never
+                result[where[id(p)]] = new
+                st.refused_in += 1
+                continue
             if not new:
                 st.duplicates_in += 1
                 continue

@@ -21,6 +21,7 @@ A subsystem keeps its own tables in this file too (node/broker/store.py).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import logging
 import queue
@@ -45,7 +46,8 @@ CREATE TABLE IF NOT EXISTS frag(
   fragments INTEGER NOT NULL, state TEXT NOT NULL, data BLOB NOT NULL,
   PRIMARY KEY(msg_id, dst, off));
 CREATE TABLE IF NOT EXISTS seen(msg_id TEXT, dst TEXT, off INTEGER, expires_ts REAL,
-  hops INTEGER NOT NULL DEFAULT 0, PRIMARY KEY(msg_id, dst, off)) WITHOUT ROWID;
+  hops INTEGER NOT NULL DEFAULT 0, len INTEGER NOT NULL DEFAULT -1, total INTEGER NOT NULL DEFAULT -1,
+  PRIMARY KEY(msg_id, dst, off)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS done(msg_id TEXT, dst TEXT, outcome TEXT, ts REAL, PRIMARY KEY(msg_id, dst)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS mailbox(msg_id TEXT, user TEXT, src TEXT, size INTEGER, fragments INTEGER,
   hops INTEGER, submit_ts REAL, deliver_ts REAL, kind TEXT, payload BLOB, PRIMARY KEY(msg_id, user));
@@ -152,6 +154,41 @@ def _came_back(c: sqlite3.Connection, p: "Piece", hops_then: int) -> bool:
                 "keeping it", p.msg_id, p.dst, p.off, p.hops, hops_then)
     return True
 
+_SEEN_AROUND = """SELECT off, hops, len, total FROM seen WHERE msg_id=?1 AND dst=?2 AND off BETWEEN
+  ifnull((SELECT max(off) FROM seen WHERE msg_id=?1 AND dst=?2 AND off < ?3), ?3) AND
+  ifnull((SELECT min(off) FROM seen WHERE msg_id=?1 AND dst=?2 AND off > ?4), ?4)"""
+
+
+class _Ranges:
+    """The byte ranges of one message copy stored here, as far as one batch needs them (the seen rows in the
+    batch's offset span plus the nearest one on either side), and the copy's total size. Rows from spools
+    older than these columns have len/total -1 and are not compared."""
+
+    def __init__(self, rows: list[tuple]) -> None:
+        self.spans = {o: n for o, _h, n, _t in rows if n >= 0}
+        totals = {t for _o, _h, _n, t in rows if t >= 0}
+        self.total = next(iter(totals)) if totals else None
+        self.starts = sorted(self.spans)
+
+    def take(self, p: "Piece") -> str | None:
+        """Why `p` (an offset not stored yet) cannot be stored, or None (and its range counts from now on)."""
+        if self.total is not None and p.total != self.total:
+            return f"total size {p.total} differs from the {self.total} bytes of the message's other pieces"
+        end = p.off + max(1, len(p.data))
+        k = bisect.bisect_left(self.starts, p.off)
+        if k > 0:
+            prev = self.starts[k - 1]
+            if prev + max(1, self.spans[prev]) > p.off:
+                return f"byte range {p.off}+{len(p.data)} overlaps the stored range {prev}+{self.spans[prev]}"
+        if k < len(self.starts) and self.starts[k] < end:
+            nxt = self.starts[k]
+            return f"byte range {p.off}+{len(p.data)} overlaps the stored range {nxt}+{self.spans[nxt]}"
+        self.starts.insert(k, p.off)
+        self.spans[p.off] = len(p.data)
+        self.total = p.total
+        return None
+
+
 class Spool:
     """One SQLite file, one writer thread, group commit; see the module docstring."""
 
@@ -185,8 +222,10 @@ class Spool:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")   # fsync the WAL at every commit: acks mean durable
             conn.executescript(SCHEMA)
-            if "hops" not in {row[1] for row in conn.execute("PRAGMA table_info(seen)")}:
-                conn.execute("ALTER TABLE seen ADD COLUMN hops INTEGER NOT NULL DEFAULT 0")   # spools from before
+            have = {row[1] for row in conn.execute("PRAGMA table_info(seen)")}
+            for column, default in (("hops", 0), ("len", -1), ("total", -1)):     # spools from before
+                if column not in have:
+                    conn.execute(f"ALTER TABLE seen ADD COLUMN {column} INTEGER NOT NULL DEFAULT {default}")
             if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise sqlite3.DatabaseError("integrity check failed")
         except sqlite3.DatabaseError:
@@ -304,14 +343,17 @@ class Spool:
 
     @staticmethod
     def op_receive(pieces: list[Piece], deliver_ts: float = 0.0) -> Op:
-        """Store pieces from a neighbour; returns per piece True (new) or False (duplicate, dropped).
+        """Store pieces from a neighbour; returns per piece True (new), False (duplicate, dropped) or the reason
+        to refuse it: its byte range overlaps one stored before for the same message copy without being that
+        same range, or its total size differs from the other pieces' (one originator cut every piece of a
+        message the same way; anything else is a broken or forged frame that would corrupt the reassembly).
 
         A piece in state "whole" (a complete message for this node) is delivered in the same transaction.
         """
-        def op(c: sqlite3.Connection) -> list[bool]:
+        def op(c: sqlite3.Connection) -> list[bool | str]:
             # Batched: one look-up per message copy for `done` and for already-seen byte ranges, then
             # executemany, because per-row statements cost more CPU than the fsync at 10k fragments/s.
-            out = [False] * len(pieces)
+            out: list[bool | str] = [False] * len(pieces)
             by_msg: dict[tuple[str, str], list[int]] = {}
             for i, p in enumerate(pieces):
                 by_msg.setdefault(p.mkey, []).append(i)
@@ -320,8 +362,11 @@ class Spool:
                 if c.execute("SELECT 1 FROM done WHERE msg_id=? AND dst=?", (msg_id, dst)).fetchone():
                     continue
                 offs = [pieces[i].off for i in idx]
-                have = dict(c.execute("SELECT off, hops FROM seen WHERE msg_id=? AND dst=? AND off BETWEEN ? AND ?",
-                                      (msg_id, dst, min(offs), max(offs))))
+                # the seen rows in the batch's offset span and the nearest stored one on either side, in one
+                # statement (a Python round trip per query is what costs here)
+                rows = c.execute(_SEEN_AROUND, (msg_id, dst, min(offs), max(offs))).fetchall()
+                have = {o: h for o, h, _n, _t in rows}
+                ranges = _Ranges(rows)
                 for i in idx:
                     p = pieces[i]
                     if p.state == PieceState.WHOLE:
@@ -337,14 +382,21 @@ class Spool:
                         done_rows.append((p.msg_id, p.dst, "delivered", deliver_ts))
                         out[i] = True
                         continue
-                    if p.off in have and not _came_back(c, p, have[p.off]):
-                        continue
+                    if p.off in have:
+                        if not _came_back(c, p, have[p.off]):
+                            continue
+                    else:
+                        why = ranges.take(p)
+                        if why:
+                            out[i] = why
+                            continue
                     have[p.off] = p.hops
-                    seen_rows.append((p.msg_id, p.dst, p.off, p.expires_ts, p.hops))
+                    seen_rows.append((p.msg_id, p.dst, p.off, p.expires_ts, p.hops, len(p.data), p.total))
                     frag_rows.append(p)
                     out[i] = True
             if seen_rows:
-                c.executemany("INSERT OR REPLACE INTO seen VALUES (?,?,?,?,?)", seen_rows)
+                c.executemany("INSERT OR REPLACE INTO seen(msg_id, dst, off, expires_ts, hops, len, total) "
+                              "VALUES (?,?,?,?,?,?,?)", seen_rows)
                 c.executemany(f"INSERT OR REPLACE INTO frag({_COLS}) VALUES ({','.join('?' * 15)})", _rows(frag_rows))
             if mail_rows:
                 c.executemany("INSERT OR IGNORE INTO mailbox VALUES (?,?,?,?,?,?,?,?,?,?)", mail_rows)

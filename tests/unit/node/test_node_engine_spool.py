@@ -245,3 +245,25 @@ def test_recovery_drops_pieces_of_a_submission_cut_short_by_a_crash(tmp_path: Pa
 
     asyncio.run(crash())
     assert asyncio.run(restart()) == 3      # the accepted message's 3 pieces only; the cut-short one is gone
+
+
+def test_a_piece_contradicting_the_stored_ones_is_refused_and_cannot_corrupt_the_reassembly(tmp_path: Path) -> None:
+    payload = bytes(random.Random(3).randbytes(300))
+
+    async def go() -> tuple[list, list[dict]]:
+        eng = await _engine(tmp_path)
+        ps = pieces_of(payload)                                  # 0+100, 100+100, 200+100
+        first = await eng.receive("n2", ps[:1])
+        forged = Piece("m1", "n3", 50, 300, 2, "n1", "alice", ["bob"], 1, time.time(), time.time() + 60, "", 3,
+                       b"z" * 200)                               # 50+200: would fill the message early
+        results = first + await eng.receive("n2", [forged]) + await eng.receive("n2", ps[1:])
+        await eng.settle()
+        rows, _more = await eng.spool.run(Spool.op_mailbox("", True))
+        refused = eng.peers["n2"].stats.refused_in
+        await _close(eng)
+        return results + [refused], rows
+
+    results, rows = asyncio.run(go())
+    assert results[0] is None and results[2:4] == [None, None]
+    assert results[1] == "byte range 50+200 overlaps the stored range 0+100" and results[4] == 1
+    assert len(rows) == 1 and rows[0]["payload"] == payload

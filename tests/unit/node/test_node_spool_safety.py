@@ -148,3 +148,33 @@ def test_a_failing_fsync_refuses_instead_of_acknowledging(tmp_path: Path) -> Non
     assert stored == sorted([submitted_after[1], "m2"])     # only what was acknowledged is in the spool
     lines = [json.loads(x) for x in (tmp_path / "submissions.jsonl").read_text().splitlines()]
     assert [x["accepted"] for x in lines] == [False, True]
+
+
+def _cut(off: int, n: int, total: int, msg: str = "m7"):
+    from node.spool import Piece
+    from node.states import PieceState as S
+    return Piece(msg, "n9", off, total, 1, "n1", "", [""], 1, 0.0, 4e9, "", 3, b"y" * n, state=S.QUEUED)
+
+
+def test_a_piece_that_overlaps_stored_bytes_or_changes_the_total_is_refused(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "s.db", 0.0)
+    spool.open()
+    try:
+        recv = lambda *ps: spool.run_sync(Spool.op_receive(list(ps)))     # noqa: E731
+        assert recv(_cut(0, 1000, 3000), _cut(2000, 1000, 3000)) == [True, True]
+        # the same cut again is a duplicate; the missing middle piece fits exactly
+        assert recv(_cut(0, 1000, 3000)) == [False]
+        assert recv(_cut(1000, 1000, 3000)) == [True]
+        # a neighbour whose pieces contradict the stored ones: refused with the reason, nothing stored
+        over = recv(_cut(500, 1000, 3000, "m8"), _cut(1200, 100, 3000, "m8"))
+        assert over == [True, "byte range 1200+100 overlaps the stored range 500+1000"]
+        assert "overlaps the stored range 0+1000" in recv(_cut(999, 1, 3000))[0]
+        assert "overlaps the stored range 500+1000" in recv(_cut(0, 600, 3000, "m8"))[0]      # the next one
+        assert recv(_cut(1500, 500, 4000, "m8"))[0] == ("total size 4000 differs from the 3000 bytes of the "
+                                                        "message's other pieces")
+        # within one batch too
+        assert recv(_cut(0, 100, 100, "m9"), _cut(50, 50, 100, "m9"))[1].startswith("byte range 50+50 overlaps")
+        rows = spool.run_sync(lambda c: c.execute("SELECT msg_id, off FROM frag ORDER BY msg_id, off").fetchall())
+        assert rows == [("m7", 0), ("m7", 1000), ("m7", 2000), ("m8", 500), ("m9", 0)]
+    finally:
+        spool.close()
