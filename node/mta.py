@@ -421,7 +421,8 @@ class Engine:
             return
         m = pend.meta
         now = time.time()
-        meta = {"src": m.src, "fragments": m.fragments, "hops": m.hops, "submit_ts": m.submit_ts, "kind": m.kind}
+        meta = {"src": m.src, "fragments": m.fragments, "hops": m.hops, "submit_ts": m.submit_ts, "kind": m.kind,
+                "expires_ts": m.expires_ts}
         payload = await self.spool.run(Spool.op_deliver(mkey[0], mkey[1], m.users, meta, now))
         self.partial.pop(mkey, None)
         if payload is not None:
@@ -605,6 +606,13 @@ class Engine:
                 if p.mkey not in seen:
                     seen.add(p.mkey)
                     await self._expire(p)
+        # an orphan waits for a route, but not beyond its lifetime
+        gone: set[tuple[str, str]] = set()
+        for key in [k for k, p in self.orphans.items() if p.expires_ts and p.expires_ts < now]:
+            p = self.orphans.pop(key)
+            if p.mkey not in gone:
+                gone.add(p.mkey)
+                await self._expire(p)
         for table, what in ((self.held, "transit"), (self.partial, "reassembly")):
             for mkey, pend in list(table.items()):
                 m = pend.meta
@@ -619,13 +627,13 @@ class Engine:
                         self.policy.dropped(x)
                     if table is self.partial:
                         self.policy.release_mail(mkey[0])
-                    await self.spool.run(Spool.op_abort(mkey[0], mkey[1], "aborted"))
+                    await self.spool.run(Spool.op_abort(mkey[0], mkey[1], "aborted", m.expires_ts))
                     self.expired += 1
                     await self.reporter.report(m, reason)
 
     async def prune(self) -> None:
         self.routes.prune(ROUTE_MEMORY)
-        await self.spool.run(Spool.op_prune_seen(time.time() - 60.0))
+        await self.spool.run(Spool.op_prune(time.time() - 60.0))
 
     # -- metrics -----------------------------------------------------------------------
     def snapshot(self) -> dict:

@@ -63,7 +63,7 @@ class Reporter:
         self.log.warning("message %s for %s not delivered: %s", p.msg_id, p.dst, reason)
         if p.kind != "" or not p.src:      # never a report about a report, nor about a subsystem's message
             return
-        if not await self.spool.run(Spool.op_ndr_once(p.msg_id, p.dst)):
+        if not await self.spool.run(Spool.op_ndr_once(p.msg_id, p.dst, p.expires_ts)):
             return
         self.made += 1
         body = json.dumps({"msg_id": p.msg_id, "dst": p.dst, "reason": reason, "at": self.me}).encode()

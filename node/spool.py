@@ -48,12 +48,14 @@ CREATE TABLE IF NOT EXISTS frag(
 CREATE TABLE IF NOT EXISTS seen(msg_id TEXT, dst TEXT, off INTEGER, expires_ts REAL,
   hops INTEGER NOT NULL DEFAULT 0, len INTEGER NOT NULL DEFAULT -1, total INTEGER NOT NULL DEFAULT -1,
   PRIMARY KEY(msg_id, dst, off)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS done(msg_id TEXT, dst TEXT, outcome TEXT, ts REAL, PRIMARY KEY(msg_id, dst)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS done(msg_id TEXT, dst TEXT, outcome TEXT, ts REAL, expires_ts REAL NOT NULL DEFAULT 0,
+  PRIMARY KEY(msg_id, dst)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS mailbox(msg_id TEXT, user TEXT, src TEXT, size INTEGER, fragments INTEGER,
   hops INTEGER, submit_ts REAL, deliver_ts REAL, kind TEXT, payload BLOB, PRIMARY KEY(msg_id, user));
 CREATE TABLE IF NOT EXISTS origin(msg_id TEXT PRIMARY KEY, originator TEXT, dsts TEXT, size INTEGER,
   prio INTEGER, submit_ts REAL, expires_ts REAL);
-CREATE TABLE IF NOT EXISTS ndr(msg_id TEXT, dst TEXT, PRIMARY KEY(msg_id, dst)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ndr(msg_id TEXT, dst TEXT, expires_ts REAL NOT NULL DEFAULT 0,
+  PRIMARY KEY(msg_id, dst)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS setting(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS inbox(msg_id TEXT PRIMARY KEY, kind TEXT NOT NULL, src TEXT NOT NULL,
   hops INTEGER NOT NULL, submit_ts REAL NOT NULL, deliver_ts REAL NOT NULL, payload BLOB NOT NULL);
@@ -139,6 +141,12 @@ def _piece(row: tuple) -> Piece:
 
 Op = Callable[[sqlite3.Connection], Any]
 
+# (table, column, type, default) added since the first spools: open() adds them to an older file
+_ADDED_COLUMNS = (("seen", "hops", "INTEGER", 0), ("seen", "len", "INTEGER", -1), ("seen", "total", "INTEGER", -1),
+                  ("done", "expires_ts", "REAL", 0), ("ndr", "expires_ts", "REAL", 0))
+# Rows of `done` and `ndr` without an expiry (older spools, aborts) are forgotten this long after they were made.
+FORGET_UNDATED = 7 * 86400.0
+
 
 
 def _came_back(c: sqlite3.Connection, p: "Piece", hops_then: int) -> bool:
@@ -222,10 +230,9 @@ class Spool:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")   # fsync the WAL at every commit: acks mean durable
             conn.executescript(SCHEMA)
-            have = {row[1] for row in conn.execute("PRAGMA table_info(seen)")}
-            for column, default in (("hops", 0), ("len", -1), ("total", -1)):     # spools from before
-                if column not in have:
-                    conn.execute(f"ALTER TABLE seen ADD COLUMN {column} INTEGER NOT NULL DEFAULT {default}")
+            for table, column, kind, default in _ADDED_COLUMNS:       # spools from before these columns
+                if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind} NOT NULL DEFAULT {default}")
             if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise sqlite3.DatabaseError("integrity check failed")
         except sqlite3.DatabaseError:
@@ -379,7 +386,7 @@ class Spool:
                                                   deliver_ts, p.kind, p.data))
                         else:
                             inbox_rows.append((p.msg_id, p.kind, p.src, p.hops, p.submit_ts, deliver_ts, p.data))
-                        done_rows.append((p.msg_id, p.dst, "delivered", deliver_ts))
+                        done_rows.append((p.msg_id, p.dst, "delivered", deliver_ts, p.expires_ts))
                         out[i] = True
                         continue
                     if p.off in have:
@@ -403,7 +410,7 @@ class Spool:
             if inbox_rows:
                 c.executemany("INSERT OR IGNORE INTO inbox VALUES (?,?,?,?,?,?,?)", inbox_rows)
             if done_rows:
-                c.executemany("INSERT OR IGNORE INTO done VALUES (?,?,?,?)", done_rows)
+                c.executemany("INSERT OR IGNORE INTO done VALUES (?,?,?,?,?)", done_rows)
             return out
         return op
 
@@ -449,7 +456,8 @@ class Spool:
             else:
                 c.execute("INSERT OR IGNORE INTO inbox VALUES (?,?,?,?,?,?,?)",
                           (msg_id, meta["kind"], meta["src"], meta["hops"], meta["submit_ts"], deliver_ts, payload))
-            c.execute("INSERT OR REPLACE INTO done VALUES (?,?,?,?)", (msg_id, dst, "delivered", deliver_ts))
+            c.execute("INSERT OR REPLACE INTO done VALUES (?,?,?,?,?)",
+                      (msg_id, dst, "delivered", deliver_ts, meta.get("expires_ts", 0.0)))
             c.execute(f"DELETE FROM frag WHERE msg_id=? AND dst=? AND state='{PieceState.PART}'", (msg_id, dst))
             return payload
         return op
@@ -464,11 +472,11 @@ class Spool:
         return op
 
     @staticmethod
-    def op_abort(msg_id: str, dst: str, outcome: str) -> Op:
+    def op_abort(msg_id: str, dst: str, outcome: str, expires_ts: float = 0.0) -> Op:
         def op(c: sqlite3.Connection) -> None:
             c.execute(f"DELETE FROM frag WHERE msg_id=? AND dst=? AND state IN ('{PieceState.PART}','{PieceState.HELD}')",
                       (msg_id, dst))
-            c.execute("INSERT OR REPLACE INTO done VALUES (?,?,?,?)", (msg_id, dst, outcome, time.time()))
+            c.execute("INSERT OR REPLACE INTO done VALUES (?,?,?,?,?)", (msg_id, dst, outcome, time.time(), expires_ts))
         return op
 
     @staticmethod
@@ -478,10 +486,10 @@ class Spool:
         return op
 
     @staticmethod
-    def op_ndr_once(msg_id: str, dst: str) -> Op:
-        """True the first time a report for this message copy is made here."""
+    def op_ndr_once(msg_id: str, dst: str, expires_ts: float = 0.0) -> Op:
+        """True the first time a report for this message copy is made here (remembered until it expires)."""
         def op(c: sqlite3.Connection) -> bool:
-            return c.execute("INSERT OR IGNORE INTO ndr VALUES (?,?)", (msg_id, dst)).rowcount == 1
+            return c.execute("INSERT OR IGNORE INTO ndr VALUES (?,?,?)", (msg_id, dst, expires_ts)).rowcount == 1
         return op
 
     @staticmethod
@@ -499,9 +507,20 @@ class Spool:
         return op
 
     @staticmethod
-    def op_prune_seen(before: float) -> Op:
+    def op_prune(before: float) -> Op:
+        """Forget what only matters while a message can still arrive: byte ranges seen, copies delivered or
+        aborted, reports made, for messages whose lifetime ended before `before` (no neighbour still holds a
+        piece of them: an expired piece is dropped, not sent); the `origin` row of an expired message once no
+        piece of it is held here. Returns how many rows went."""
         def op(c: sqlite3.Connection) -> int:
-            return c.execute("DELETE FROM seen WHERE expires_ts < ?", (before,)).rowcount
+            undated = time.time() - FORGET_UNDATED
+            n = c.execute("DELETE FROM seen WHERE expires_ts < ?", (before,)).rowcount
+            n += c.execute("DELETE FROM done WHERE (expires_ts > 0 AND expires_ts < ?) OR (expires_ts = 0 AND ts < ?)",
+                           (before, undated)).rowcount
+            n += c.execute("DELETE FROM ndr WHERE expires_ts > 0 AND expires_ts < ?", (before,)).rowcount
+            n += c.execute("DELETE FROM origin WHERE expires_ts < ? AND NOT EXISTS "
+                           "(SELECT 1 FROM frag WHERE frag.msg_id = origin.msg_id)", (before,)).rowcount
+            return n
         return op
 
     @staticmethod

@@ -20,7 +20,7 @@ def write_spool(path: Path, pieces: list[Piece] = (), delivered: list[tuple[str,
     if pieces:
         spool.run_sync(Spool.op_insert(list(pieces)))
     for msg_id, dst in delivered:
-        spool.run_sync(lambda c, m=msg_id, d=dst: c.execute("INSERT INTO done VALUES (?,?,?,?)", (m, d, "delivered", T0)))
+        spool.run_sync(lambda c, m=msg_id, d=dst: c.execute("INSERT INTO done(msg_id, dst, outcome, ts) VALUES (?,?,?,?)", (m, d, "delivered", T0)))
     for msg_id, originator, dsts in origins:
         spool.run_sync(Spool.op_origin(msg_id, originator, dsts, 100, 1, T0, T0 + 3600))
     if not keep_open:

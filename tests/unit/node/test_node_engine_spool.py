@@ -267,3 +267,27 @@ def test_a_piece_contradicting_the_stored_ones_is_refused_and_cannot_corrupt_the
     assert results[0] is None and results[2:4] == [None, None]
     assert results[1] == "byte range 50+200 overlaps the stored range 0+100" and results[4] == 1
     assert len(rows) == 1 and rows[0]["payload"] == payload
+
+
+def test_an_orphan_is_kept_until_its_lifetime_ends_then_dropped_and_reported(tmp_path: Path) -> None:
+    async def go() -> tuple[int, int, int, list]:
+        eng = await _engine(tmp_path)
+        # transit for n7, which this node has no route to: an orphan
+        ps = pieces_of(b"q" * 150, msg="m9", dst="n7", expires=time.time() + 0.3)
+        assert await eng.receive("n2", ps) == [None, None]
+        await eng.settle()
+        kept = len(eng.orphans)
+        await eng.sweep()
+        still = len(eng.orphans)
+        await asyncio.sleep(0.4)
+        await eng.sweep()
+        await eng.settle()
+        rows = await eng.spool.run(lambda c: c.execute("SELECT COUNT(*) FROM frag WHERE msg_id='m9'").fetchone()[0])
+        reports = [json.loads(line) for line in (tmp_path / "reports.jsonl").read_text().splitlines()]
+        await _close(eng)
+        return kept, still, len(eng.orphans) + rows, reports
+
+    kept, still, left, reports = asyncio.run(go())
+    assert (kept, still, left) == (2, 2, 0)
+    assert [r["event"] for r in reports if r["msg_id"] == "m9"] == ["orphan", "ndr_made"]
+    assert "lifetime expired" in reports[-1]["reason"]
