@@ -17,6 +17,15 @@ from node.rpc import control_pb2, control_pb2_grpc, submit_pb2, submit_pb2_grpc
 
 log = logging.getLogger("node.services")
 
+DETAILS_MAX = 500     # characters of a status message (non-ASCII ones travel percent-encoded, up to 12 bytes each)
+
+
+def clip(text: str) -> str:
+    """A status message that echoes client input, cut short: the message travels in a gRPC trailer, and one over
+    the client's metadata limit (16 KiB) reaches it as RESOURCE_EXHAUSTED 'received metadata size exceeds hard
+    limit' instead of the node's answer (found by tests/integration/node/test_node_fuzz.py)."""
+    return text if len(text) <= DETAILS_MAX else f"{text[:DETAILS_MAX]}... ({len(text)} characters in all)"
+
 
 class SubmitService(submit_pb2_grpc.SubmitServicer):
     def __init__(self, engine: Engine, mailbox: Mailbox) -> None:
@@ -38,7 +47,7 @@ class SubmitService(submit_pb2_grpc.SubmitServicer):
     async def Status(self, request: submit_pb2.StatusRequest, context) -> submit_pb2.StatusReply:  # noqa: N802
         state, info = await self.mailbox.status(request.msg_id)
         if state is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"no message {request.msg_id!r} at {self.engine.me}")
+            await context.abort(grpc.StatusCode.NOT_FOUND, clip(f"no message {request.msg_id!r} at {self.engine.me}"))
         return submit_pb2.StatusReply(msg_id=request.msg_id, state=state, detail=json.dumps(info, default=str))
 
     async def ListMailbox(self, request: submit_pb2.MailboxRequest, context) -> submit_pb2.MailboxReply:  # noqa: N802
@@ -93,10 +102,11 @@ class ControlService(control_pb2_grpc.ControlServicer):
         routes = {r.destination: r.next_hop for r in request.routes}
         bad_dst = [d for d in routes if not is_node_name(d)]
         if bad_dst:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"destination {bad_dst[0]!r} is not a node name")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                clip(f"destination {bad_dst[0]!r} is not a node name"))
         bad = [h for h in routes.values() if h not in self.engine.cfg.neighbours]
         if bad:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"next hop {bad[0]!r} is not a neighbour")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, clip(f"next hop {bad[0]!r} is not a neighbour"))
         return control_pb2.SetRoutesReply(installed=self.engine.set_routes(routes))
 
     async def GetRoutes(self, request, context) -> control_pb2.GetRoutesReply:  # noqa: N802
@@ -125,12 +135,14 @@ class ControlService(control_pb2_grpc.ControlServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"rules_json is over {MAX_RULES_JSON} bytes")
         try:
             raw = json.loads(request.rules_json or "[]")
+        except RecursionError:      # nested deeper than the parser goes: not a ValueError, it escaped as UNKNOWN
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "rules_json is nested too deeply")
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"rules_json is not JSON: {exc}")
         try:
             installed = self.engine.router.set_rules(raw)
         except RuleError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, clip(str(exc)))
         except AttributeError:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this node's router takes no rules")
         return control_pb2.SetRulesReply(installed=installed)

@@ -9,10 +9,15 @@ from google.protobuf.message import DecodeError
 
 from node.broker.broker import Broker, BrokerError
 from node.rpc import pubsub_pb2, pubsub_pb2_grpc
+from node.services import clip
 
 log = logging.getLogger("node.broker")
 
 START_TIMEOUT = 30.0         # seconds a Subscribe call may take to send its first message
+# How a stream ends when the client broke its protocol after `start`: INVALID_ARGUMENT, not CANCELLED (the code of
+# a cancelled call, which the client library takes for the end of its own close: the error went unseen).
+NOT_AN_ACK = "a Subscribe stream takes only acks (and a close) after its start"
+NOT_A_REQUEST = "the client sent a message that is not a SubscribeRequest"
 
 
 class PubSubService(pubsub_pb2_grpc.PubSubServicer):
@@ -43,7 +48,7 @@ class PubSubService(pubsub_pb2_grpc.PubSubServicer):
         try:
             sub, stream = await self.broker.subscribe(first.start)
         except BrokerError as exc:
-            await context.abort(getattr(grpc.StatusCode, exc.code), str(exc))
+            await context.abort(getattr(grpc.StatusCode, exc.code), clip(str(exc)))   # it may echo a long name
         acks = asyncio.ensure_future(self._acks(context, sub, stream))
         try:
             await context.write(pubsub_pb2.SubscribeEvent(subscribed=pubsub_pb2.Subscribed(
@@ -58,8 +63,10 @@ class PubSubService(pubsub_pb2_grpc.PubSubServicer):
             acks.cancel()
             self.broker.detach(sub, stream)
         if stream.ended not in ("", "closed", "client closed"):
-            await context.abort(grpc.StatusCode.ABORTED if "taken over" in stream.ended else grpc.StatusCode.CANCELLED,
-                                stream.ended)
+            code = (grpc.StatusCode.ABORTED if "taken over" in stream.ended else
+                    grpc.StatusCode.INVALID_ARGUMENT if stream.ended in (NOT_AN_ACK, NOT_A_REQUEST) else
+                    grpc.StatusCode.CANCELLED)
+            await context.abort(code, stream.ended)
 
     async def _acks(self, context, sub, stream) -> None:
         """Read the client's acknowledgements until it half-closes; a bad message ends the stream."""
@@ -73,11 +80,11 @@ class PubSubService(pubsub_pb2_grpc.PubSubServicer):
                     stream.end("client closed")
                     return
                 if kind != "ack":
-                    stream.end("a Subscribe stream takes only acks (and a close) after its start")
+                    stream.end(NOT_AN_ACK)
                     return
                 await self.broker.ack(sub, stream, list(msg.ack.pub_ids))
         except DecodeError:
-            stream.end("the client sent a message that is not a SubscribeRequest")
+            stream.end(NOT_A_REQUEST)
         except asyncio.CancelledError:
             raise
         except Exception as exc:       # the call went away: the stream's writes fail next and end it
@@ -87,7 +94,8 @@ class PubSubService(pubsub_pb2_grpc.PubSubServicer):
     async def Unsubscribe(self, request: pubsub_pb2.UnsubscribeRequest, context) -> pubsub_pb2.UnsubscribeReply:  # noqa: N802
         removed, discarded = await self.broker.unsubscribe(request.name)
         if not removed:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"no subscription {request.name!r} at {self.broker.me}")
+            await context.abort(grpc.StatusCode.NOT_FOUND,
+                                clip(f"no subscription {request.name!r} at {self.broker.me}"))
         return pubsub_pb2.UnsubscribeReply(removed=True, discarded=discarded)
 
     async def ListSubscriptions(self, request: pubsub_pb2.ListSubscriptionsRequest, context):  # noqa: N802
