@@ -14,6 +14,7 @@ from node.link import GRPC_OPTIONS, LinkManager, LinkService
 from node.mailbox import Mailbox
 from node.mta import Engine, make_engine
 from node.records import Records
+from node.rpc_guard import DecodeGuard
 from node.rpc import control_pb2_grpc, link_pb2_grpc, pubsub_pb2_grpc, submit_pb2_grpc
 from node.services import ControlService, SubmitService
 from node.spool import Spool
@@ -51,13 +52,14 @@ class NodeDaemon:
         server_opts = GRPC_OPTIONS + [("grpc.so_reuseport", 0)]
         # bounded RPCs: a session per neighbour plus room for redials and strangers being refused; clients
         # beyond the management bound get RESOURCE_EXHAUSTED instead of growing the node without limit
-        data = grpc.aio.server(options=server_opts, maximum_concurrent_rpcs=4 * len(self.cfg.neighbours) + 16)
+        data = grpc.aio.server(options=server_opts, maximum_concurrent_rpcs=4 * len(self.cfg.neighbours) + 16,
+                               interceptors=[DecodeGuard()])
         link_pb2_grpc.add_LinkServicer_to_server(LinkService(self.links), data)
         # clients' keepalive pings (node/client.py KEEPALIVE_OPTIONS) are welcome, also on idle streams
         mgmt = grpc.aio.server(options=server_opts + [("grpc.keepalive_permit_without_calls", 1),
                                                       ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
                                                       ("grpc.http2.max_ping_strikes", 0)],
-                               maximum_concurrent_rpcs=MGMT_RPCS)
+                               maximum_concurrent_rpcs=MGMT_RPCS, interceptors=[DecodeGuard()])
         submit_pb2_grpc.add_SubmitServicer_to_server(SubmitService(self.engine, Mailbox(self.spool, self.engine.policy)), mgmt)
         control_pb2_grpc.add_ControlServicer_to_server(ControlService(self.engine, self.cfg.control_token), mgmt)
         if self.broker is not None:

@@ -29,6 +29,7 @@ ends a session; the dialer reconnects with exponential backoff.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 from typing import Any, Awaitable, Callable
@@ -38,6 +39,7 @@ from google.protobuf.message import DecodeError
 
 from node.codec import frames_from_pieces, piece_from_frame, pieces_from_run
 from node.config import NodeConfig
+from node.errors import clip
 from node.mta import Engine
 from node.peer import Peer
 from node.rpc import link_pb2, link_pb2_grpc
@@ -118,7 +120,14 @@ class LinkSession:
         peer.session = self
         peer.capabilities = self.capabilities
         st.up = True
-        self.engine.session_up(peer.name)
+        try:
+            self.engine.session_up(peer.name)
+        except BaseException:
+            # a subsystem failed at session-up: this session never ran, the neighbour is not up
+            peer.session, peer.capabilities, st.up = None, frozenset(), False
+            with contextlib.suppress(Exception):
+                self.engine.session_down(peer.name)
+            raise
         self._task = asyncio.current_task()
         reader = asyncio.ensure_future(self._reader())
         writer = asyncio.ensure_future(self._writer())
@@ -409,10 +418,10 @@ class LinkManager:
         o = first.frames[0].open
         me = self.cfg.name
         if o.node not in self.cfg.neighbours:
-            log.warning("refused a session from %r (%s): not a neighbour", o.node, context.peer())
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{o.node!r} is not a neighbour of {me}")
+            log.warning("refused a session from %s (%s): not a neighbour", clip(repr(o.node)), context.peer())
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, clip(f"{o.node!r} is not a neighbour of {me}"))
         if o.peer != me:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"this is node {me!r}, not {o.peer!r}")
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, clip(f"this is node {me!r}, not {o.peer!r}"))
         if not o.node < me:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                 f"{me} dials {o.node} (the name that sorts first dials), not the other way round")

@@ -9,6 +9,7 @@ import time
 
 import grpc
 
+from node.errors import clip
 from node.mailbox import Mailbox
 from node.mta import Engine
 from node.names import is_node_name, is_user_name
@@ -17,14 +18,6 @@ from node.rpc import control_pb2, control_pb2_grpc, submit_pb2, submit_pb2_grpc
 
 log = logging.getLogger("node.services")
 
-DETAILS_MAX = 500     # characters of a status message (non-ASCII ones travel percent-encoded, up to 12 bytes each)
-
-
-def clip(text: str) -> str:
-    """A status message that echoes client input, cut short: the message travels in a gRPC trailer, and one over
-    the client's metadata limit (16 KiB) reaches it as RESOURCE_EXHAUSTED 'received metadata size exceeds hard
-    limit' instead of the node's answer (found by tests/integration/node/test_node_fuzz.py)."""
-    return text if len(text) <= DETAILS_MAX else f"{text[:DETAILS_MAX]}... ({len(text)} characters in all)"
 
 
 class SubmitService(submit_pb2_grpc.SubmitServicer):

@@ -30,6 +30,7 @@ log = logging.getLogger("node.broker")
 SEQ_KEY = "interest.seq"
 CAPABILITY = "interest"           # the frame kind, announced in OPEN by the link layer
 MAX_SUBSCRIPTIONS = 4096          # in one record
+SEQ_LIMIT = 1 << 63               # sequence numbers at or above are refused: counting on must stay in a uint64
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ def record_from_frame(f: link_pb2.Interest, now: float) -> InterestRecord | str:
         return f"interest origin {f.origin!r} is not a node name"
     if not (math.isfinite(f.age) and f.age >= 0):
         return f"interest record of {f.origin} has a bad age"
+    if f.seq >= SEQ_LIMIT:        # a node that counted on from it could not write its next record (uint64)
+        return f"interest record of {f.origin} has a sequence number out of range ({f.seq})"
     if len(f.subscriptions) > MAX_SUBSCRIPTIONS:
         return f"interest record of {f.origin} lists {len(f.subscriptions)} subscriptions"
     subs = []

@@ -9,7 +9,7 @@ from google.protobuf.message import DecodeError
 
 from node.broker.broker import Broker, BrokerError
 from node.rpc import pubsub_pb2, pubsub_pb2_grpc
-from node.services import clip
+from node.errors import clip
 
 log = logging.getLogger("node.broker")
 

@@ -15,6 +15,7 @@ from node.names import is_node_name
 from node.rpc import link_pb2
 
 MAX_LINKS = 4096          # links in one advert (a node has that many neighbours at most)
+SEQ_LIMIT = 1 << 63       # sequence numbers at or above are refused: counting on must stay in a uint64
 
 
 @dataclass
@@ -36,6 +37,8 @@ def advert_from_frame(ls: link_pb2.LinkState, now: float) -> Advert | str:
         return f"advert origin {ls.origin!r} is not a node name"
     if not (math.isfinite(ls.age) and ls.age >= 0):
         return f"advert of {ls.origin} has a bad age"
+    if ls.seq >= SEQ_LIMIT:       # a node that counted on from it could not write its next advert (uint64)
+        return f"advert of {ls.origin} has a sequence number out of range ({ls.seq})"
     if len(ls.links) > MAX_LINKS:
         return f"advert of {ls.origin} lists {len(ls.links)} links"
     links: dict[str, float] = {}

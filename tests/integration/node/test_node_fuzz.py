@@ -11,8 +11,9 @@ the fuzzer plays). Bounded to about a minute: the example counts are fuzz_strate
 environment variable WANBED_FUZZ_EXAMPLES (a factor, default 1; e.g. WANBED_FUZZ_EXAMPLES=10 for a longer run).
 Examples are derandomized (the same inputs on every run) and nothing is stored between runs.
 
-The tests that trigger known bugs outside the files this fuzzer may fix are xfailed (strict) at the end of the
-module, with the trigger: they come last because they can leave a node broken.
+The tests of the bugs it found outside the request handlers (a unary request that does not decode, an OPEN
+with a huge name, a sequence number that cannot be counted past) come last: before their fixes they left a
+node broken.
 """
 from __future__ import annotations
 
@@ -169,12 +170,7 @@ def test_every_accepted_message_arrives_once_and_no_node_crashed(fz: fs.Fuzzer) 
     assert fz.log_problems() == []
 
 
-# -- known bugs outside the files the fuzzer may fix (strict xfail: a fix makes them pass, and pytest says so) ----
-@pytest.mark.xfail(strict=True, reason=(
-    "node/daemon.py: a unary request that does not decode (e.g. b'\\xff\\xfe' as a SendRequest) is answered "
-    "UNKNOWN 'Unexpected <class DecodeError>' by grpc.aio, with a Traceback at ERROR in node.log: the generated "
-    "handlers' request_deserializer raises before any servicer code runs; the streaming methods read lazily and "
-    "answer INVALID_ARGUMENT"))
+# -- regressions: bugs the fuzzer found outside the files it could fix (fixed since; each test failed before) ----
 def test_a_unary_request_that_does_not_decode_gets_invalid_argument(fz: fs.Fuzzer) -> None:
     async def go() -> list[tuple[str, grpc.StatusCode]]:
         out = []
@@ -212,11 +208,6 @@ async def _fake_session_survives(fz: fs.Fuzzer, node: str, frame: link_pb2.Frame
     return True
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "node/link.py LinkManager.accept: the PERMISSION_DENIED of an OPEN from a stranger repeats its node and peer "
-    "names whole (\"'<node>' is not a neighbour of n1\", \"this is node 'n1', not '<peer>'\"): with a name of a "
-    "few kB (e.g. Open(node='\u00e9' * 5000, peer='n1')) the status message is over the client's 16 KiB metadata "
-    "limit and the client gets RESOURCE_EXHAUSTED 'received metadata size exceeds hard limit' instead"))
 def test_an_open_with_a_long_name_is_refused_with_a_readable_status(fz: fs.Fuzzer) -> None:
     async def go() -> list[grpc.StatusCode]:
         out = []
@@ -235,28 +226,12 @@ def test_an_open_with_a_long_name_is_refused_with_a_readable_status(fz: fs.Fuzze
     assert fz.loop.run_until_complete(go()) == [grpc.StatusCode.PERMISSION_DENIED] * 2
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "node/broker/interest.py: an Interest record whose origin is the receiving node with seq 2**64-1 (e.g. "
-    "Interest(origin='n1', seq=18446744073709551615) from neighbour a0 to n1) makes the node count past it: "
-    "InterestTable.on_frame -> _originate sets seq = 2**64 and InterestRecord.to_frame raises ValueError('Value out "
-    "of range: 18446744073709551616') in the Link reader: the session dies ('session with a0 failed: ValueError'), "
-    "every later session with any neighbour dies when it comes up (InterestTable.session sends the record) and "
-    "every later Subscribe / Unsubscribe at the node escapes as UNKNOWN (set_own floods it). Also node/link.py: "
-    "LinkSession.run calls engine.session_up outside its try/finally, so after such a failed session-up the node "
-    "reports the neighbour up (stats, peer.session, capabilities) with no session"))
 def test_an_interest_record_with_the_last_sequence_number_does_not_break_sessions(fz: fs.Fuzzer) -> None:
     # n1 (not n3): each of these two bugs leaves its victim's sessions broken, so each needs its own node
     frame = link_pb2.Frame(interest=link_pb2.Interest(origin="n1", seq=SEQ_MAX, age=0.0))
     assert fz.loop.run_until_complete(_fake_session_survives(fz, "n1", frame))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "node/routing/dynamic.py: a LinkState advert whose origin is the receiving node with seq 2**64-1 (e.g. "
-    "origin='n3', seq=18446744073709551615 from neighbour a0, n3 in routing: dynamic) makes the node count past it: "
-    "DynamicTable._originate sets seq = 2**64 and Advert.to_frame raises ValueError('Value out of range') inside "
-    "the Link reader: the session dies, and every later session comes up only to die in session_up "
-    "(DynamicTable.session re-originates); as LinkSession.run calls engine.session_up outside its try/finally, "
-    "the node then reports a0 up with no session"))
 def test_a_link_state_advert_with_the_last_sequence_number_does_not_break_sessions(fz: fs.Fuzzer) -> None:
     frame = link_pb2.Frame(link_state=link_pb2.LinkState(origin="n3", seq=SEQ_MAX, age=0.0))
     assert fz.loop.run_until_complete(_fake_session_survives(fz, "n3", frame))
