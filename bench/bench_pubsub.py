@@ -27,8 +27,9 @@ NATS makes of it: the servers gossip the routes they learn and the cluster is a 
 second (`cluster.no_advertise` only stops gossiping client URLs), and NATS forwards a message that came over a
 route to local clients only, so a true partial mesh could not carry c1n1 -> c2n1 anyway.
 Bounds (the issue's): ours non-durable rate >= 1/5 of NATS core's; ours non-durable p50 <= NATS's p50 + 2 ms
-per hop (3 hops). The NATS figure in each bound is the better of the two arrangements. Durable: stated beside
-them, no bound. The table gives CPU seconds per group over each session (this process, node daemons, NATS
+per hop (3 hops), printed against each arrangement: `mesh` is NATS with routes between its servers (what the
+issue names), `leaf` the stricter comparison (one copy per link, like ours). Durable: stated beside them, no
+bound. The table gives CPU seconds per group over each session (this process, node daemons, NATS
 servers, the wire emulator, the rest of the machine): our broker is CPU-bound on this 2-core machine, NATS is
 link-bound, and other work on the machine shows as `other`.
 Link cut, 10 subscribers: `cut_rate` publications/s for `cut_secs`; `cut_at` s in, c1g1-c2g1 and c1g1-c3g1 go
@@ -807,24 +808,25 @@ class Bench:
         for n in (1, 10):
             if not all((l, n) in R for l in [*nats_labels, "ours non-durable", "ours durable"]):
                 continue
-            best_rate = max(nats_labels, key=lambda l: R[(l, n)]["rate"]["rate_mean"])
-            best_p50 = min(nats_labels, key=lambda l: R[(l, n)]["latency"]["p50"])
-            nr, np50 = R[(best_rate, n)]["rate"]["rate_mean"], R[(best_p50, n)]["latency"]["p50"]
             ours_l, ours_d = R[("ours non-durable", n)], R[("ours durable", n)]
             subs = f"{n} subscriber{'s' if n > 1 else ''}"
-            bound = nr / 5
-            m = ours_l["rate"]["rate_mean"]
-            print(f"pubsub rate 1 kB, {subs}, ours non-durable: measured {m:,.0f}/s / bound {bound:,.0f}/s "
-                  f"(1/5 of {best_rate} {nr:,.0f}/s) = ratio {m / bound:.2f} (>= 1 passes)")
+            # one bound line per NATS arrangement: routes (the mesh a NATS cluster needs: what the issue names)
+            # and the leafnode tree (one copy per link, like ours: the stricter comparison)
+            for label in nats_labels:
+                nr, np50 = R[(label, n)]["rate"]["rate_mean"], R[(label, n)]["latency"]["p50"]
+                bound = nr / 5
+                m = ours_l["rate"]["rate_mean"]
+                print(f"pubsub rate 1 kB, {subs}, ours non-durable vs {label}: measured {m:,.0f}/s / bound "
+                      f"{bound:,.0f}/s (1/5 of {nr:,.0f}/s) = ratio {m / bound:.2f} (>= 1 passes)")
+                bound = np50 + 0.002 * HOPS
+                m = ours_l["latency"]["p50"]
+                print(f"pubsub p50 latency, {subs}, ours non-durable vs {label}: measured {m * 1000:.1f} ms / bound "
+                      f"{bound * 1000:.1f} ms ({np50 * 1000:.1f} ms + 2 ms x {HOPS} hops) = ratio "
+                      f"{m / bound:.2f} (<= 1 passes)")
             print(f"pubsub rate 1 kB, {subs}, ours durable: measured {ours_d['rate']['rate_mean']:,.0f}/s "
-                  f"(no bound; {best_rate} {nr:,.0f}/s, ours non-durable {m:,.0f}/s)")
-            bound = np50 + 0.002 * HOPS
-            m = ours_l["latency"]["p50"]
-            print(f"pubsub p50 latency, {subs}, ours non-durable: measured {m * 1000:.1f} ms / bound "
-                  f"{bound * 1000:.1f} ms ({best_p50} {np50 * 1000:.1f} ms + 2 ms x {HOPS} hops) = ratio "
-                  f"{m / bound:.2f} (<= 1 passes)")
+                  f"(no bound; ours non-durable {ours_l['rate']['rate_mean']:,.0f}/s)")
             print(f"pubsub p50 latency, {subs}, ours durable: measured {ours_d['latency']['p50'] * 1000:.1f} ms "
-                  f"(no bound; p99 {ours_d['latency']['p99'] * 1000:.1f} ms; {best_p50} p50 {np50 * 1000:.1f} ms)")
+                  f"(no bound; p99 {ours_d['latency']['p99'] * 1000:.1f} ms)")
         for label, r in self.cuts.items():
             print(f"pubsub link cut {c['cut_len']:g} s, 10 subscribers, {label}: published {r['published']}, "
                   f"expected {r['expected']} receipts, received {r['received']}, lost {r['lost']}, "
