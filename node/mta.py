@@ -197,12 +197,15 @@ class Engine:
         prio = m.priority or 1
         frags = self.fragments_for(n)
         pieces: list[Piece] = []
+        # the pieces' bytes are cut once and shared by every recipient node's copy (bytes never change): a message
+        # to 64 nodes holds its payload once in memory, not 64 times
+        chunks = [(off, m.payload[off:off + ln] if ln != n else m.payload) for off, ln in split(n, self.cfg.chunk_size)]
         for dst in dsts:
             users = sorted({u for node, u in m.recipients if node == dst})
             state = S.PART if dst == self.me else S.QUEUED
-            for off, ln in split(n, self.cfg.chunk_size):
+            for off, data in chunks:
                 pieces.append(Piece(msg_id, dst, off, n, 0, self.me, m.originator, users, prio, now, expires,
-                                    m.kind, frags, m.payload[off:off + ln], state))
+                                    m.kind, frags, data, state))
         unroutable = sorted({p.dst for p in pieces if p.state == S.QUEUED and self.router.next_hop(p) is None})
         if unroutable and not m.orphan_ok:
             return f"no route to {unroutable[0]}"

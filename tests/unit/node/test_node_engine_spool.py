@@ -291,3 +291,22 @@ def test_an_orphan_is_kept_until_its_lifetime_ends_then_dropped_and_reported(tmp
     assert (kept, still, left) == (2, 2, 0)
     assert [r["event"] for r in reports if r["msg_id"] == "m9"] == ["orphan", "ndr_made"]
     assert "lifetime expired" in reports[-1]["reason"]
+
+
+def test_a_message_to_many_nodes_holds_its_payload_once(tmp_path: Path) -> None:
+    payload = bytes(random.Random(5).randbytes(1000))
+
+    async def go() -> list[Piece]:
+        eng = await _engine(tmp_path, routes={f"x{i}": "n4" for i in range(40)})
+        ok, _msg_id, reason = await eng.submit("alice", [(f"x{i}", "u") for i in range(40)], payload, None)
+        assert ok, reason
+        pieces = [p for peer in eng.peers.values() for p in peer.queue.remove_if(lambda p: True)]
+        await _close(eng)
+        return pieces
+
+    pieces = asyncio.run(go())
+    assert len(pieces) == 40 * 10 and {p.dst for p in pieces} == {f"x{i}" for i in range(40)}
+    by_off: dict[int, set[int]] = {}
+    for p in pieces:
+        by_off.setdefault(p.off, set()).add(id(p.data))
+    assert all(len(ids) == 1 for ids in by_off.values())      # one bytes object per byte range, shared
