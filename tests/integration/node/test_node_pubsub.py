@@ -292,61 +292,50 @@ def _publisher(net, topic: str, count: int, out: list[str], stop: threading.Even
             time.sleep(pace)
 
 
-def test_durable_exactly_once_across_kill_9_of_a_transit_node(net) -> None:
-    rcv = Receiver(net, "n3", "crash.>", name="crash", durable=True, reconnect=True)
+def _kill_mid_stream(net, victim: str, upstream: str, name: str) -> tuple[Receiver, list[str], int, int]:
+    """A durable subscriber at n3 (reconnecting), 200 publications from n1 in a thread, and `victim` killed -9
+    while `upstream` provably has copies in flight to it, then restarted. Returns the receiver, what was
+    published, the pieces `upstream` had to send again, and how many streams the client had before the kill."""
+    topic = f"{name}.t"
+    rcv = Receiver(net, "n3", f"{name}.>", name=name, durable=True, reconnect=True)
     sent: list[str] = []
     stop = threading.Event()
     try:
-        wait_until(lambda: ("n3", "crash", "crash.>", True) in remote_subs(net, "n1"), SPREAD,
+        wait_until(lambda: ("n3", name, f"{name}.>", True) in remote_subs(net, "n1"), SPREAD,
                    what="n3's durable subscription known at n1")
-        t = threading.Thread(target=_publisher, args=(net, "crash.t", 200, sent, stop))
-        t.start()
-        wait_until(lambda: len(rcv.unique()) >= 20, 30, what="20 publications through n2")
-
-        def one_more() -> None:
-            sent.extend(publish(net, "n1", "crash.t", 1, size=2000))
-        resent = kill_with_pieces_in_flight(net, "n2", "n1", one_more, HOLD)     # n1 -> n2 -> n3
-        net.start("n2")
-        t.join(60)
-        wait_until(lambda: rcv.unique() >= set(sent), 60, what=f"all {len(sent)} publications at n3")
-    finally:
-        stop.set()
-        rcv.close()
-    assert resent > 0
-    assert rcv.unique() == set(sent) and len(sent) == 201
-    # the engine dropped the re-sent pieces as duplicates: the client never saw one twice
-    assert max(rcv.counts.values()) == 1
-    with net.client("n3") as c:
-        c.unsubscribe("crash")
-
-
-def test_durable_exactly_once_across_kill_9_of_the_subscribers_node(net) -> None:
-    rcv = Receiver(net, "n3", "node.>", name="survivor", durable=True, reconnect=True)
-    sent: list[str] = []
-    stop = threading.Event()
-    try:
-        wait_until(lambda: ("n3", "survivor", "node.>", True) in remote_subs(net, "n1"), SPREAD,
-                   what="n3's durable subscription known at n1")
-        t = threading.Thread(target=_publisher, args=(net, "node.t", 200, sent, stop))
+        t = threading.Thread(target=_publisher, args=(net, topic, 200, sent, stop))
         t.start()
         wait_until(lambda: len(rcv.unique()) >= 20, 30, what="20 publications at n3")
 
         def one_more() -> None:
-            sent.extend(publish(net, "n1", "node.t", 1, size=2000))
-        resent = kill_with_pieces_in_flight(net, "n3", "n2", one_more, HOLD)
+            sent.extend(publish(net, "n1", topic, 1, size=2000))
+        resent = kill_with_pieces_in_flight(net, victim, upstream, one_more, HOLD)
         streams_before = rcv.streams
-        time.sleep(0.5)           # publications meanwhile wait at n2
-        net.start("n3")
+        time.sleep(0.5)           # publications meanwhile wait at the victim's upstream
+        net.start(victim)
         t.join(60)
         wait_until(lambda: rcv.unique() >= set(sent), 60, what=f"all {len(sent)} publications at n3")
     finally:
         stop.set()
         rcv.close()
+    with net.client("n3") as c:
+        c.unsubscribe(name)
+    return rcv, sent, resent, streams_before
+
+
+def test_durable_exactly_once_across_kill_9_of_a_transit_node(net) -> None:
+    rcv, sent, resent, _ = _kill_mid_stream(net, "n2", "n1", "crash")        # n1 -> n2 -> n3
+    assert resent > 0
+    assert rcv.unique() == set(sent) and len(sent) == 201
+    # the engine dropped the re-sent pieces as duplicates: the client never saw one twice
+    assert max(rcv.counts.values()) == 1
+
+
+def test_durable_exactly_once_across_kill_9_of_the_subscribers_node(net) -> None:
+    rcv, sent, resent, streams_before = _kill_mid_stream(net, "n3", "n2", "survivor")
     assert resent > 0 and rcv.streams > streams_before      # the client came back after the restart
     assert rcv.unique() == set(sent) and len(sent) == 201
     # what the node delivered but did not see acknowledged before the kill came again; the client's
     # record (deduplicated by publication id) has each once
     print(f"redelivered after the restart: {rcv.redelivered}; deliveries {sum(rcv.counts.values())} "
           f"for {len(sent)} publications")
-    with net.client("n3") as c:
-        c.unsubscribe("survivor")
