@@ -18,6 +18,18 @@ from pathlib import Path
 from node.errors import UserError
 
 
+def read_body(args: argparse.Namespace) -> bytes | None:
+    """The payload of `--file F` (None with `--size N`, checked not negative): `send` and `pub` share it."""
+    if args.file:
+        try:
+            return Path(args.file).read_bytes()
+        except OSError as exc:
+            raise UserError(f"cannot read {args.file}: {exc.strerror}.") from None
+    if args.size < 0:
+        raise UserError("--size must not be negative.")
+    return None
+
+
 def resolve_address(node: str, address: str | None) -> str:
     if address:
         return address
@@ -62,14 +74,7 @@ def _send(args: argparse.Namespace) -> int:
     to = [t for t in (x.strip() for x in args.to.split(",")) if t]
     if not to:
         raise UserError("--to needs at least one recipient node.")
-    payload = None
-    if args.file:
-        try:
-            payload = Path(args.file).read_bytes()
-        except OSError as exc:
-            raise UserError(f"cannot read {args.file}: {exc.strerror}.") from None
-    elif args.size < 0:
-        raise UserError("--size must not be negative.")
+    payload = read_body(args)
     with NodeClient(resolve_address(args.src, args.address)) as c:
         r = c.send(to, size=args.size, payload=payload, priority=args.priority, lifetime=args.lifetime,
                    originator=args.originator)

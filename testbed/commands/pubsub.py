@@ -20,12 +20,11 @@ import os
 import sys
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from node.errors import UserError
 from node.routing.spf import natural_key
-from testbed.commands.messaging import resolve_address
+from testbed.commands.messaging import read_body, resolve_address
 from testbed.commands.routing import _one_line, _table, _yes
 
 ANSWER_TIMEOUT = 5.0       # seconds a node has to answer Unsubscribe / ListSubscriptions
@@ -51,14 +50,7 @@ def _plural(n: int, word: str) -> str:
 def _pub(args: argparse.Namespace) -> int:
     from node.client import NodeClient
 
-    payload = None
-    if args.file:
-        try:
-            payload = Path(args.file).read_bytes()
-        except OSError as exc:
-            raise UserError(f"cannot read {args.file}: {exc.strerror}.") from None
-    elif args.size < 0:
-        raise UserError("--size must not be negative.")
+    payload = read_body(args)
     if args.priority < 0:
         raise UserError("--priority must not be negative.")
     if args.priority > MAX_UINT32:
