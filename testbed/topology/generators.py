@@ -24,11 +24,12 @@ class ParamError(ValueError):
 
 @dataclass(frozen=True)
 class Param:
-    kind: type            # int, bool or str
+    kind: type            # int, bool, str (one of `choices`, or any text without them) or dict
     default: Any
     low: int | None = None
     high: int | None = None
     choices: tuple[str, ...] = ()
+    path: bool = False    # a file name, relative to the scenario file's folder
 
 
 # generator -> parameter -> definition (the loader validates `topology.params` against this)
@@ -44,7 +45,11 @@ GENERATOR_PARAMS: dict[str, dict[str, Param]] = {
     "grid": {"rows": Param(int, 3, 1, 30), "cols": Param(int, 3, 1, 30)},
     "tree": {"depth": Param(int, 2, 1, 8), "fanout": Param(int, 2, 1, 10)},
     "explicit": {},
+    # imported topologies (testbed/topology/importers/)
+    "mininet": {"file": Param(str, "", path=True), "class": Param(str, ""), "args": Param(dict, {})},
+    "kathara": {"lab": Param(str, "", path=True)},
 }
+IMPORTERS = ("mininet", "kathara")
 GENERATORS = tuple(GENERATOR_PARAMS)
 MAX_NODES = 500
 
@@ -218,9 +223,23 @@ def explicit(nodes: list[str], edges: list[tuple[str, str]], defaults: Direction
     return Topology(name, [Node(n) for n in nodes], [_link(a, b, d) for a, b in edges])
 
 
+def imported(generator: str, params: dict[str, Any]) -> Any:
+    """The importer's reading (importers.Imported) of the file an imported topology names."""
+    from testbed.topology.importers import ImportFailed, kathara, mininet
+    if generator == "mininet":
+        if not params.get("file"):
+            raise ImportFailed("file", "generator mininet needs params.file (the Python file with the Topo class)")
+        return mininet.load(params["file"], params.get("class") or "", params.get("args") or {})
+    if not params.get("lab"):
+        raise ImportFailed("lab", "generator kathara needs params.lab (the lab's lab.conf or its folder)")
+    return kathara.load(params["lab"])
+
+
 def node_count(generator: str, params: dict[str, Any], nodes: list[str]) -> int:
     """How many hosts a generator will make (to refuse huge topologies before building them)."""
     p = {k: v.default for k, v in GENERATOR_PARAMS.get(generator, {}).items()} | params
+    if generator in IMPORTERS:
+        return len(imported(generator, p).nodes)
     if generator in ("ring", "linear") and nodes:
         return len(nodes)
     return {
@@ -264,6 +283,8 @@ def generate(generator: str, params: dict[str, Any], nodes: list[str], edges: li
         "grid": lambda: grid(p["rows"], p["cols"], defaults, name),
         "tree": lambda: tree(p["depth"], p["fanout"], defaults, name),
         "explicit": lambda: explicit(nodes, edges, defaults, name),
+        "mininet": lambda: imported(generator, p).topology(defaults, name),
+        "kathara": lambda: imported(generator, p).topology(defaults, name),
     }
     return makers[generator]()
 

@@ -36,6 +36,9 @@ def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
             s.nodes.all = settings
         else:
             s.nodes.per_node[key] = settings
+    for node in topo.nodes:     # hosts an imported topology marks as switches: no daemon unless the file says so
+        if node.attrs.get(DAEMON) is False:
+            s.nodes.per_node.setdefault(node.name, {}).setdefault(DAEMON, False)
     _check_daemons(c, s, topo)
 
 

@@ -3,6 +3,7 @@ and building the Topology that later sections check their node and link names ag
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from typing import Any
 
 from node.names import NODE_NAME_RULE, is_node_name
@@ -36,8 +37,12 @@ def _read(c: Check, raw: Any, s: Scenario) -> None:
             spec.params[key] = c.boolean(p, value)
         elif d.kind is int:
             spec.params[key] = c.integer(p, value, d.low, d.high)
-        else:
+        elif d.kind is dict:
+            spec.params[key] = dict(c.mapping(p, value))
+        elif d.choices:
             spec.params[key] = c.choice(p, value, d.choices)
+        else:
+            spec.params[key] = _relative_to(c.source, c.text(p, value)) if d.path else c.text(p, value)
     nodes = c.sequence(path + ("nodes",), m.get("nodes"))
     for i, n in enumerate(nodes):
         check_node_name(c, path + ("nodes", i), n)
@@ -70,6 +75,14 @@ def _read(c: Check, raw: Any, s: Scenario) -> None:
                 c.fail(path + (key,), f'expected an IPv4 network of /24 or larger like "10.200.0.0/16", got {show(m[key])}')
             setattr(spec, key, str(net))
     s.topology = spec
+
+
+def _relative_to(source: str, name: str) -> str:
+    """A file a scenario names, relative to the scenario file's folder (the current one for text)."""
+    path = Path(name).expanduser()
+    if not path.is_absolute() and Path(source).is_file():
+        path = Path(source).resolve().parent / path
+    return str(path)
 
 
 def build(c: Check, s: Scenario) -> Topology:
