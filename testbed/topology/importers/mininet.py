@@ -278,7 +278,7 @@ def _field(opt: str, value: Any) -> dict[str, Any]:
         bw = _number(value, "bw in Mbit/s")
         if bw <= 0:
             raise ValueError("expected a bandwidth in Mbit/s greater than zero")
-        return {"rate": bw * 1e6}
+        return {"rate": rate_from_bw(bw)}
     if opt in ("delay", "jitter"):
         if value is None:
             return {opt: 0.0}
@@ -292,7 +292,7 @@ def _field(opt: str, value: Any) -> dict[str, Any]:
         loss = _number(value, "loss in percent")
         if not 0 <= loss <= 100:
             raise ValueError("expected a loss in percent from 0 to 100")
-        return {"loss": loss / 100.0}
+        return {"loss": loss_from_percent(loss)}
     # max_queue_size
     if value is None:
         return {}
@@ -301,10 +301,19 @@ def _field(opt: str, value: Any) -> dict[str, Any]:
     return {"queue": value}
 
 
+def rate_from_bw(bw: float) -> float:
+    """Mininet's bw (Mbit/s) in bit/s; the exporter writes numbers this gives back exactly."""
+    return bw * 1e6
+
+
+def loss_from_percent(percent: float) -> float:
+    return percent / 100.0
+
+
 def _number(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"expected a number ({what})")
     return float(value)
 
 
-__all__ = ["load", "LINK_FIELDS"]
+__all__ = ["load", "LINK_FIELDS", "loss_from_percent", "rate_from_bw"]
