@@ -256,3 +256,16 @@ def test_refused_reorder(tmp_path: Path) -> None:
     s = load_text("name: r\ntopology: {generator: linear, params: {n: 2}}\nlink_defaults: {reorder: true}\n", "r.yaml")
     with pytest.raises(ExportRefused, match="link n1-n2"):
         mininet_export.export(exporters.from_scenario(s))
+
+
+def test_shipped_examples_load() -> None:
+    examples = Path(__file__).resolve().parents[3] / "scenarios" / "examples"
+    mn = load(examples / "mininet-linear.yaml")
+    topo = generators.from_scenario(mn)
+    assert topo.link("s1", "s2").a_to_b == Direction(delay=0.015, loss=0.001, rate=10e6, queue=200)
+    assert overlay.mta_neighbours(topo, overlay.daemon_hosts(mn.nodes, topo.node_names())) == \
+        {"h1": ["h2", "h3"], "h2": ["h1", "h3"], "h3": ["h1", "h2"]}     # MTAs neighbours across the hubs
+    lab = load(examples / "kathara-lab.yaml")
+    topo = generators.from_scenario(lab)
+    assert [x.name for x in topo.lans] == ["officeA", "officeB"] and len(topo.links) == 2
+    assert topo.link("gwa", "core").b_to_a == Direction(delay=0.03, jitter=0.002, rate=5e6)
