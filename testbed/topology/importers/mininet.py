@@ -276,9 +276,9 @@ def _field(opt: str, value: Any) -> dict[str, Any]:
         if value is None:
             return {"rate": None}
         bw = _number(value, "bw in Mbit/s")
-        if bw <= 0:
-            raise ValueError("expected a bandwidth in Mbit/s greater than zero")
-        return {"rate": rate_from_bw(bw)}
+        if bw < 0:
+            raise ValueError("expected a bandwidth in Mbit/s, not negative")
+        return {"rate": rate_from_bw(bw) if bw else None}      # Mininet shapes nothing for bw=0
     if opt in ("delay", "jitter"):
         if value is None:
             return {opt: 0.0}
