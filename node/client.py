@@ -83,17 +83,17 @@ class NodeClient:
         r = self._call(self.submit.Send, req)
         return SendResult(r.accepted, r.msg_id, r.reason)
 
-    def mailbox(self, user: str = "", include_payload: bool = False) -> list[submit_pb2.MailItem]:
-        """The whole mailbox, oldest delivery first, fetched page by page."""
+    def mailbox(self, user: str = "", include_payload: bool = False, limit: int = 0) -> list[submit_pb2.MailItem]:
+        """The whole mailbox (or its oldest `limit` items), oldest delivery first, fetched page by page."""
         items: list[submit_pb2.MailItem] = []
         token = ""
         while True:
             reply = self._call(self.submit.ListMailbox, submit_pb2.MailboxRequest(
-                user=user, include_payload=include_payload, page_token=token))
+                user=user, include_payload=include_payload, page_token=token, limit=max(0, limit - len(items))))
             items.extend(reply.items)
             token = reply.next_page_token
-            if not token:
-                return items
+            if not token or (limit and len(items) >= limit):
+                return items[:limit] if limit else items
 
     def delete_mail(self, msg_ids: list[str], user: str = "") -> int:
         return self._call(self.submit.DeleteMail, submit_pb2.DeleteMailRequest(user=user, msg_ids=msg_ids)).deleted

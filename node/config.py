@@ -24,6 +24,7 @@ A node's config file (the testbed writes one per host; it can also be written by
     routing: {mode: dynamic, nodes: [...], monitor: {...}, cost: {...}, damping: {...}, rules: [...]}
                                     # see RoutingConfig; absent = static routes only
     broker: {enabled: true, max_hops: 32, window: 256, live_buffer: 1024, ...}   # see BrokerConfig
+    rate: {role: client, root: r1, queue_limit: 1000000}    # MQ rate control; see RateConfig (absent = off)
 
 Which end dials: the node whose name sorts first dials its neighbour; the other
 only accepts. So every pair has exactly one session and no tie-break is needed.
@@ -251,6 +252,51 @@ class BrokerConfig:
             raise ConfigError("broker.refresh must be positive and max_age longer than refresh.")
 
 
+RATE_ROLES = ("", "client", "root")
+RATE_POLICIES = ("decile", "decile_plus_one", "backlog", "fixed")
+
+
+@dataclass
+class RateConfig:
+    """MQ rate control between client queues and a root queue (node/rate/); role "" = off."""
+    role: str = ""                 # "client" or "root"
+    root: str = ""                 # client: the root's node name (an MTA neighbour, not necessarily link-adjacent)
+    clients: list[str] = field(default_factory=list)    # the root's clients (its MTA neighbours); N = len(clients)
+    rate_bps: float = 1_000_000.0  # R: the root's drain rate in bits/s of payload; the clients' rates sum to it
+    interval: float = 2.0          # T: seconds between the root's allocation rounds
+    policy: str = "decile"         # root: decile (the paper's), decile_plus_one, backlog, fixed (control off: R/N)
+    queue_limit: int = 1_000_000   # bytes: a client's queue (submissions refused above it), the root's "not now"
+    consumer: str = ""             # root: the user whose mailbox is the root queue
+    burst: int = 10_000            # client: token bucket depth in bytes (at least one message should fit)
+    retry: float = 0.25            # root: seconds a client waits before offering a refused ("not now") piece again
+
+    def validate(self, name: str, neighbours: dict[str, str]) -> None:
+        if self.role not in RATE_ROLES:
+            raise ConfigError(f"rate.role {self.role!r} is not one of client, root.")
+        if not self.role:
+            return
+        if self.policy not in RATE_POLICIES:
+            raise ConfigError(f"rate.policy {self.policy!r} is not one of {', '.join(RATE_POLICIES)}.")
+        if not (self.rate_bps > 0 and self.interval > 0 and self.retry > 0):
+            raise ConfigError("rate.rate_bps, rate.interval and rate.retry must be positive.")
+        if self.queue_limit < 1 or self.burst < 1:
+            raise ConfigError("rate.queue_limit and rate.burst must be at least 1 byte.")
+        if not self.clients or len(set(self.clients)) != len(self.clients):
+            raise ConfigError("rate.clients: name every client of the root once (N = their number, R/N each "
+                              "without control).")
+        if self.role == "client":
+            if self.root not in neighbours:
+                raise ConfigError(f"rate.root {self.root!r} must be one of {name}'s neighbours.")
+            if name not in self.clients:
+                raise ConfigError(f"rate.clients must include this client ({name}).")
+        if self.role == "root":
+            for c in self.clients:
+                if c not in neighbours:
+                    raise ConfigError(f"rate.clients: {c!r} is not one of {name}'s neighbours.")
+            if not self.consumer:
+                raise ConfigError("rate.consumer: a root needs the user whose mailbox is its queue.")
+
+
 ROUTING_MODES = ("static", "dynamic")
 # Sub-sections: a key of these dataclasses whose value is itself a section.
 SECTIONS: dict[type, dict[str, type]] = {}
@@ -279,6 +325,7 @@ class NodeConfig:
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
+    rate: RateConfig = field(default_factory=RateConfig)
 
     @property
     def known_nodes(self) -> set[str]:
@@ -324,11 +371,13 @@ class NodeConfig:
         self.resources.validate()
         self.routing.validate(self.name, self.neighbours)
         self.broker.validate()
+        self.rate.validate(self.name, self.neighbours)
 
 
 SECTIONS.update({
     NodeConfig: {"batch": BatchConfig, "session": SessionConfig, "limits": LimitsConfig,
-                 "resources": ResourcesConfig, "routing": RoutingConfig, "broker": BrokerConfig},
+                 "resources": ResourcesConfig, "routing": RoutingConfig, "broker": BrokerConfig,
+                 "rate": RateConfig},
     RoutingConfig: {"monitor": MonitorConfig, "cost": CostConfig, "damping": DampingConfig},
 })
 

@@ -13,6 +13,7 @@ from node.config import ConfigError, NodeConfig
 from node.link import GRPC_OPTIONS, LinkManager, LinkService
 from node.mailbox import Mailbox
 from node.mta import Engine, make_engine
+from node.rate.control import RateControl
 from node.records import Records
 from node.rpc_guard import DecodeGuard
 from node.rpc import control_pb2_grpc, link_pb2_grpc, pubsub_pb2_grpc, submit_pb2_grpc
@@ -32,6 +33,7 @@ class NodeDaemon:
         self.engine: Engine | None = None
         self.links: LinkManager | None = None
         self.broker: Broker | None = None
+        self.rate: RateControl | None = None
         self._servers: list[grpc.aio.Server] = []
         self._tasks: list[asyncio.Task] = []
 
@@ -40,12 +42,16 @@ class NodeDaemon:
         self.engine = make_engine(self.cfg, self.spool, self.records)
         if self.cfg.broker.enabled:
             self.broker = Broker(self.cfg, self.engine, self.records)
+        if self.cfg.rate.role:
+            self.rate = RateControl(self.cfg, self.engine, self.records)
         await self.engine.recover()
         if self.broker is not None:
             await self.broker.start()    # after recovery: it reads what the inbox holds
+        if self.rate is not None:
+            await self.rate.start()      # after recovery: the root counts the mailbox, the client its queue
         self.links = LinkManager(self.cfg, self.engine)
         router = self.engine.router
-        for part in (router, self.broker):
+        for part in (router, self.broker, self.rate):
             for kind, handler in getattr(part, "frame_handlers", dict)().items():
                 self.links.register(kind, handler)
         # no SO_REUSEPORT: a second daemon on the same port must fail, not silently share it
@@ -103,6 +109,8 @@ class NodeDaemon:
             await self.engine.router.stop()       # first: closing the sessions is not a routing event
         if self.broker is not None:
             await self.broker.stop()              # ends the subscribers' streams
+        if self.rate is not None:
+            await self.rate.stop()
         if self.links is not None:
             await self.links.stop()
         for s in self._servers:

@@ -100,8 +100,13 @@ def _priority(p: Piece) -> int:
 
 
 def make_policy(cfg: NodeConfig, wake: Callable[[str], None]) -> ResourcePolicy:
-    """The node's policy: resource management when the config has a `resources:` section."""
-    return ResourceManager(cfg, wake) if cfg.resources.enabled else PassThrough()
+    """The node's policy: resource management when the config has a `resources:` section; with a `rate:`
+    role, rate control's bounds laid over it (node/rate/admission.py)."""
+    policy: ResourcePolicy = ResourceManager(cfg, wake) if cfg.resources.enabled else PassThrough()
+    if cfg.rate.role:
+        from node.rate.admission import RatePolicy    # node.rate imports this module: import it late
+        policy = RatePolicy(cfg, policy)
+    return policy
 
 
 __all__ = ["PassThrough", "ResourcePolicy", "make_policy"]

@@ -11,7 +11,8 @@ log = logging.getLogger("node.records")
 
 FILES = {"submission": "submissions.jsonl", "delivery": "deliveries.jsonl",
          "metrics": "metrics.jsonl", "report": "reports.jsonl",
-         "route": "routes.jsonl", "publication": "publications.jsonl"}
+         "route": "routes.jsonl", "publication": "publications.jsonl",
+         "rate": "rates.jsonl"}
 
 
 class Records:

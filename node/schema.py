@@ -95,6 +95,18 @@ RECORDS: dict[str, tuple[Field, ...]] = {
         _f("size", int, "payload bytes"),
         _f("hops", int, "brokers it passed"),
     ),
+    # nodes/<node>/rates.jsonl: MQ rate control (node/rate/). A client writes "report" (every T/2: its weight,
+    # queue, the rate in force, sent_bytes = bytes its root acknowledged so far, overflowed = submissions refused
+    # so far), "assigned" (a rate from the root) and "fallback" (back to R/N after the root was silent); the
+    # root writes "assign" (per client per round: the weight it used and the rate it sent) and "queue" (every
+    # T/2: its consumer's mailbox bytes)
+    "rate": COMMON + (
+        _f("event", str, "'report', 'assigned', 'fallback', 'assign' or 'queue'"),
+        _f("client", str, "the client the line is about ('' for the root's queue samples)"),
+        _f("weight", int, "the client's weight, 0..9 (decile of its queue occupancy)"),
+        _f("rate_bps", Number, "the client's sending rate, bits/s of payload (queue: the root's R)"),
+        _f("queue_bytes", int, "client: bytes it holds for the root; root queue: the consumer's mailbox bytes"),
+    ),
     # events.jsonl: faults and link changes as applied
     "event": COMMON + (
         _f("event", str, "what happened: link_set, link_down, link_up, partition, heal, kill, restart, pause, resume"),
@@ -126,6 +138,9 @@ OPTIONAL: dict[str, tuple[Field, ...]] = {
            "live_out_bytes (bytes of the frames), live_dropped{reason: n}, duplicates, expired, "
            "hop_limit, bad, local, inbox, interest{seq, records, changes, remote_subscriptions}, subscriptions"
            "{name: {durable, pattern, connected, backlog, delivered, dropped}}"),
+        _f("rate", dict, "MQ rate control (node/rate/), present with a rate: role: client {role, weight, "
+           "queue_bytes, queue_limit, rate_bps, overflowed, sent_bytes, reports, assignments}; root {role, round, "
+           "queue_bytes, queue_messages, deferred, clients{name: {weight, queue_bytes, rate_bps}}}"),
         _f("routing", dict, "routing state, present with routing.mode dynamic (or rules): mode, routes (table size), "
            "changes (table changes so far), seq, adverts, links{neighbour: {latency_ms, sd_ms, jitter_ms, loss, "
            "probes_sent, probes_answered, cost (null: withdrawn), up, suppressed, probed}}"),

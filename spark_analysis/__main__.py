@@ -79,7 +79,7 @@ def report(directory: str, out: str | None = None, master: str | None = None, sp
 def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
     from pyspark.sql import functions as F
 
-    from . import compare, pcap_ingest, pubsub, records, routing, traffic
+    from . import compare, pcap_ingest, pubsub, rates, records, routing, traffic
     from .report import ReportTables
 
     with progress.step("reading node records (schema-checked)", spark):
@@ -118,6 +118,9 @@ def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
         tables.routing.policy_delay, tables.routing.policy_note = routing.policy_delays(uniq, runs)
     with progress.step("publish/subscribe (publications, receipts, broker counters)", spark):
         tables.pubsub = pubsub.build(spark, runs)
+    if rates.any_records(runs):
+        with progress.step("MQ rate control (rates.jsonl, overflowed submissions)", spark):
+            tables.rates = rates.build(spark, runs, subs)
     return tables
 
 

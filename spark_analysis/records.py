@@ -18,9 +18,9 @@ from .storage import HadoopPath
 # per-node files (nodes/<node>/NAME) and per-run files (NAME in the rep directory) of each record kind;
 # workload.jsonl holds the submissions the driver could not hand to a node (killed or paused daemon)
 FILES = {"submission": "submissions.jsonl", "delivery": "deliveries.jsonl", "metrics": "metrics.jsonl",
-         "report": "reports.jsonl"}
+         "report": "reports.jsonl", "rate": "rates.jsonl"}
 RUN_FILES = {"submission": "workload.jsonl", "event": "events.jsonl", "host": "host.jsonl"}
-KINDS = ("submission", "delivery", "metrics", "report", "event", "host")
+KINDS = ("submission", "delivery", "metrics", "report", "event", "host", "rate")
 
 _NEIGHBOUR = StructType([StructField(n, LongType()) for n in (
     "queue_messages", "queue_bytes", "inflight", "frags_out", "bytes_out", "frags_in", "bytes_in",
@@ -63,6 +63,11 @@ SCHEMAS = {
     "event": StructType([
         StructField("ts", DoubleType()), StructField("node", StringType()), StructField("event", StringType()),
         StructField("target", StringType()),
+    ]),
+    "rate": StructType([
+        StructField("ts", DoubleType()), StructField("node", StringType()), StructField("event", StringType()),
+        StructField("client", StringType()), StructField("weight", LongType()), StructField("rate_bps", DoubleType()),
+        StructField("queue_bytes", LongType()), StructField("sent_bytes", LongType()),
     ]),
     "host": StructType([
         StructField("ts", DoubleType()), StructField("node", StringType()), StructField("cpu_percent", DoubleType()),

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from .compare import BUCKET_ORDER
 from .pubsub import PubSubTables, section_html as pubsub_html
+from .rates import RateTables, section_html as rates_html
 from .routing import RoutingTables, section_html as routing_html
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class ReportTables:
     utilisation: pd.DataFrame = field(default_factory=pd.DataFrame)
     routing: RoutingTables | None = None     # routing.py; None: not computed
     pubsub: PubSubTables | None = None       # pubsub.py; None (or not present): no section
+    rates: RateTables | None = None          # rates.py; None (or not present): no section
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -198,6 +200,8 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
         named.update(t.routing.named())
     if t.pubsub is not None and t.pubsub.present:
         named.update(t.pubsub.named())
+    if t.rates is not None and t.rates.present:
+        named.update(t.rates.named())
     for name, df in named.items():
         if df is not None:
             _save_table(df, out, name)
@@ -230,6 +234,8 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
     top_flows = t.flows.sort_values("bytes", ascending=False).head(20) if len(t.flows) else t.flows
     pubsub_section = pubsub_html(t.pubsub, _table, lambda fig, name, alt: _img(_save(fig, out, name, formats), alt))
     pubsub_link = '<a href="#pubsub">pub/sub</a> · ' if pubsub_section else ""
+    rates_section = rates_html(t.rates, _table, lambda fig, name, alt: _img(_save(fig, out, name, formats), alt))
+    pubsub_link += '<a href="#rates">rate control</a> · ' if rates_section else ""
 
     n_runs = len(t.runs)
     page = f"""<!DOCTYPE html>
@@ -268,7 +274,7 @@ timing suspect.</p>
 <h2 id="network">Network (from the pcaps)</h2>{net_html}
 <h3>Links</h3>{_table(t.links, "links-table")}<h3>Largest flows</h3>{_table(top_flows, "flows-table")}
 <h2 id="routing">Routing</h2>{routing_html(t.routing, _table)}
-{pubsub_section}<h2 id="runs">Per-run figures</h2>{_table(t.runs, "runs-table")}
+{pubsub_section}{rates_section}<h2 id="runs">Per-run figures</h2>{_table(t.runs, "runs-table")}
 </body></html>
 """
     (out / "report.html").write_text(page, encoding="utf-8")

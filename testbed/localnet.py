@@ -120,13 +120,14 @@ class LocalNet:
     @classmethod
     def build(cls, workdir: Path, names: list[str], edges: list[tuple[str, str]], netns: NetnsLinks | None = None,
               **overrides) -> "LocalNet":
+        per_node: dict[str, dict] = overrides.pop("per_node", {})    # node -> settings for that node only
         net = cls(Path(workdir))
         net.run_id = registry.new_run_id()
         registry.register(net.run_id, "node-localnet", state={"workdir": str(workdir), "pids": [], "netns": []})
         try:
             addrs = net._wire(names, edges, netns)
             for n in names:
-                net._configure(n, addrs, edges, overrides)
+                net._configure(n, addrs, edges, {**overrides, **per_node.get(n, {})})
         except BaseException:
             net.close()
             raise

@@ -105,10 +105,11 @@ def check_run(rep_dir: Path) -> Verdict:
 
 
 def node_directories(rep_dir: Path) -> list[Path]:
-    """nodes/<node>/ of every node daemon of the run, sorted by name."""
+    """nodes/<node>/ of every node daemon of the run, sorted by name. A host without a daemon (`daemon: false`)
+    has a directory too (its runtime's work directory) but no node.yaml and nothing the daemon writes."""
     nodes = Path(rep_dir) / "nodes"
     try:
-        return sorted(p for p in nodes.iterdir() if p.is_dir())
+        return sorted(p for p in nodes.iterdir() if p.is_dir() and any(p.iterdir()))
     except OSError:
         return []
 

@@ -31,6 +31,7 @@ from testbed.experiment.driver import WorkloadDriver
 from testbed.experiment.faults import Timeline
 from testbed.experiment.hostmon import HostMonitor
 from testbed.experiment.progress import Progress
+from testbed.experiment.consumer import RootConsumer
 from testbed.experiment.subscribers import Subscribers
 from testbed.network import Network
 from testbed.scenario.loader import dump_resolved
@@ -99,6 +100,7 @@ class _CellRun:
         self.driver: WorkloadDriver | None = None
         self.timeline: Timeline | None = None
         self.subscribers: Subscribers | None = None
+        self.consumer: RootConsumer | None = None
         self.drain: dict[str, Any] | None = None
         self.delivered = 0
 
@@ -181,6 +183,12 @@ class _CellRun:
             if late:
                 self.progress.event(f"subscribers not subscribed after {SESSION_TIMEOUT:.0f} s: {', '.join(late)}; "
                                     f"starting anyway (they keep trying)")
+
+        if wall.rate_control.enabled:
+            self.consumer = RootConsumer(wall.rate_control,
+                                         nodeconfig.mgmt_target(self.network, wall.rate_control.root),
+                                         self.rep_dir, reachable=self.daemons.reachable)
+            self.consumer.start()
 
         if wall.workload.warmup > 0:
             self.phase("warmup")
@@ -300,6 +308,7 @@ class _CellRun:
             pass
         for what, fn in (("driver", lambda: self.driver and self.driver.stop()),
                          ("subscribers", lambda: self.subscribers and self.subscribers.stop()),
+                         ("consumer", lambda: self.consumer and self.consumer.stop()),
                          ("fault timeline", lambda: self.timeline and self.timeline.stop()),
                          ("host monitor", lambda: self.hostmon and self.hostmon.stop()),
                          ("daemons", lambda: self.daemons and self.daemons.stop_all()),

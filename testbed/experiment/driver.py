@@ -103,7 +103,8 @@ class WorkloadDriver:
             self._unreachable(p, "node unreachable: its daemon is down or paused")
             return
         try:
-            r = client.send(list(p.recipients), size=p.size, priority=p.priority)
+            to = [f"{p.user}@{n}" for n in p.recipients] if p.user else list(p.recipients)
+            r = client.send(to, size=p.size, priority=p.priority)
         except UserError as exc:
             self._unreachable(p, f"node unreachable: {exc}")
             return

@@ -90,7 +90,25 @@ def node_configs(scenario: Scenario, network: Network, rep_dir: Path) -> dict[st
         }
         if name in dynamic:
             wiring["routing"] = dynamic[name]
+        rate = rate_config(scenario, name)
+        if rate:
+            wiring["rate"] = rate
         out[name] = merged_config(scenario, name, wiring)
+    return out
+
+
+def rate_config(scenario: Scenario, name: str) -> dict[str, Any]:
+    """The node's `rate:` section from the scenario's `rate_control` (empty when it has no role). In wall units."""
+    rc = scenario.rate_control
+    if not rc.enabled or (name != rc.root and name not in rc.clients):
+        return {}
+    out: dict[str, Any] = {"clients": list(rc.clients), "rate_bps": rc.rate, "interval": rc.interval,
+                           "policy": rc.rule}
+    if name == rc.root:
+        # a refused piece is offered again a quarter of a consumer period later: soon after room was made
+        out.update(role="root", queue_limit=rc.root_queue, consumer=rc.consumer.user, retry=rc.consumer.every / 4)
+    else:
+        out.update(role="client", root=rc.root, queue_limit=rc.client_queue, burst=rc.burst)
     return out
 
 

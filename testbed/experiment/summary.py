@@ -28,6 +28,9 @@ The loss figures come from the independent checker (testbed/accounting,
 - accounting = the checker's verdict: every class, the first pairs of each,
               where the late ones are held, `ok` (no loss, no duplicate, late
               within the scenario's `max_late`)
+- overflowed, rate_control = MQ rate control (testbed/accounting/rates.py): submissions each client
+              refused with a full queue; assigned rates, queues, the root and its consumer (null without
+              rate_control)
 - pubsub    = the publish/subscribe account (testbed/accounting/pubsub.py): per
               topic published, expected and received receipts, durable ones late
               or lost (must be 0), non-durable ones missing (allowed), duplicates;
@@ -51,7 +54,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from testbed.accounting import Verdict, check_run, pubsub
+from testbed.accounting import Verdict, check_run, pubsub, rates
 from testbed.accounting.check import node_directories
 from testbed.accounting.records import MAX_PROBLEM_SAMPLES, RecordReader, conforms, reason_group
 from testbed.accounting.text import where_text
@@ -146,6 +149,8 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
         throughput["messages_2plus_during_workload"] = during
         throughput["per_model_hour_during_workload"] = round(during / (scenario.duration / 3600.0), 3)
 
+    overflowed, rate_control = rates.account(rep_dir, reader, scenario, submissions)
+
     missing = [name for name in ("scenario.yaml", "topology.json", "events.jsonl", "host.jsonl")
                if not (rep_dir / name).exists()]
     if not node_dirs:
@@ -183,6 +188,8 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
         "events": dict(sorted(events.items())),
         "driver": driver,
         "pubsub": pubsub.account(rep_dir, reader),
+        "overflowed": overflowed,
+        "rate_control": rate_control,
         "schema": {"problems": verdict.record_problems + reader.problems,
                    "first": (verdict.first_problems + reader.samples)[:MAX_PROBLEM_SAMPLES],
                    "lines": verdict.record_lines + reader.lines},

@@ -17,6 +17,7 @@ RBSAD, removal intervals and durations"):
   explicit topology links
 - node settings resources.removal_interval, resources.reservation_timeout,
   resources.rbsad in nodes.all and nodes.per_node
+- rate_control's interval and consumer.every (x) and rate (/)
 - the routing stack's times: routing.monitor.interval and .timeout, each
   monitor.links interval, routing.damping.half_life and .max_suppress,
   routing.refresh and .max_age, in the `routing:` section and in the node
@@ -68,6 +69,10 @@ def to_wall(scenario: Scenario) -> Scenario:
     for link in list(wall.links) + list(wall.topology.links):
         _scale_override(link, k)
     _scale_routing(wall.routing, k)
+    rc = wall.rate_control
+    rc.interval *= k
+    rc.rate /= k
+    rc.consumer.every *= k
     _scale_node_settings(wall.nodes.all, k)
     for settings in wall.nodes.per_node.values():
         _scale_node_settings(settings, k)

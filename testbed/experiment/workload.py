@@ -49,6 +49,7 @@ class PlannedSubmission:
     recipients: tuple[str, ...]        # recipient node names
     size: int                          # bytes
     priority: int
+    user: str = ""                     # the recipient user at each recipient node ("" = the node itself)
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,8 @@ def schedule(scenario: Scenario, nodes: list[str]) -> list[PlannedSubmission | P
             end = scenario.duration if gen.stop is None else min(gen.stop, scenario.duration)
             times = arrival_times(gen.interarrival, gen.start, end, t_rng, limit=MAX_SUBMISSIONS - len(plan))
             prio = gen.priority
-            plan.extend([PlannedSubmission(at, node, choose(r_rng), sizes(s_rng), prio) for at in times])
+            plan.extend([PlannedSubmission(at, node, choose(r_rng), sizes(s_rng), prio, gen.recipients.user)
+                         for at in times])
     # stable sort: equal (at, node) keep generator order, so the order is fully determined
     plan.sort(key=attrgetter("at", "node"))
     return plan

@@ -90,6 +90,7 @@ class RecipientChoice:
     choice: str = "uniform"              # uniform (over other nodes) | fixed | weighted
     nodes: list[str] = field(default_factory=list)           # fixed: one or more
     weights: dict[str, float] = field(default_factory=dict)  # weighted
+    user: str = ""                       # the recipient user at each node ("" = none: the node's mailbox)
 
 
 @dataclass
@@ -110,6 +111,37 @@ class Generator:
     start: float = 0.0                   # model seconds after the workload begins
     stop: float | None = None            # None: until the scenario's duration
     publish: PublishSpec | None = None   # set: the generator publishes on topics (no recipients)
+
+
+@dataclass
+class ConsumerSpec:
+    """The application draining the root queue: `messages` removed every `every` seconds (the paper's 25 per s)."""
+    user: str = "app"
+    messages: int = 25
+    every: float = 1.0                   # seconds
+
+
+@dataclass
+class RateControlSpec:
+    """MQ rate control (node/rate/): clients forwarding to one root at rates the root assigns."""
+    root: str = ""                       # "" = no rate control in this scenario
+    clients: list[str] = field(default_factory=list)
+    rate: float = 1_000_000.0            # R, bit/s of payload
+    interval: float = 2.0                # T, seconds between allocation rounds
+    policy: str = "decile"               # decile | decile_plus_one | backlog | fixed
+    control: bool = True                 # false: fixed R/N (the paper's comparison), whatever `policy` says
+    client_queue: int = 1_000_000        # bytes
+    root_queue: int = 4_000_000          # bytes: above it the root answers "not now"
+    burst: int = 10_000                  # bytes: a client's token bucket depth
+    consumer: ConsumerSpec = field(default_factory=ConsumerSpec)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.root)
+
+    @property
+    def rule(self) -> str:
+        return self.policy if self.control else "fixed"
 
 
 @dataclass
@@ -221,6 +253,7 @@ class Scenario:
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     faults: list[Fault] = field(default_factory=list)
     subscriptions: list[SubscriptionSpec] = field(default_factory=list)
+    rate_control: RateControlSpec = field(default_factory=RateControlSpec)
     max_late: int | None = None          # copies still held at teardown a rep may have and pass; None: any
     sweep: SweepSpec = field(default_factory=SweepSpec)
     quick: dict[str, Any] = field(default_factory=dict)      # dotted key -> value, applied by --quick

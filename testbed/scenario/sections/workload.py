@@ -13,6 +13,7 @@ from testbed.scenario.checks import Check, KeyPath, names_text, show
 from testbed.scenario.sections.base import Section
 from testbed.scenario.sections.refs import node_list
 from node.broker.topics import topic_problem
+from node.names import is_user_name
 from testbed.scenario.spec import (Generator, Interarrival, PublishSpec, RecipientChoice, Scenario, SizeDist,
                                    WorkloadSpec)
 from testbed.topology.model import Topology
@@ -149,8 +150,12 @@ def _size(c: Check, sp: KeyPath, raw: Any) -> SizeDist:
 
 
 def _recipients(c: Check, rp: KeyPath, raw: Any, names: list[str]) -> RecipientChoice:
-    r = c.mapping(rp, raw, ("choice", "nodes", "weights"))
+    r = c.mapping(rp, raw, ("choice", "nodes", "weights", "user"))
     out = RecipientChoice()
+    if r.get("user") not in (None, ""):
+        out.user = c.text(rp + ("user",), r["user"])
+        if not is_user_name(out.user):
+            c.fail(rp + ("user",), f"{show(out.user)} is not a valid user name (letters, digits, '_.-')")
     out.choice = c.choice(rp + ("choice",), r.get("choice", "uniform"), RECIPIENT_CHOICES)
     if "nodes" in r:
         out.nodes = list(node_list(c, rp + ("nodes",), r["nodes"], names, allow_all=False))
@@ -173,7 +178,7 @@ def _generator_plain(g: Generator) -> dict[str, Any]:
           "schedule": copy.deepcopy(g.interarrival.schedule)}
     what = ({"publish": {"topics": list(g.publish.topics)}} if g.publish is not None else
             {"recipients": {"choice": g.recipients.choice, "nodes": list(g.recipients.nodes),
-                            "weights": dict(g.recipients.weights)}})
+                            "weights": dict(g.recipients.weights), "user": g.recipients.user}})
     return {"nodes": copy.deepcopy(g.nodes), "interarrival": ia,
             "size": {f.name: getattr(g.size, f.name) for f in fields(g.size)}, **what,
             "priority": g.priority, "start": g.start, "stop": g.stop}

@@ -1,0 +1,66 @@
+"""The MQ rate-control account of one repetition (summary.json `overflowed` and `rate_control`).
+
+Reads (docs/run-directory.md): nodes/<client>/submissions.jsonl (refusals with the reason "overflow": a full
+client queue, the experiment's measure), nodes/<node>/rates.jsonl and consumer.json.
+
+  overflowed     client -> submissions refused because its queue was full
+  rate_control   rule, R, T (model units, like every rate here); per client: accepted, overflowed, the largest queue it reported, its assigned
+                 rates (rounds, mean, max, the share of rounds above R/N); the root: the largest queue, "not
+                 now" refusals; the consumer's rounds and removals
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from node.rate.admission import OVERFLOW
+from testbed.accounting.records import RecordReader, reason_group
+from testbed.scenario.spec import Scenario
+
+
+def account(rep_dir: Path, reader: RecordReader, scenario: Scenario,
+            submissions: list[dict[str, Any]]) -> tuple[dict[str, int] | None, dict[str, Any] | None]:
+    rc = scenario.rate_control
+    if not rc.enabled:
+        return None, None
+    rep_dir = Path(rep_dir)
+    overflowed = {c: 0 for c in rc.clients}
+    accepted = {c: 0 for c in rc.clients}
+    for r in submissions:
+        node = r.get("node")
+        if node not in overflowed:
+            continue
+        if r["accepted"]:
+            accepted[node] += 1
+        elif reason_group(r["reason"]) == OVERFLOW:
+            overflowed[node] += 1
+    fair = rc.rate / len(rc.clients)
+    scale = scenario.time_scale          # the nodes ran in wall units: rates x time_scale are model bit/s
+    clients: dict[str, Any] = {}
+    for c in rc.clients:
+        recs = list(reader.records(rep_dir / "nodes" / c / "rates.jsonl", "rate"))
+        rates = [float(x["rate_bps"]) * scale for x in recs if x["event"] == "assigned"]
+        queue = [int(x["queue_bytes"]) for x in recs if x["event"] == "report"]
+        clients[c] = {"accepted": accepted[c], "overflowed": overflowed[c],
+                      "max_queue_bytes": max(queue, default=0),
+                      "assigned": len(rates), "mean_rate_bps": round(sum(rates) / len(rates), 1) if rates else None,
+                      "max_rate_bps": max(rates, default=None),
+                      "above_fair_share": round(sum(1 for x in rates if x > fair * 1.0001) / len(rates), 4)
+                      if rates else None}
+    root_recs = list(reader.records(rep_dir / "nodes" / rc.root / "rates.jsonl", "rate"))
+    root_queue = [int(x["queue_bytes"]) for x in root_recs if x["event"] == "queue"]
+    deferred = [int(x.get("deferred", 0)) for x in root_recs if x["event"] == "queue"]
+    consumer: Any = None
+    try:
+        consumer = json.loads((rep_dir / "consumer.json").read_text())
+    except (OSError, ValueError):
+        consumer = None
+    return overflowed, {
+        "rule": rc.rule, "rate_bps": rc.rate, "interval_s": rc.interval,      # model units
+        "clients": clients,
+        "root": {"node": rc.root, "max_queue_bytes": max(root_queue, default=0),
+                 "rounds": sum(1 for x in root_recs if x["event"] == "assign") // max(1, len(rc.clients)),
+                 "not_now": max(deferred, default=0)},
+        "consumer": consumer,
+    }

@@ -1,0 +1,71 @@
+"""MQ rate control end to end: `testbed run scenarios/mq-adaptive.yaml --quick` (both cells: control off, on).
+
+Three clients forward to a root across daemon-less CE, PE and P routers; mq2 triples its load for 140 model
+seconds. Without control mq2 (held to R/3) must overflow during the burst; with control nobody may overflow.
+Nothing accepted may be lost in either cell, and the records the report's figures come from must be there.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import pytest
+
+from node import schema
+from tests.e2e.test_testbed_run import REPO, leftovers, quick_run_in_tempdir, read_jsonl
+
+SCENARIO = REPO / "scenarios" / "mq-adaptive.yaml"
+RUN_TIMEOUT = 400.0
+
+
+@pytest.fixture(scope="module")
+def run() -> Iterator[dict[str, Any]]:
+    with quick_run_in_tempdir(SCENARIO, RUN_TIMEOUT) as result:
+        yield result
+
+
+def summaries(run) -> dict[str, dict]:
+    return {cell: json.loads((run["out"] / cell / "1" / "summary.json").read_text())
+            for cell in ("control-false", "control-true")}
+
+
+@pytest.mark.root
+@pytest.mark.timeout(600)
+def test_both_cells_run_clean_and_leave_nothing_behind(run) -> None:
+    assert run["rc"] == 0, f"stdout:\n{run['stdout'][-4000:]}\nstderr:\n{run['stderr'][-4000:]}"
+    assert leftovers(run["run_ids"]) == []
+    for cell, s in summaries(run).items():
+        assert s["complete"] and s["schema"]["problems"] == 0, cell
+        assert s["lost"] == 0 and s["duplicates"] == 0 and s["accounting"]["ok"], cell
+
+
+@pytest.mark.root
+@pytest.mark.timeout(600)
+def test_control_removes_the_overflow_of_the_bursty_client(run) -> None:
+    off, on = summaries(run)["control-false"], summaries(run)["control-true"]
+    assert off["overflowed"]["mq2"] > 50 and off["overflowed"]["mq1"] == off["overflowed"]["mq3"] == 0
+    assert on["overflowed"] == {"mq1": 0, "mq2": 0, "mq3": 0}
+    assert off["refused_by_reason"] == {"overflow": off["overflowed"]["mq2"]}
+    assert off["rate_control"]["rule"] == "fixed" and on["rate_control"]["rule"] == "decile"
+    # with control mq2 was given more than R/3 at times; without, never
+    assert on["rate_control"]["clients"]["mq2"]["max_rate_bps"] > 1e6 / 3 * 1.5
+    assert off["rate_control"]["clients"]["mq2"]["above_fair_share"] == 0
+    # the consumer drained the root, whose queue stayed within its limit
+    assert on["rate_control"]["consumer"]["removed"] > 0 and on["rate_control"]["consumer"]["errors"] == []
+    assert on["rate_control"]["root"]["max_queue_bytes"] <= 4_000_000
+
+
+@pytest.mark.root
+@pytest.mark.timeout(600)
+def test_rate_records_conform_and_cover_the_run(run) -> None:
+    rep = run["out"] / "control-true" / "1"
+    for node in ("mq1", "mq2", "mq3", "root"):
+        recs = read_jsonl(rep / "nodes" / node / "rates.jsonl")
+        assert recs and all(schema.validate("rate", r) == [] for r in recs), node
+    rounds = [r for r in read_jsonl(rep / "nodes" / "root" / "rates.jsonl") if r["event"] == "assign"]
+    by_round: dict[int, float] = {}
+    for r in rounds:
+        by_round[r["round"]] = by_round.get(r["round"], 0.0) + r["rate_bps"]
+    assert len(by_round) > 50
+    assert all(abs(v - 8e6) < 1e-3 for v in by_round.values())      # R = 1 Mbit/s model = 8 Mbit/s wall
+    assert not list((rep / "nodes" / "ce1").glob("*"))             # daemon-less hosts: nothing to account
