@@ -231,9 +231,15 @@ def statements(rt: RateTables) -> pd.DataFrame:
 
 # ---- figures and HTML ---------------------------------------------------------------------------------------------
 
-def _shade(ax, burst: tuple[float, float] | None) -> None:
+def _finish(ax, burst: tuple[float, float] | None, ylabel: str, title: str) -> None:
+    """The burst shaded, the axes labelled on the paper's clock."""
     if burst:
         ax.axvspan(burst[0], burst[1], color="orange", alpha=0.12, label="burst")
+    ax.set_xlabel("time (model s, paper clock)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="x-small")
 
 
 def figures(rt: RateTables) -> list[tuple[Any, str, str]]:
@@ -247,44 +253,32 @@ def figures(rt: RateTables) -> list[tuple[Any, str, str]]:
         g = g.sort_values("t")
         ax.step(g["t"], g["n"], where="post", label=f"{client}, {ctl} ({cell}/{rep})",
                 linestyle="-" if ctl == "without control" else "--")
-    _shade(ax, rt.burst)
-    ax.set_xlabel("time (model s, paper clock)")
-    ax.set_ylabel("overflowed messages (cumulative)")
-    ax.set_title("Fig. 9: overflowed messages per client")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="x-small")
+    _finish(ax, rt.burst, "overflowed messages (cumulative)", "Fig. 9: overflowed messages per client")
     out.append((fig, "rate_fig9_overflow", "cumulative overflowed messages per client"))
 
     c2 = rt.series[rt.series["client"] == rt.client2]
-    for col, name, title, ylabel, scale in (
-            ("queue_bytes", "rate_fig10_queue", f"Fig. 10: {rt.client2}'s queue", "queue (kB)", 1e3),
-            ("rate_bps", "rate_fig11_rate", f"Fig. 11: {rt.client2}'s sending rate", "rate (kbit/s)", 1e3)):
+    for col, name, title, ylabel in (
+            ("queue_bytes", "rate_fig10_queue", f"Fig. 10: {rt.client2}'s queue", "queue (kB)"),
+            ("rate_bps", "rate_fig11_rate", f"Fig. 11: {rt.client2}'s sending rate", "rate (kbit/s)")):
         fig, ax = plt.subplots(figsize=(7, 4))
         for (ctl, cell, rep), g in c2.groupby(["control", "cell", "rep"], sort=True):
-            y = pd.to_numeric(g[col], errors="coerce") / scale
+            y = pd.to_numeric(g[col], errors="coerce") / 1e3
             if col == "rate_bps":
-                y = y.rolling(10, min_periods=1).mean()      # 10 reports = 5 T: the per-report rate is noisy
+                # 10 reports = 5 T: the per-report rate is noisy, and the assigned one flips at every round
+                y = y.rolling(10, min_periods=1).mean()
+                if ctl == "with control":
+                    given = pd.to_numeric(g["assigned_bps"], errors="coerce") / 1e3
+                    ax.plot(g["t"], given.rolling(10, min_periods=1).mean(), linewidth=0.8, linestyle=":",
+                            label=f"assigned rate, same smoothing ({cell}/{rep})")
             ax.plot(g["t"], y, label=f"{ctl} ({cell}/{rep})", linewidth=1)
-            if col == "rate_bps" and ctl == "with control":
-                ax.plot(g["t"], pd.to_numeric(g["assigned_bps"], errors="coerce") / scale, linewidth=0.6,
-                        alpha=0.6, label=f"assigned rate ({cell}/{rep})")
-        _shade(ax, rt.burst)
-        ax.set_xlabel("time (model s, paper clock)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="x-small")
+        _finish(ax, rt.burst, ylabel, title)
         out.append((fig, name, title))
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for (ctl, cell, rep), g in rt.root.groupby(["control", "cell", "rep"], sort=True):
         ax.plot(g["t"], g["ma"] / 1e3, label=f"{ctl} ({cell}/{rep})", linewidth=1)
-    _shade(ax, rt.burst)
-    ax.set_xlabel("time (model s, paper clock)")
-    ax.set_ylabel("root queue, moving average of 60 samples (kB)")
-    ax.set_title("Fig. 12: root queue (moving average)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="x-small")
+    _finish(ax, rt.burst, f"root queue, moving average of {MA_WIDTH} samples (kB)",
+            "Fig. 12: root queue (moving average)")
     out.append((fig, "rate_fig12_root_queue", "root queue moving average"))
     return out
 

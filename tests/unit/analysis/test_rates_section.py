@@ -1,0 +1,48 @@
+"""The report's MQ rate control section without Spark: the statements beside the paper's, the figures, the HTML."""
+from __future__ import annotations
+
+import pandas as pd
+
+from spark_analysis.rates import RateTables, figures, section_html, statements
+
+
+def tables(overflow_on: int = 0) -> RateTables:
+    rt = RateTables(present=True, burst=(100.0, 200.0), client2="mq2")
+    rows = []
+    for ctl, q_in, r_in in (("without control", 1_000_000, 333e3), ("with control", 200_000, 530e3)):
+        for t in range(0, 300, 10):
+            burst = 100 <= t <= 200
+            rows.append({"cell": ctl[:4], "rep": "1", "control": ctl, "t": float(t), "client": "mq2",
+                         "queue_bytes": q_in if burst else 10_000, "rate_bps": r_in if burst else 160e3,
+                         "assigned_bps": 1e6 if burst else 333e3})
+    rt.series = pd.DataFrame(rows)
+    rt.overflow = pd.DataFrame([
+        {"cell": "with", "rep": "1", "control": "without control", "client": "mq2", "accepted": 900,
+         "overflowed": 450, "overflowed_in_burst": 450},
+        {"cell": "with", "rep": "1", "control": "with control", "client": "mq2", "accepted": 1350,
+         "overflowed": overflow_on, "overflowed_in_burst": overflow_on}])
+    rt.overflow_curve = pd.DataFrame({"cell": "with", "rep": "1", "control": "without control", "client": "mq2",
+                                      "t": [0.0, 150.0, 190.0], "n": [0, 1, 2]})
+    rt.root = pd.DataFrame({"cell": ["a", "b"], "rep": "1", "control": ["without control", "with control"],
+                            "t": [1.0, 1.0], "queue_bytes": [10_000, 30_000], "ma": [10_000.0, 30_000.0]})
+    return rt
+
+
+def test_every_published_statement_is_set_beside_ours():
+    st = statements(tables())
+    assert len(st) == 5 and list(st["holds"]) == ["yes"] * 5
+    assert "450 overflowed" in st.iloc[0]["ours"] and "530 kbit/s in the burst" in st.iloc[3]["ours"]
+
+
+def test_an_overflow_with_control_is_flagged():
+    st = statements(tables(overflow_on=3))
+    assert st.iloc[1]["holds"] == "NO" and "3 overflowed" in st.iloc[1]["ours"]
+
+
+def test_figures_and_html():
+    rt = tables()
+    names = [name for _fig, name, _alt in figures(rt)]
+    assert names == ["rate_fig9_overflow", "rate_fig10_queue", "rate_fig11_rate", "rate_fig12_root_queue"]
+    page = section_html(rt, lambda df, ident: f"<table id={ident}>{len(df)}</table>")
+    assert 'id="rates"' in page and "rate-statements-table" in page and "100-200 s" in page
+    assert section_html(RateTables(), lambda df, ident: "") == ""
