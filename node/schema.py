@@ -95,7 +95,8 @@ RECORDS: dict[str, tuple[Field, ...]] = {
         _f("size", int, "payload bytes"),
         _f("hops", int, "brokers it passed"),
     ),
-    # nodes/<node>/rates.jsonl: MQ rate control (node/rate/). A client writes "report" (every T/2: its weight,
+    # nodes/<node>/rates.jsonl: MQ rate control (node/rate/). A client writes "report" (each weight it reports:
+    # every T/2 with periodic=true, and whenever the weight changes; its weight,
     # queue, the rate in force, sent_bytes = bytes its root acknowledged so far, overflowed = submissions refused
     # so far), "assigned" (a rate from the root) and "fallback" (back to R/N after the root was silent); the
     # root writes "assign" (per client per round: the weight it used and the rate it sent) and "queue" (every

@@ -2,8 +2,8 @@
 published statements beside our numbers.
 
 Sources (docs/run-directory.md, record kinds in node/schema.py):
-- `nodes/<node>/rates.jsonl` ("rate"): clients' reports (weight, queue bytes, rate in force, bytes the root
-  acknowledged so far) every T/2 and the rates they were given; the root's allocations and its queue (the
+- `nodes/<node>/rates.jsonl` ("rate"): clients' periodic reports (weight, queue bytes, rate in force, bytes
+  the root acknowledged so far) every T/2 and the rates they were given; the root's allocations and its queue (the
   consumer's mailbox) every T/2;
 - `nodes/<client>/submissions.jsonl`: submissions refused with the reason "overflow" (a full client queue);
 - summary.json (`rate_control`: the rule, the clients in order; time_scale, the workload window) and
@@ -133,7 +133,7 @@ def build(spark, runs: list[Run], submissions) -> RateTables:
         return rt
     rt.present = True
     rate = _to_pandas(records.read(spark, [r for r in runs if (r.cell, r.rep) in clocks], "rate")
-                      .select("ts", "node", "event", "client", "weight", "rate_bps", "queue_bytes", "sent_bytes",
+                      .select("ts", "node", "event", "client", "weight", "rate_bps", "queue_bytes", "sent_bytes", "periodic",
                               "cell", "rep"))
     refused = _to_pandas(submissions.filter((~F.col("accepted")) & F.col("reason").startswith(OVERFLOW + ":"))
                          .select("ts", "node", "cell", "rep"))
@@ -143,7 +143,8 @@ def build(spark, runs: list[Run], submissions) -> RateTables:
         mine = rate[(rate["cell"] == cell) & (rate["rep"] == rep)]
         ctl = "with control" if clk.control else "without control"
         for c in clk.clients:
-            rep_ = mine[(mine["node"] == c) & (mine["event"] == "report")].sort_values("ts")
+            rep_ = mine[(mine["node"] == c) & (mine["event"] == "report") & mine["periodic"].fillna(True)
+                        .astype(bool)].sort_values("ts")
             if len(rep_):
                 t = rep_["ts"].map(clk.model)
                 sent = rep_["sent_bytes"].astype(float)

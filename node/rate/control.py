@@ -8,8 +8,9 @@ Root    keeps the latest report of each client; every T it computes each client'
         (so a restarted root resumes control within one round trip, not one T).
 
 Records (nodes/<node>/rates.jsonl, node/schema.py "rate"):
-  client  event "report" at each report (weight, queue, rate in force, bytes acknowledged so far, overflowed)
-          and "assigned" at each rate it receives ("fallback" when it falls back to R/N)
+  client  event "report" at each report (weight, queue, rate in force, bytes acknowledged so far, overflowed;
+          `periodic` true for the one every T/2, false for one sent because the weight changed) and "assigned"
+          at each rate it receives ("fallback" when it falls back to R/N)
   root    event "assign" per client per round and "queue" every T/2 (the consumer's mailbox bytes)
 """
 from __future__ import annotations
@@ -108,17 +109,16 @@ class RateControl:
                                            interval=self.rc.interval))
 
     # -- client ---------------------------------------------------------------------------
-    def _report(self) -> None:
+    def _report(self, periodic: bool = False) -> None:
+        """Send the weight to the root (when the session is up) and record it: every report is a line, the
+        periodic ones (every T/2, sent or not) are the time series the report draws."""
         pol = self.policy
-        if self._send(self.rc.root, link_pb2.Rate(weight=pol.weight, queue_bytes=max(0, pol.queued),
-                                                  queue_limit=self.rc.queue_limit)):
-            self.reports_sent += 1
-
-    def _record_report(self) -> None:
-        pol = self.policy
+        sent = self._send(self.rc.root, link_pb2.Rate(weight=pol.weight, queue_bytes=max(0, pol.queued),
+                                                      queue_limit=self.rc.queue_limit))
+        self.reports_sent += sent
         self.records.write("rate", event="report", client=self.me, weight=pol.weight, rate_bps=self.rate_bps,
                            queue_bytes=max(0, pol.queued), queue_limit=self.rc.queue_limit,
-                           sent_bytes=pol.sent_bytes, overflowed=pol.overflowed)
+                           sent_bytes=pol.sent_bytes, overflowed=pol.overflowed, periodic=periodic, sent=sent)
 
     def _assigned(self, rate_bps: float, round_: int) -> None:
         rate_bps = max(0.0, min(float(rate_bps), self.rc.rate_bps)) if rate_bps == rate_bps else self.rate_bps
@@ -157,8 +157,7 @@ class RateControl:
             tick += 1
             try:
                 if self.rc.role == "client":
-                    self._report()
-                    self._record_report()
+                    self._report(periodic=True)
                     if (self.assigned_at and time.monotonic() - self.assigned_at > silence
                             and self.rate_bps != self.policy.fair):
                         self.assigned_at = 0.0

@@ -41,7 +41,7 @@ def account(rep_dir: Path, reader: RecordReader, scenario: Scenario,
     for c in rc.clients:
         recs = list(reader.records(rep_dir / "nodes" / c / "rates.jsonl", "rate"))
         rates = [float(x["rate_bps"]) * scale for x in recs if x["event"] == "assigned"]
-        queue = [int(x["queue_bytes"]) for x in recs if x["event"] == "report"]
+        queue = [int(x["queue_bytes"]) for x in recs if x["event"] == "report"]     # every report: the peaks too
         clients[c] = {"accepted": accepted[c], "overflowed": overflowed[c],
                       "max_queue_bytes": max(queue, default=0),
                       "assigned": len(rates), "mean_rate_bps": round(sum(rates) / len(rates), 1) if rates else None,
