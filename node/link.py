@@ -197,7 +197,7 @@ class LinkSession:
             frames = self.control_frames()       # control before data, in every batch
             room = b.window_frames - len(self.inflight)
             if room > 0:
-                pieces = self.engine.take(peer.name, min(room, b.max_frames), self.batch_limit())
+                pieces = await self.engine.take_loaded(peer.name, min(room, b.max_frames), self.batch_limit())
                 if pieces:
                     first = self.seq + 1
                     self.inflight.update(zip(range(first, first + len(pieces)), pieces))

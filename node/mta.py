@@ -33,6 +33,7 @@ from node.resource_manager import CONGESTED, RETRY_CAP
 from node.routing import Router
 from node.routing.router import NodeRouter
 from node.routing.cache import CopyRoutes
+from node.routing.rules import reads_body
 from node.rpc import link_pb2
 from node.spool import MAIL_KINDS, Op, Piece, Spool
 from node.submission import submission_problem
@@ -138,7 +139,10 @@ class Engine:
         if dropped:
             log.warning("%s: dropped %d stored pieces of submissions a crash interrupted before they were "
                         "accepted (the submitter was not told they were accepted)", self.me, dropped)
-        pieces = await self.spool.run(Spool.op_load_pieces())
+        # without the payloads: each piece's bytes are read when its link sends it (take_loaded), so memory
+        # does not grow with the spool; a body keyword rule needs the first bytes of every copy
+        first = reads_body(self.cfg.routing.rules, self.cfg.neighbours)
+        pieces = await self.spool.run(Spool.op_load_pieces(payloads=False, first_bytes=first))
         for p in pieces:
             if p.state in (S.QUEUED, S.HELD, S.PART):
                 self.policy.recover(p)
@@ -350,7 +354,7 @@ class Engine:
                 st.deferred_in += verdict[1] > 0
                 continue
             if p.dst == me:
-                p.state = S.WHOLE if p.off == 0 and len(p.data) == p.total else S.PART
+                p.state = S.WHOLE if p.off == 0 and p.size == p.total else S.PART
             else:
                 p.state = transit if hop(p) is not None else S.ORPHAN
             keep.append(p)
@@ -366,7 +370,7 @@ class Engine:
             raise
         now = time.monotonic()
         st.frags_in += len(keep)
-        st.bytes_in += sum(len(p.data) for p in keep)
+        st.bytes_in += sum(p.size for p in keep)
         where = {id(p): i for i, p in enumerate(pieces)}
         for p, new in zip(keep, fresh):
             self.policy.stored(peer, p, new is True)
@@ -400,7 +404,7 @@ class Engine:
         pend = table.get(p.mkey)
         if pend is None:
             pend = table[p.mkey] = Pending(total=p.total, meta=p)
-        pend.got += len(p.data)
+        pend.got += p.size
         if table is self.held:
             pend.pieces.append(p)
         if p.hops > pend.meta.hops:
@@ -478,8 +482,50 @@ class Engine:
                 self._spawn(self._expire(p))
                 continue
             out.append(p)
-            nbytes += len(p.data)
+            nbytes += p.size
         return out
+
+    async def take_loaded(self, peer: str, max_frames: int, max_bytes: int) -> list[Piece]:
+        """`take`, with the bytes of pieces recovered without them read from the spool in one batch read (one
+        range read per stretch of a copy); a piece whose row is gone (expired, aborted meanwhile) is left out.
+        The bytes live as long as the piece: until the next hop acknowledges it."""
+        pieces = self.take(peer, max_frames, max_bytes)
+        lazy = [p for p in pieces if p.data is None]
+        if not lazy:
+            return pieces
+        try:
+            stored = await self.spool.read(Spool.op_payloads(lazy))
+        except asyncio.CancelledError:
+            self._put_back(peer, pieces)       # the session ended meanwhile: nothing taken may go missing
+            raise
+        except Exception as exc:               # the spool cannot be read now: keep them queued, try again later
+            self._put_back(peer, pieces)
+            log.error("cannot read %d stored pieces for %s now: %s", len(lazy), peer, exc)
+            await asyncio.sleep(1.0)
+            return []
+        out = []
+        for p in pieces:
+            if p.data is None:
+                p.data = stored.get(p.key)
+                if p.data is None:
+                    self.policy.dropped(p)
+                    continue
+            out.append(p)
+        return out
+
+    def _put_back(self, peer: str, pieces: list[Piece]) -> None:
+        """Pieces `take` handed out that were not sent: back to the front, in order (to the copy's next hop now:
+        the session may have ended and routes changed meanwhile)."""
+        q = self.peers[peer].queue
+        for p in reversed(pieces):
+            if self.policy.is_stream(p):
+                q.credit(p.mkey, 1)           # take spent its credit
+            if self.routes.hop(p) == peer:
+                q.push(p, front=True)
+            else:
+                self._enqueue(p, front=True)
+        if pieces:
+            self.peers[peer].wake.set()
 
     def acked(self, peer: str, pieces: list[Piece]) -> None:
         """The next hop stored these durably: drop our copies."""
@@ -488,7 +534,7 @@ class Engine:
         st = self.peers[peer].stats
         for p in pieces:
             st.frags_out += 1
-            st.bytes_out += len(p.data)
+            st.bytes_out += p.size
             self.policy.forwarded(p)
         self._spawn(self.spool.run(Spool.op_delete_pieces(pieces)))
 

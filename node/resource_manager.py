@@ -371,7 +371,7 @@ class ResourceManager:
             mc = self.charges.get(p.mkey)
             if mc is None:
                 return
-            mc.bytes_left -= len(p.data)
+            mc.bytes_left -= p.size
             if mc.bytes_left <= 0:
                 del self.charges[p.mkey]
                 self._release(mc.cls, 1, mc.single, count=True)
