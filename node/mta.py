@@ -46,6 +46,7 @@ log = logging.getLogger("node.mta")
 SUBMIT_CHUNK = 256
 SUBMIT_EARLY_MIN = 2 * SUBMIT_CHUNK
 ROUTE_MEMORY = 600.0       # seconds a copy's next hop is remembered after its last piece passed
+QUEUE_FULL_RETRY = 0.25    # seconds a sender refused for a full link queue here waits first (it doubles, to 1 s)
 
 
 @dataclass
@@ -210,9 +211,18 @@ class Engine:
             for off, data in chunks:
                 pieces.append(Piece(msg_id, dst, off, n, 0, self.me, m.originator, users, prio, now, expires,
                                     m.kind, frags, data, state))
-        unroutable = sorted({p.dst for p in pieces if p.state == S.QUEUED and self.router.next_hop(p) is None})
+        hops: dict[str, str | None] = {}           # asked once per copy (the router seam's contract)
+        for p in pieces:
+            if p.state == S.QUEUED and p.dst not in hops:
+                hops[p.dst] = self.router.next_hop(p)
+        unroutable = sorted(d for d, h in hops.items() if h is None)
         if unroutable and not m.orphan_ok:
             return f"no route to {unroutable[0]}"
+        if not m.kind:          # user mail only: a report or a subsystem's message is never refused for room
+            for h in sorted({h for h in hops.values() if h is not None}):
+                full = self.policy.link_full(h)
+                if full:
+                    return f"{CONGESTED} ({full} at {self.me})"
         reason = self.policy.admit_submission(pieces, frags, internal=m.kind != "")
         if reason:
             return reason
@@ -341,7 +351,15 @@ class Engine:
         local_users = self.local_users
         transit = self.transit_state()
         consumers = self.consumers
+        link_full = self.policy.link_full
         for i, p in enumerate(pieces):
+            if p.dst != me:
+                h = hop(p)
+                full = link_full(h) if h is not None else None
+                if full:           # not now: the sender keeps it and offers it again once the queue drained
+                    result[i] = (f"queue_full: {full} at {me}", QUEUE_FULL_RETRY)
+                    st.deferred_in += 1
+                    continue
             if p.dst == me and p.kind not in MAIL_KINDS and p.kind not in consumers:
                 result[i] = f"{me} takes no messages of kind {p.kind!r}"
                 continue

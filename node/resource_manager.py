@@ -253,6 +253,10 @@ class ResourceManager:
             return None
         return self._refuse("class_full", f"no buffer of class {cls} free at {self.me}", peer)
 
+    def link_full(self, hop: str) -> str | None:
+        """Never: the buffer classes bound what is stored here, and so every queue."""
+        return None
+
     def _admit_recipient(self, peer: str, p: Piece) -> tuple[str, float] | None:
         key = p.msg_id
         now = time.monotonic()

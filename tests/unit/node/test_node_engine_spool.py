@@ -359,3 +359,24 @@ def test_a_session_ending_while_payloads_are_read_loses_no_piece(tmp_path: Path)
         await _close(eng)
 
     asyncio.run(go())
+
+
+def test_a_link_queue_above_max_link_queue_defers_transit_and_refuses_submissions(tmp_path: Path) -> None:
+    """Without resources: the queue for n4 holds 300 bytes at most (limits.max_link_queue); what would go on it
+    is refused "not now" (transit) or "congested" (a submission), what goes elsewhere is not affected."""
+    async def go() -> None:
+        eng = await _engine(tmp_path, limits={"max_link_queue": 300})
+        assert await eng.receive("n2", pieces_of(b"a" * 300, msg="ma", dst="n5")) == [None] * 3
+        late = await eng.receive("n2", pieces_of(b"b" * 200, msg="mb", dst="n5"))
+        assert all(isinstance(r, tuple) and r[0].startswith("queue_full: the queue for n4 holds 300 bytes")
+                   and r[1] > 0 for r in late), late
+        assert eng.peers["n2"].stats.deferred_in == 2 and eng.peers["n2"].stats.snapshot(False)["deferred_in"] == 2
+        ok, _m, why = await eng.submit("alice", [("n5", "bob")], b"c" * 10, None)
+        assert not ok and why.startswith("congested, try later (the queue for n4 holds 300 bytes")
+        ok, _m, why = await eng.submit("alice", [("n1", "bob")], b"c" * 10, None)      # via n2: room there
+        assert ok, why
+        eng.acked("n4", eng.take("n4", 1, 1 << 20))       # the queue drops below the cap: room again
+        assert await eng.receive("n2", pieces_of(b"b" * 200, msg="mb", dst="n5")) == [None] * 2
+        await _close(eng)
+
+    asyncio.run(go())
