@@ -52,14 +52,16 @@ BASE_CAPABILITIES = ("runs",)
 GRPC_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
 STORE_PARALLEL = 4     # batches of a session being stored at once (bounds memory, keeps the spool busy)
 REFUSE_MAX = 1 << 17   # refusals waiting to be sent on one session: a peer that floods bad frames is reset
-# Answers (acks, refusals) the writer has not taken yet above which the reader reads no more until it has: a
-# neighbour that floods frames but never reads our answers is held back by HTTP/2 flow control and then reset,
-# instead of growing our lists and gRPC's send buffer. A real neighbour never has more unanswered frames than
-# its window (batch.window_frames), so it never waits here with the same config.
-def _answers_max(cfg: NodeConfig) -> int:
-    return max(4096, 2 * cfg.batch.window_frames)
 STORE_FAILED = "store failed, try later"
 STORE_RETRY = 1.0      # seconds a sender waits before offering frames a failed store refused
+
+
+def _answers_max(cfg: NodeConfig) -> int:
+    """Answers (acks, refusals) the writer has not taken yet above which the reader reads no more until it has:
+    a neighbour that floods frames but never reads our answers is held back by HTTP/2 flow control and then
+    reset, instead of growing our lists and gRPC's send buffer. A real neighbour never has more unanswered
+    frames than its window (batch.window_frames), so it never waits here with the same config."""
+    return max(4096, 2 * cfg.batch.window_frames)
 
 
 # A subsystem's handler for one frame kind: called with the neighbour and the frame, on the session's reader.
