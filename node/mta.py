@@ -25,6 +25,7 @@ from typing import Callable
 
 from node.config import NodeConfig
 from node.metrics import engine_snapshot
+from node.payloads import PayloadReader
 from node.peer import Peer
 from node.policy import ResourcePolicy, make_policy
 from node.records import Records
@@ -104,6 +105,8 @@ class Engine:
         self.partial: dict[tuple[str, str], Pending] = {}
         self.held: dict[tuple[str, str], Pending] = {}
         self.orphans: dict[tuple[str, str, int], Piece] = {}
+        # bytes of pieces recovered without them, read when a link sends them (a few batches read ahead)
+        self.payloads = PayloadReader(spool, 8 * cfg.batch.max_bytes)
         self.delivered = 0
         self.submitted = 0
         self.refused_submissions = 0
@@ -504,15 +507,15 @@ class Engine:
         return out
 
     async def take_loaded(self, peer: str, max_frames: int, max_bytes: int) -> list[Piece]:
-        """`take`, with the bytes of pieces recovered without them read from the spool in one batch read (one
-        range read per stretch of a copy); a piece whose row is gone (expired, aborted meanwhile) is left out.
-        The bytes live as long as the piece: until the next hop acknowledges it."""
+        """`take`, with the bytes of pieces recovered without them read from the spool (node/payloads.py: one
+        batch read, the rest of a copy read ahead); a piece whose row is gone (expired, aborted meanwhile) is
+        left out. The bytes live as long as the piece: until the next hop acknowledges it."""
         pieces = self.take(peer, max_frames, max_bytes)
         lazy = [p for p in pieces if p.data is None]
         if not lazy:
             return pieces
         try:
-            stored = await self.spool.read(Spool.op_payloads(lazy))
+            stored = await self.payloads.fill(peer, lazy)
         except asyncio.CancelledError:
             self._put_back(peer, pieces)       # the session ended meanwhile: nothing taken may go missing
             raise
