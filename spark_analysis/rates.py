@@ -134,6 +134,7 @@ def build(spark, runs: list[Run], submissions) -> RateTables:
     rt.present = True
     rate = _to_pandas(records.read(spark, [r for r in runs if (r.cell, r.rep) in clocks], "rate")
                       .select("ts", "node", "event", "client", "weight", "rate_bps", "queue_bytes", "sent_bytes", "periodic",
+                    "queue_mean_bytes",
                               "cell", "rep"))
     refused = _to_pandas(submissions.filter((~F.col("accepted")) & F.col("reason").startswith(OVERFLOW + ":"))
                          .select("ts", "node", "cell", "rep"))
@@ -169,9 +170,12 @@ def build(spark, runs: list[Run], submissions) -> RateTables:
                          "overflowed_in_burst": in_burst})
         q = mine[(mine["node"] == clk.root) & (mine["event"] == "queue")].sort_values("ts")
         if len(q):
+            # the time average over each sample's T/2 where the run has it (an instantaneous sample aliases
+            # against the consumer's removal period)
+            level = q["queue_mean_bytes"].fillna(q["queue_bytes"]) if "queue_mean_bytes" in q else q["queue_bytes"]
             roots.append(pd.DataFrame({"cell": cell, "rep": rep, "control": ctl, "t": q["ts"].map(clk.model).values,
                                        "queue_bytes": q["queue_bytes"].values,
-                                       "ma": q["queue_bytes"].rolling(MA_WIDTH, min_periods=1).mean().values}))
+                                       "ma": level.astype(float).rolling(MA_WIDTH, min_periods=1).mean().values}))
         rt.burst = rt.burst or clk.burst
         rt.client2 = rt.client2 or (clk.clients[1] if len(clk.clients) > 1 else clk.clients[0])
     rt.series = pd.concat(series, ignore_index=True) if series else rt.series
@@ -299,8 +303,9 @@ reports every T/2, the rates they were given, the root's allocations and its que
 clients' refused submissions (reason <code>overflow</code>: a full client queue). Times are model seconds
 on the paper's clock (0 = start of the warm-up); rates are model bit/s of payload. The second client
 ({html.escape(rt.client2)}) is the paper's MQ2; its burst: {burst} (shaded). Its sending rate is what the
-root acknowledged between two reports, smoothed over 10 reports; the root queue is the consumer's mailbox,
-averaged over {MA_WIDTH} samples (one per T/2) as in the paper's Fig. 12.</p>
+root acknowledged between two reports, smoothed over 10 reports; the root queue is the consumer's mailbox:
+each sample is its time average over T/2 (an instantaneous one would alias against the consumer's removal
+period, also 1 s), and the figure shows the moving average of {MA_WIDTH} samples as in the paper's Fig. 12.</p>
 {f"<ul>{notes}</ul>" if notes else ""}
 <h3>The paper's statements beside ours</h3>
 {table(rt.statements, "rate-statements-table")}

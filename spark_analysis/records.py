@@ -68,7 +68,7 @@ SCHEMAS = {
         StructField("ts", DoubleType()), StructField("node", StringType()), StructField("event", StringType()),
         StructField("client", StringType()), StructField("weight", LongType()), StructField("rate_bps", DoubleType()),
         StructField("queue_bytes", LongType()), StructField("sent_bytes", LongType()),
-        StructField("periodic", BooleanType()),
+        StructField("periodic", BooleanType()), StructField("queue_mean_bytes", DoubleType()),
     ]),
     "host": StructType([
         StructField("ts", DoubleType()), StructField("node", StringType()), StructField("cpu_percent", DoubleType()),

@@ -14,6 +14,7 @@ Everything else is the inner policy's.
 """
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from node.config import NodeConfig
@@ -52,6 +53,12 @@ class RatePolicy:
         self.mailbox: dict[str, int] = {}
         self.root_bytes = 0
         self.deferred = 0
+        # the root queue's time integral (byte-seconds) since the last sample: an instantaneous sample taken every
+        # T/2 aliases against the consumer's removal period (both 1 model second in the paper), the mean does not
+        self._clock: Callable[[], float] = time.monotonic
+        self._area = 0.0
+        self._since = self._clock()
+        self._changed = self._since
 
     # -- the role's own parts --------------------------------------------------------------
     def make_queue(self, peer: str, wake: Callable[[], None]) -> TransferQueue:
@@ -104,13 +111,33 @@ class RatePolicy:
 
     def release_mail(self, msg_id: str) -> None:
         self.inner.release_mail(msg_id)
-        self.root_bytes -= self.mailbox.pop(msg_id, 0)
+        if msg_id in self.mailbox:
+            self._set_root_bytes(self.root_bytes - self.mailbox.pop(msg_id))
 
     def delivered(self, msg_id: str, users: list[str], size: int) -> None:
         """Root: a message reached the mailboxes (the delivery hook, through control.py)."""
         if self.role == "root" and self.rc.consumer in users and msg_id not in self.mailbox:
             self.mailbox[msg_id] = size
-            self.root_bytes += size
+            self._set_root_bytes(self.root_bytes + size)
+
+    def count_mailbox(self, sizes: dict[str, int]) -> None:
+        """Root: what the consumer's mailbox holds at start-up (msg_id -> bytes)."""
+        self.mailbox.update(sizes)
+        self._set_root_bytes(sum(self.mailbox.values()))
+
+    def _set_root_bytes(self, n: int) -> None:
+        now = self._clock()
+        self._area += self.root_bytes * (now - self._changed)
+        self._changed = now
+        self.root_bytes = n
+
+    def root_mean(self) -> float:
+        """Root: the queue's time average since the last call (the sample of rates.jsonl)."""
+        now = self._clock()
+        area = self._area + self.root_bytes * (now - self._changed)
+        mean = area / (now - self._since) if now > self._since else float(self.root_bytes)
+        self._area, self._since, self._changed = 0.0, now, now
+        return mean
 
     def _hold(self, p: Piece) -> None:
         if p.key not in self._held:

@@ -11,7 +11,8 @@ Records (nodes/<node>/rates.jsonl, node/schema.py "rate"):
   client  event "report" at each report (weight, queue, rate in force, bytes acknowledged so far, overflowed;
           `periodic` true for the one every T/2, false for one sent because the weight changed) and "assigned"
           at each rate it receives ("fallback" when it falls back to R/N)
-  root    event "assign" per client per round and "queue" every T/2 (the consumer's mailbox bytes)
+  root    event "assign" per client per round and "queue" every T/2 (the consumer's mailbox bytes now, and their
+          time average over the T/2 since the last sample)
 """
 from __future__ import annotations
 
@@ -71,8 +72,7 @@ class RateControl:
     async def start(self) -> None:
         if self.rc.role == "root":
             sizes = await self.engine.spool.run(_op_mailbox_sizes(self.rc.consumer))
-            self.policy.mailbox.update(sizes)
-            self.policy.root_bytes = sum(sizes.values())
+            self.policy.count_mailbox(sizes)
         self._task = asyncio.ensure_future(self._loop())
 
     async def stop(self) -> None:
@@ -168,6 +168,7 @@ class RateControl:
                 else:
                     self.records.write("rate", event="queue", client="", weight=0, rate_bps=self.rc.rate_bps,
                                        queue_bytes=self.policy.root_bytes, queue_messages=len(self.policy.mailbox),
+                                       queue_mean_bytes=round(self.policy.root_mean(), 1),
                                        deferred=self.policy.deferred)
                     if tick % 2 == 0:
                         self._allocate()

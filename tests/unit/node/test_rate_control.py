@@ -180,3 +180,17 @@ def test_bad_rate_config_is_one_clear_error(rate, why):
     with pytest.raises(ConfigError, match=why):
         from_dict({"name": "c1", "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2",
                    "neighbours": {"r": "127.0.0.1:3"}, "rate": rate})
+
+
+def test_root_queue_sample_is_a_time_average():
+    pol = make_policy(cfg("root", queue_limit=10_000), lambda _p: None)
+    t = [100.0]
+    pol._clock = lambda: t[0]
+    pol.root_mean()                      # start a sample period at t = 100
+    pol.delivered("m1", ["app"], 4000)   # 4000 bytes for 1 s ...
+    t[0] = 101.0
+    pol.release_mail("m1")               # ... then 0 for 1 s
+    t[0] = 102.0
+    assert pol.root_mean() == pytest.approx(2000.0)
+    t[0] = 103.0
+    assert pol.root_mean() == pytest.approx(0.0) and pol.root_bytes == 0
