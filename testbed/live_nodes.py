@@ -85,8 +85,9 @@ def start(record: registry.RunRecord, scenario: Scenario) -> LiveNodes:
     # `up --runtime` may differ from the file; the records directory depends on it.
     wall = timescale.to_wall(dataclasses.replace(scenario, runtime=runtime))
     configs = nodeconfig.node_configs(wall, net, run_dir)
+    tokens = nodeconfig.client_tokens(configs, nodeconfig.add_security(wall, configs, run_dir))
     paths = nodeconfig.write_configs(configs, run_dir)
-    daemons = NodeDaemons(net, paths, docker=runtime == "docker")
+    daemons = NodeDaemons(net, paths, docker=runtime == "docker", tokens=tokens)
     live = LiveNodes(run_dir=str(run_dir),
                      without_daemon=[n for n in net.topology.node_names() if n not in paths])
     try:
