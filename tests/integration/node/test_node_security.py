@@ -8,6 +8,10 @@ own mail, the admin sees everything, Control is the admin's.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import grpc
@@ -22,6 +26,7 @@ from testbed import secrets
 
 from nodenet_support import wait_until
 
+ROOT = Path(__file__).resolve().parents[3]
 NAMES = ["n1", "n2", "n3"]
 EDGES = [("n1", "n2"), ("n2", "n3")]
 USERS = {n: ["alice", "bob"] for n in NAMES}
@@ -142,3 +147,13 @@ def test_tokens_decide_who_sends_reads_deletes_and_manages(localnet) -> None:
         assert [i.user for i in admin.mailbox()] == ["alice"]
     for n in net.nodes:
         assert "Traceback" not in (net.workdir / n / "node.log").read_text()
+
+    # the CLI: without a token one sentence (exit 2), with WANBED_TOKEN the admin's view
+    def tb(*args: str, token: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True, text=True, cwd=ROOT,
+                              timeout=60, env={**os.environ, "WANBED_TOKEN": token})
+    a2 = net.nodes["n2"].mgmt
+    out = tb("mailbox", "n2", "--json", "--address", a2, token="wrong")
+    assert out.returncode == 2 and "refused the call: unknown token" in out.stderr and "Traceback" not in out.stderr
+    out = tb("mailbox", "n2", "--json", "--address", a2, token=net.secrets.admin)
+    assert out.returncode == 0 and [i["user"] for i in json.loads(out.stdout)] == ["alice"], out.stderr
