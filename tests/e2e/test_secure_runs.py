@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -25,10 +26,12 @@ RUNS = {"quickstart": ["--set", "sweep={grid: {nodes.all.mode: [fragmenting]}, r
 
 
 def _run(name: str, out: Path) -> Path:
+    t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "testbed", "run", str(REPO / "scenarios" / f"{name}.yaml"), "--quick",
                         *SECURE, *RUNS[name], "--out", str(out)],
                        capture_output=True, text=True, cwd=REPO, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    print(f"{name} --quick with tls and auth took {time.monotonic() - t0:.1f} s")
     [summary] = sorted(out.glob("*/1/summary.json"))
     return summary.parent
 
@@ -57,6 +60,11 @@ def test_quickstart_and_relay_crash_drill_with_tls_and_auth() -> None:
     work = Path(tempfile.mkdtemp(prefix="tb-e2e-secure-"))
     try:
         for name in RUNS:
-            _check_secure_rep(_run(name, work / name))
+            rep = _run(name, work / name)
+            _check_secure_rep(rep)
+            if name == "drill-relay-crash":       # the faults really happened, and nothing failed
+                events = [json.loads(line) for line in (rep / "events.jsonl").read_text().splitlines()]
+                kinds = [e["event"] for e in events]
+                assert {"kill", "restart", "link_down", "link_up"} <= set(kinds) and "fault_failed" not in kinds
     finally:
         shutil.rmtree(work, ignore_errors=True)
