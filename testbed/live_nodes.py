@@ -30,6 +30,7 @@ from testbed.experiment.cell import HEALTH_TIMEOUT, SESSION_TIMEOUT
 from testbed.experiment.daemons import TERM_GRACE, NodeDaemons
 from testbed.network import Network
 from testbed.runtime.netns import terminate_pids
+from testbed.secrets import SECRETS_DIR
 from testbed.scenario.spec import Scenario
 
 STATE_KEY = "nodes"          # where the run's registry state keeps the live daemons
@@ -166,6 +167,10 @@ def remove_records(live: LiveNodes) -> list[Path]:
             path.rmdir()
     if live.records_dir.is_dir() and not any(live.records_dir.iterdir()):
         live.records_dir.rmdir()
+    secrets_dir = Path(live.run_dir) / SECRETS_DIR      # the CA key and the tokens are of no use after `down`
+    if secrets_dir.is_dir():
+        shutil.rmtree(secrets_dir, ignore_errors=True)
+        removed.append(secrets_dir)
     return removed
 
 
