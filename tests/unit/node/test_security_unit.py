@@ -3,6 +3,7 @@ scenario key, the node configs the testbed writes with it."""
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 
@@ -127,3 +128,15 @@ def test_a_scenarios_control_token_goes_with_the_testbeds_clients(tmp_path: Path
     configs = nodeconfig.node_configs(scenario, net, tmp_path)
     assert nodeconfig.client_tokens(configs, nodeconfig.add_security(scenario, configs, tmp_path)) == \
         {n: "ctl" for n in configs}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_a_node_key_belongs_to_whoever_owns_the_node_directory(tmp_path: Path) -> None:
+    """The docker runtime chowns nodes/<node>/ to the image's non-root user: the daemon must read its key."""
+    d = tmp_path / "nodes" / "n1"
+    d.mkdir(parents=True)
+    os.chown(d, 10001, 10001)
+    secrets.make(tmp_path, {"n1": []}, tls=True, auth=False)
+    st = (d / "node.key").stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (10001, 10001, 0o600)
+    assert (tmp_path / "secrets" / "ca.key").stat().st_uid == 0          # the CA key stays root's
