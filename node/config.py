@@ -16,8 +16,9 @@ A node's config file (the testbed writes one per host; it can also be written by
     metrics_interval: 1.0           # seconds between metrics.jsonl lines
     default_lifetime: 3600          # seconds, when a submission gives none
     reassembly_timeout: 60          # seconds without a new fragment before a partial message is aborted
-    control_token: ""               # when set, Control calls need metadata authorization=<token> (legacy; see security.auth)
-    security: {tls: {cert: node.crt, key: node.key, ca: ca.crt}, auth: {admin: <sha256 hex>, users: {alice: <sha256 hex>}}}
+    control_token: ""               # when set, Control calls need metadata authorization=<token> (legacy)
+    security: {tls: {cert: node.crt, key: node.key, ca: ca.crt},
+               auth: {admin: <sha256 hex>, users: {alice: <sha256 hex>}}}
                                     # mTLS between nodes and client tokens; see SecurityConfig (absent = off)
     local_users: []                 # users with a mailbox here; empty accepts any user
     batch: {max_frames: 512, max_bytes: 1048576, min_bytes: 16384, target_delay: 0.02, commit_window: 0.002, max_commit: 4096, window_frames: 8192}

@@ -72,7 +72,8 @@ class NodeDaemon:
                                maximum_concurrent_rpcs=MGMT_RPCS, interceptors=[DecodeGuard(), TokenGuard(tokens)])
         mailbox = Mailbox(self.spool, self.engine.policy)
         submit_pb2_grpc.add_SubmitServicer_to_server(SubmitService(self.engine, mailbox, tokens), mgmt)
-        control_pb2_grpc.add_ControlServicer_to_server(ControlService(self.engine, self.cfg.control_token, tokens), mgmt)
+        control = ControlService(self.engine, self.cfg.control_token, tokens)
+        control_pb2_grpc.add_ControlServicer_to_server(control, mgmt)
         if self.broker is not None:
             pubsub_pb2_grpc.add_PubSubServicer_to_server(PubSubService(self.broker, tokens), mgmt)
         data_creds = tls.server_credentials(tls_files) if tls_files is not None else None

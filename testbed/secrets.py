@@ -73,7 +73,8 @@ def _write_private(path: Path, data: bytes, owner_of: Path | None = None) -> Non
             os.chown(path, st.st_uid, st.st_gid)     # the docker runtime's non-root daemon reads its own key
 
 
-def make(run_dir: Path, users: dict[str, list[str]], tls: bool, auth: bool, nodes_dir: Path | None = None) -> RunSecrets:
+def make(run_dir: Path, users: dict[str, list[str]], tls: bool, auth: bool,
+         nodes_dir: Path | None = None) -> RunSecrets:
     """Make (and write) the secrets of a run whose daemons are the keys of `users` (node -> its users); the node
     files go to <nodes_dir>/<node>/ (default: the run's nodes/)."""
     out = RunSecrets(tls=tls, auth=auth)

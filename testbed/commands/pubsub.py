@@ -135,7 +135,8 @@ class _Subscriber:
         """Open a stream and read its first event (the node's confirmation); the stream's remaining events."""
         from node.client import NodeClient
 
-        self.client = NodeClient(self.address, token=node_token(self.node))      # a new channel: no reconnect backoff left from a dead one
+        # a new channel: no reconnect backoff left from a dead one
+        self.client = NodeClient(self.address, token=node_token(self.node))
         self.sub = self.client.subscribe(self.pattern, name=self.name, durable=self.durable)
         events = iter(self.sub)
         first = next(events, None)

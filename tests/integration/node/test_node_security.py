@@ -48,7 +48,8 @@ async def _pose(addr: str, creds: grpc.ChannelCredentials | None, claim: str) ->
 
 
 def _creds(directory: Path, ca: Path) -> grpc.ChannelCredentials:
-    return grpc.ssl_channel_credentials(root_certificates=ca.read_bytes(), private_key=(directory / "node.key").read_bytes(),
+    return grpc.ssl_channel_credentials(root_certificates=ca.read_bytes(),
+                                        private_key=(directory / "node.key").read_bytes(),
                                         certificate_chain=(directory / "node.crt").read_bytes())
 
 
@@ -107,7 +108,8 @@ def test_tokens_decide_who_sends_reads_deletes_and_manages(localnet) -> None:
         channel, md, submit, control, pubsub = _stubs(net, "n1", token)
         with channel:
             assert _code(submit.Send, send, metadata=md) == grpc.StatusCode.UNAUTHENTICATED
-            assert _code(submit.ListMailbox, submit_pb2.MailboxRequest(), metadata=md) == grpc.StatusCode.UNAUTHENTICATED
+            assert _code(submit.ListMailbox, submit_pb2.MailboxRequest(), metadata=md) == \
+                grpc.StatusCode.UNAUTHENTICATED
             assert _code(control.Stats, control_pb2.StatsRequest(), metadata=md) == grpc.StatusCode.UNAUTHENTICATED
             assert _code(pubsub.Publish, pubsub_pb2.PublishRequest(topic="t", size=1), metadata=md) == \
                 grpc.StatusCode.UNAUTHENTICATED
