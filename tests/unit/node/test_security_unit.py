@@ -140,3 +140,14 @@ def test_a_node_key_belongs_to_whoever_owns_the_node_directory(tmp_path: Path) -
     st = (d / "node.key").stat()
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (10001, 10001, 0o600)
     assert (tmp_path / "secrets" / "ca.key").stat().st_uid == 0          # the CA key stays root's
+
+
+def test_link_probes_listen_on_the_data_port_of_every_address() -> None:
+    """The Link service listens on the listed addresses only; the UDP probes keep one wildcard socket on its port
+    (answered from the link they came on, as before), or the one address when there is only one."""
+    from node.routing.dynamic import probe_listen
+    assert probe_listen(config.from_dict(BASE)) == "127.0.0.1:7000"
+    several = config.from_dict({**BASE, "data_listen": "10.202.0.1:7000", "data_listen_also": ["10.200.0.1:7000"]})
+    assert probe_listen(several) == "0.0.0.0:7000"
+    v6 = config.from_dict({**BASE, "data_listen": "[fd00::1]:7000", "data_listen_also": ["[fd00::2]:7000"]})
+    assert probe_listen(v6) == "[::]:7000"
