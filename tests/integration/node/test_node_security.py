@@ -85,6 +85,31 @@ def test_only_the_named_neighbour_gets_a_session_and_the_live_one_stays(localnet
     assert "claiming to be 'n1'" in log and "Traceback" not in log
 
 
+async def _open(addr: str, claim: str, peer: str, version: int) -> grpc.StatusCode:
+    """A plaintext OPEN with the given names and version: how n2 answered."""
+    async with grpc.aio.insecure_channel(addr) as channel:
+        call = link_pb2_grpc.LinkStub(channel).Session(timeout=10)
+        batch = _open_batch(claim, peer, 1, 5.0, ["runs"])
+        batch.frames[0].open.version = version
+        try:
+            await call.write(batch)
+            await call.read()
+        except grpc.aio.AioRpcError as exc:
+            return exc.code()
+        return grpc.StatusCode.OK
+
+
+def test_without_tls_an_open_that_fails_a_check_leaves_the_live_session(localnet) -> None:
+    net = localnet(names=NAMES[:2], edges=EDGES[:1])
+    before = _n1_session(net)
+    addr = net.nodes["n2"].cfg.data_listen
+    assert asyncio.run(_open(addr, "n1", "n9", 1)) == grpc.StatusCode.PERMISSION_DENIED     # calls someone else
+    assert asyncio.run(_open(addr, "n1", "n2", 99)) == grpc.StatusCode.FAILED_PRECONDITION  # another version
+    assert asyncio.run(_open(addr, "n7", "n2", 1)) == grpc.StatusCode.PERMISSION_DENIED     # not a neighbour
+    after = _n1_session(net)
+    assert after["up"] and after["reconnects"] == before["reconnects"], (before, after)
+
+
 def _stubs(net, node: str, token: str | None):
     channel = grpc.insecure_channel(net.nodes[node].mgmt)
     md = (("authorization", token),) if token is not None else ()
