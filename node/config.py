@@ -23,7 +23,8 @@ A node's config file (the testbed writes one per host; it can also be written by
     local_users: []                 # users with a mailbox here; empty accepts any user
     batch: {max_frames: 512, max_bytes: 1048576, min_bytes: 16384, target_delay: 0.02, commit_window: 0.002, max_commit: 4096, window_frames: 8192}
     session: {keepalive: 1.0, hold_time: 5.0, backoff_min: 0.1, backoff_max: 5.0}
-    limits: {max_message_size: 67108864, max_frame_bytes: 1048576, max_recipients: 64, max_hops: 64}
+    limits: {max_message_size: 67108864, max_frame_bytes: 1048576, max_recipients: 64, max_hops: 64,
+             max_link_queue: 268435456}   # without resources: bytes queued per neighbour before "not now"
     resources: {buffer_classes: true, transit_buffers: 100, ...}   # issue 6; see ResourcesConfig (absent = off)
     routing: {mode: dynamic, nodes: [...], monitor: {...}, cost: {...}, damping: {...}, rules: [...]}
                                     # see RoutingConfig; absent = static routes only
@@ -84,6 +85,9 @@ class LimitsConfig:
     max_frame_bytes: int = 1 << 20
     max_recipients: int = 64
     max_hops: int = 64
+    # without `resources:`, bytes queued for one neighbour above which arrivals for it are refused "not now"
+    # and submissions "congested" (issue 21: the queue must not grow with the spool)
+    max_link_queue: int = 256 << 20
     max_priority: int = 15
 
 
@@ -435,6 +439,8 @@ class NodeConfig:
                 raise ConfigError(f"{key} must be positive.")
         if self.session.hold_time <= self.session.keepalive:
             raise ConfigError("session.hold_time must be longer than session.keepalive.")
+        if self.limits.max_link_queue < 1:
+            raise ConfigError("limits.max_link_queue must be at least 1 byte.")
         if self.batch.max_frames < 1 or self.batch.window_frames < 1 or self.batch.max_commit < 1:
             raise ConfigError("batch sizes must be at least 1.")
         if not (1 <= self.batch.min_bytes <= self.batch.max_bytes) or self.batch.target_delay <= 0:

@@ -57,6 +57,14 @@ STORE_FAILED = "store failed, try later"
 STORE_RETRY = 1.0      # seconds a sender waits before offering frames a failed store refused
 
 
+def _answers_max(cfg: NodeConfig) -> int:
+    """Answers (acks, refusals) the writer has not taken yet above which the reader reads no more until it has:
+    a neighbour that floods frames but never reads our answers is held back by HTTP/2 flow control and then
+    reset, instead of growing our lists and gRPC's send buffer. A real neighbour never has more unanswered
+    frames than its window (batch.window_frames), so it never waits here with the same config."""
+    return max(4096, 2 * cfg.batch.window_frames)
+
+
 # A subsystem's handler for one frame kind: called with the neighbour and the frame, on the session's reader.
 FrameHandler = Callable[[Peer, link_pb2.Frame], None]
 
@@ -98,6 +106,7 @@ class LinkSession:
         self.ack_seqs: list[int] = []
         self.refuses: list[link_pb2.Refuse] = []
         self._stores: set[asyncio.Task] = set()
+        self._answered = asyncio.Event()      # set when the writer takes the pending acks and refusals
         self._task: asyncio.Task | None = None
         self._ended = False            # set once, in run()'s cleanup: from then on nothing is taken from the queue
         self.acked_bytes = 0
@@ -183,6 +192,7 @@ class LinkSession:
             self.ack_seqs = []
         frames.extend(link_pb2.Frame(refuse=r) for r in self.refuses)
         self.refuses = []
+        self._answered.set()
         frames.extend(self.engine.credit_frames(self.peer.name))
         frames.extend(self.peer.take_control())
         return frames
@@ -198,7 +208,7 @@ class LinkSession:
             frames = self.control_frames()       # control before data, in every batch
             room = b.window_frames - len(self.inflight)
             if room > 0:
-                pieces = self.engine.take(peer.name, min(room, b.max_frames), self.batch_limit())
+                pieces = await self.engine.take_loaded(peer.name, min(room, b.max_frames), self.batch_limit())
                 if pieces:
                     first = self.seq + 1
                     self.inflight.update(zip(range(first, first + len(pieces)), pieces))
@@ -292,6 +302,20 @@ class LinkSession:
                 self._stores.add(t)
                 t.add_done_callback(self._stores.discard)
             wake.set()
+            if len(self.refuses) + len(self.ack_seqs) >= _answers_max(self.cfg):
+                await self._until_answered()
+
+    async def _until_answered(self) -> None:
+        """Read nothing more until the writer has taken the pending answers; end the session if it cannot
+        within the hold time (its writes are blocked: the neighbour does not read what we send)."""
+        self._answered.clear()
+        self.peer.wake.set()
+        hold = self.cfg.session.hold_time
+        try:
+            await asyncio.wait_for(self._answered.wait(), hold)
+        except asyncio.TimeoutError:
+            raise SessionError(f"{self.peer.name} does not read this node's answers ({len(self.refuses)} refusals "
+                               f"and {len(self.ack_seqs)} acks waiting for {hold:g} s)") from None
 
     async def _store(self, frags: list[tuple[int, Piece]], sem: asyncio.Semaphore) -> None:
         try:

@@ -25,6 +25,7 @@ from typing import Callable
 
 from node.config import NodeConfig
 from node.metrics import engine_snapshot
+from node.payloads import PayloadReader
 from node.peer import Peer
 from node.policy import ResourcePolicy, make_policy
 from node.records import Records
@@ -33,6 +34,7 @@ from node.resource_manager import CONGESTED, RETRY_CAP
 from node.routing import Router
 from node.routing.router import NodeRouter
 from node.routing.cache import CopyRoutes
+from node.routing.rules import reads_body
 from node.rpc import link_pb2
 from node.spool import MAIL_KINDS, Op, Piece, Spool
 from node.submission import submission_problem
@@ -45,6 +47,7 @@ log = logging.getLogger("node.mta")
 SUBMIT_CHUNK = 256
 SUBMIT_EARLY_MIN = 2 * SUBMIT_CHUNK
 ROUTE_MEMORY = 600.0       # seconds a copy's next hop is remembered after its last piece passed
+QUEUE_FULL_RETRY = 0.25    # seconds a sender refused for a full link queue here waits first (it doubles, to 1 s)
 
 
 @dataclass
@@ -102,6 +105,8 @@ class Engine:
         self.partial: dict[tuple[str, str], Pending] = {}
         self.held: dict[tuple[str, str], Pending] = {}
         self.orphans: dict[tuple[str, str, int], Piece] = {}
+        # bytes of pieces recovered without them, read when a link sends them (a few batches read ahead)
+        self.payloads = PayloadReader(spool, 8 * cfg.batch.max_bytes)
         self.delivered = 0
         self.submitted = 0
         self.refused_submissions = 0
@@ -138,7 +143,10 @@ class Engine:
         if dropped:
             log.warning("%s: dropped %d stored pieces of submissions a crash interrupted before they were "
                         "accepted (the submitter was not told they were accepted)", self.me, dropped)
-        pieces = await self.spool.run(Spool.op_load_pieces())
+        # without the payloads: each piece's bytes are read when its link sends it (take_loaded), so memory
+        # does not grow with the spool; a body keyword rule needs the first bytes of every copy
+        first = reads_body(self.cfg.routing.rules, self.cfg.neighbours)
+        pieces = await self.spool.run(Spool.op_load_pieces(payloads=False, first_bytes=first))
         for p in pieces:
             if p.state in (S.QUEUED, S.HELD, S.PART):
                 self.policy.recover(p)
@@ -206,9 +214,18 @@ class Engine:
             for off, data in chunks:
                 pieces.append(Piece(msg_id, dst, off, n, 0, self.me, m.originator, users, prio, now, expires,
                                     m.kind, frags, data, state))
-        unroutable = sorted({p.dst for p in pieces if p.state == S.QUEUED and self.router.next_hop(p) is None})
+        hops: dict[str, str | None] = {}           # asked once per copy (the router seam's contract)
+        for p in pieces:
+            if p.state == S.QUEUED and p.dst not in hops:
+                hops[p.dst] = self.router.next_hop(p)
+        unroutable = sorted(d for d, h in hops.items() if h is None)
         if unroutable and not m.orphan_ok:
             return f"no route to {unroutable[0]}"
+        if not m.kind:          # user mail only: a report or a subsystem's message is never refused for room
+            for h in sorted({h for h in hops.values() if h is not None}):
+                full = self.policy.link_full(h)
+                if full:
+                    return f"{CONGESTED} ({full} at {self.me})"
         reason = self.policy.admit_submission(pieces, frags, internal=m.kind != "")
         if reason:
             return reason
@@ -337,7 +354,15 @@ class Engine:
         local_users = self.local_users
         transit = self.transit_state()
         consumers = self.consumers
+        link_full = self.policy.link_full
         for i, p in enumerate(pieces):
+            if p.dst != me:
+                h = hop(p)
+                full = link_full(h) if h is not None else None
+                if full:           # not now: the sender keeps it and offers it again once the queue drained
+                    result[i] = (f"queue_full: {full} at {me}", QUEUE_FULL_RETRY)
+                    st.deferred_in += 1
+                    continue
             if p.dst == me and p.kind not in MAIL_KINDS and p.kind not in consumers:
                 result[i] = f"{me} takes no messages of kind {p.kind!r}"
                 continue
@@ -350,7 +375,7 @@ class Engine:
                 st.deferred_in += verdict[1] > 0
                 continue
             if p.dst == me:
-                p.state = S.WHOLE if p.off == 0 and len(p.data) == p.total else S.PART
+                p.state = S.WHOLE if p.off == 0 and p.size == p.total else S.PART
             else:
                 p.state = transit if hop(p) is not None else S.ORPHAN
             keep.append(p)
@@ -366,7 +391,7 @@ class Engine:
             raise
         now = time.monotonic()
         st.frags_in += len(keep)
-        st.bytes_in += sum(len(p.data) for p in keep)
+        st.bytes_in += sum(p.size for p in keep)
         where = {id(p): i for i, p in enumerate(pieces)}
         for p, new in zip(keep, fresh):
             self.policy.stored(peer, p, new is True)
@@ -400,7 +425,7 @@ class Engine:
         pend = table.get(p.mkey)
         if pend is None:
             pend = table[p.mkey] = Pending(total=p.total, meta=p)
-        pend.got += len(p.data)
+        pend.got += p.size
         if table is self.held:
             pend.pieces.append(p)
         if p.hops > pend.meta.hops:
@@ -478,8 +503,50 @@ class Engine:
                 self._spawn(self._expire(p))
                 continue
             out.append(p)
-            nbytes += len(p.data)
+            nbytes += p.size
         return out
+
+    async def take_loaded(self, peer: str, max_frames: int, max_bytes: int) -> list[Piece]:
+        """`take`, with the bytes of pieces recovered without them read from the spool (node/payloads.py: one
+        batch read, the rest of a copy read ahead); a piece whose row is gone (expired, aborted meanwhile) is
+        left out. The bytes live as long as the piece: until the next hop acknowledges it."""
+        pieces = self.take(peer, max_frames, max_bytes)
+        lazy = [p for p in pieces if p.data is None]
+        if not lazy:
+            return pieces
+        try:
+            stored = await self.payloads.fill(peer, lazy)
+        except asyncio.CancelledError:
+            self._put_back(peer, pieces)       # the session ended meanwhile: nothing taken may go missing
+            raise
+        except Exception as exc:               # the spool cannot be read now: keep them queued, try again later
+            self._put_back(peer, pieces)
+            log.error("cannot read %d stored pieces for %s now: %s", len(lazy), peer, exc)
+            await asyncio.sleep(1.0)
+            return []
+        out = []
+        for p in pieces:
+            if p.data is None:
+                p.data = stored.get(p.key)
+                if p.data is None:
+                    self.policy.dropped(p)
+                    continue
+            out.append(p)
+        return out
+
+    def _put_back(self, peer: str, pieces: list[Piece]) -> None:
+        """Pieces `take` handed out that were not sent: back to the front, in order (to the copy's next hop now:
+        the session may have ended and routes changed meanwhile)."""
+        q = self.peers[peer].queue
+        for p in reversed(pieces):
+            if self.policy.is_stream(p):
+                q.credit(p.mkey, 1)           # take spent its credit
+            if self.routes.hop(p) == peer:
+                q.push(p, front=True)
+            else:
+                self._enqueue(p, front=True)
+        if pieces:
+            self.peers[peer].wake.set()
 
     def acked(self, peer: str, pieces: list[Piece]) -> None:
         """The next hop stored these durably: drop our copies."""
@@ -488,7 +555,7 @@ class Engine:
         st = self.peers[peer].stats
         for p in pieces:
             st.frags_out += 1
-            st.bytes_out += len(p.data)
+            st.bytes_out += p.size
             self.policy.forwarded(p)
         self._spawn(self.spool.run(Spool.op_delete_pieces(pieces)))
 

@@ -42,6 +42,8 @@ class NeighbourStats:
         if managed:          # the resource-management counters only mean something with it on
             out.update(deferred_in=self.deferred_in, deferred_out=self.deferred_out,
                        credits_in=self.credits_in, credits_out=self.credits_out)
+        elif self.deferred_in or self.deferred_out:     # without it: a full link queue (limits.max_link_queue)
+            out.update(deferred_in=self.deferred_in, deferred_out=self.deferred_out)
         return out
 
 

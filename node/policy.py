@@ -4,9 +4,10 @@ The engine asks its policy at every decision about buffer space (a submission,
 an arriving piece, a piece forwarded, dropped or recovered) and lets it build
 each link's outgoing queue. Two implementations:
 
-  PassThrough       the default: admits everything, holds no accounts; each link's
-                    queue is one FIFO per priority, priorities sharing the link
-                    by stride (priority P served about P times as often as 1)
+  PassThrough       the default: admits everything while the link it goes out on
+                    holds less than limits.max_link_queue bytes, holds no accounts;
+                    each link's queue is one FIFO per priority, priorities sharing
+                    the link by stride (priority P served about P times as often as 1)
   ResourceManager   Brachman's resource management (node/resource_manager.py):
                     buffer classes, message streams with credits, recipient space,
                     RBSAD; the queue serves messages (or, non-fragmenting, one FIFO
@@ -31,6 +32,7 @@ class ResourcePolicy(Protocol):
     def is_stream(self, p: Piece) -> bool: ...
     def admit_submission(self, pieces: list[Piece], fragments: int, internal: bool) -> str | None: ...
     def admit(self, peer: str, p: Piece) -> tuple[str, float] | None: ...
+    def link_full(self, hop: str) -> str | None: ...
     def stored(self, peer: str, p: Piece, fresh: bool) -> None: ...
     def forwarded(self, p: Piece) -> None: ...
     def dropped(self, p: Piece) -> None: ...
@@ -45,12 +47,25 @@ class ResourcePolicy(Protocol):
 
 
 class PassThrough:
-    """Admits everything and keeps no accounts."""
+    """Admits everything and keeps no accounts, but a link's queue only up to a byte cap."""
 
     managed = False
 
+    def __init__(self, max_link_queue: int = 256 << 20) -> None:
+        self.max_link_queue = max_link_queue
+        self.queues: dict[str, TransferQueue] = {}
+
     def make_queue(self, peer: str, wake: Callable[[], None]) -> TransferQueue:
-        return TransferQueue(wake, fifo_per_destination=False, is_stream=None, key=_priority)
+        q = self.queues[peer] = TransferQueue(wake, fifo_per_destination=False, is_stream=None, key=_priority)
+        return q
+
+    def link_full(self, hop: str) -> str | None:
+        """Why nothing more may be queued for `hop` now, or None. Without it a neighbour that is down (or slow)
+        would make its queue, and this node's memory, grow with the spool."""
+        q = self.queues.get(hop)
+        if q is not None and q.bytes >= self.max_link_queue:
+            return f"the queue for {hop} holds {q.bytes} bytes (limit {self.max_link_queue})"
+        return None
 
     def is_stream(self, p: Piece) -> bool:
         return False
@@ -102,7 +117,8 @@ def _priority(p: Piece) -> int:
 def make_policy(cfg: NodeConfig, wake: Callable[[str], None]) -> ResourcePolicy:
     """The node's policy: resource management when the config has a `resources:` section; with a `rate:`
     role, rate control's bounds laid over it (node/rate/admission.py)."""
-    policy: ResourcePolicy = ResourceManager(cfg, wake) if cfg.resources.enabled else PassThrough()
+    policy: ResourcePolicy = (ResourceManager(cfg, wake) if cfg.resources.enabled
+                              else PassThrough(cfg.limits.max_link_queue))
     if cfg.rate.role:
         from node.rate.admission import RatePolicy    # node.rate imports this module: import it late
         policy = RatePolicy(cfg, policy)

@@ -253,6 +253,10 @@ class ResourceManager:
             return None
         return self._refuse("class_full", f"no buffer of class {cls} free at {self.me}", peer)
 
+    def link_full(self, hop: str) -> str | None:
+        """Never: the buffer classes bound what is stored here, and so every queue."""
+        return None
+
     def _admit_recipient(self, peer: str, p: Piece) -> tuple[str, float] | None:
         key = p.msg_id
         now = time.monotonic()
@@ -371,7 +375,7 @@ class ResourceManager:
             mc = self.charges.get(p.mkey)
             if mc is None:
                 return
-            mc.bytes_left -= len(p.data)
+            mc.bytes_left -= p.size
             if mc.bytes_left <= 0:
                 del self.charges[p.mkey]
                 self._release(mc.cls, 1, mc.single, count=True)

@@ -132,7 +132,8 @@ OPTIONAL: dict[str, tuple[Field, ...]] = {
            "reservation_queue_length, reservation_queue_fragments, granted, queued, expired, optimistic_ok, "
            "optimistic_refused, removed_fragments}, rbsad{draws, delayed, total_delay}, refusals{reason: n} "
            "(reasons: congested, class_full, stream_refused, stream_full, recipient_full, recipient_wait, "
-           "recipient_never_fits); per neighbour also deferred_in/out, credits_in/out and scheduler"
+           "recipient_never_fits); per neighbour also deferred_in/out (also without resources once a full link "
+           "queue, limits.max_link_queue, deferred a piece), credits_in/out and scheduler"
            "{queued_by_priority, served_by_priority, transfers, ready, waiting_for_credit, waiting_for_timer, streams}"),
         _f("broker", dict, "the publish/subscribe broker (node/broker/): published, refused, copies_in, copies_out, "
            "copies_out_bytes (bytes of the stored copies: publication, header, targets), live_in, live_out, "

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import concurrent.futures
 import json
 import logging
 import queue
@@ -78,12 +79,19 @@ class Piece:
     expires_ts: float
     kind: str
     fragments: int
-    data: bytes
+    # None: the bytes are only in the spool (a piece loaded at recovery); the link writer reads them just
+    # before sending (Engine.take_loaded), so a full spool does not have to fit in memory (issue 21)
+    data: bytes | None
     state: str = PieceState.QUEUED
     retries: int = field(default=0, compare=False)
     # in memory only (issue 6): the buffer this piece holds at this hop, and when it may be sent next
     charge: tuple | None = field(default=None, compare=False, repr=False)
     not_before: float = field(default=0.0, compare=False, repr=False)
+    size: int = field(default=-1, compare=False, repr=False)    # len(data), known without the bytes
+
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            self.size = len(self.data)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -122,14 +130,17 @@ def _spans(pieces: list[Piece]) -> list[tuple[str, str, int, int]]:
             m, d, a, b = out[-1]
             if m == p.msg_id and d == p.dst and p.off == end:
                 out[-1] = (m, d, a, p.off)
-                end = p.off + max(1, len(p.data))
+                end = p.off + max(1, p.size)
                 continue
         out.append((p.msg_id, p.dst, p.off, p.off))
-        end = p.off + max(1, len(p.data))
+        end = p.off + max(1, p.size)
     return out
 
 
 _COLS = "msg_id, dst, off, total, hops, src, originator, users, prio, submit_ts, expires_ts, kind, fragments, state, data"
+# recovery without the payloads: length() reads a blob's size from the record header, not its pages; the first
+# piece of a copy keeps its bytes when `?1` is set (the router's body keyword rules read them)
+_COLS_LAZY = _COLS.replace(", data", ", CASE WHEN ?1 AND off = 0 THEN data END, length(data)")
 
 
 def _piece(row: tuple) -> Piece:
@@ -182,19 +193,36 @@ class _Ranges:
         """Why `p` (an offset not stored yet) cannot be stored, or None (and its range counts from now on)."""
         if self.total is not None and p.total != self.total:
             return f"total size {p.total} differs from the {self.total} bytes of the message's other pieces"
-        end = p.off + max(1, len(p.data))
+        end = p.off + max(1, p.size)
         k = bisect.bisect_left(self.starts, p.off)
         if k > 0:
             prev = self.starts[k - 1]
             if prev + max(1, self.spans[prev]) > p.off:
-                return f"byte range {p.off}+{len(p.data)} overlaps the stored range {prev}+{self.spans[prev]}"
+                return f"byte range {p.off}+{p.size} overlaps the stored range {prev}+{self.spans[prev]}"
         if k < len(self.starts) and self.starts[k] < end:
             nxt = self.starts[k]
-            return f"byte range {p.off}+{len(p.data)} overlaps the stored range {nxt}+{self.spans[nxt]}"
+            return f"byte range {p.off}+{p.size} overlaps the stored range {nxt}+{self.spans[nxt]}"
         self.starts.insert(k, p.off)
-        self.spans[p.off] = len(p.data)
+        self.spans[p.off] = p.size
         self.total = p.total
         return None
+
+
+def _lazy_pieces(rows) -> list[Piece]:
+    """Pieces from _COLS_LAZY rows; the users lists and message ids of a copy's pieces are shared objects (a
+    restarted node holds one Piece per stored piece, so what each one costs is what recovery costs)."""
+    users: dict[str, list[str]] = {}
+    ids: dict[str, str] = {}
+    out = []
+    for (msg_id, dst, off, total, hops, src, originator, u, prio, submit_ts, expires_ts, kind,
+         fragments, state, data, size) in rows:
+        lst = users.get(u)
+        if lst is None:
+            lst = users[u] = json.loads(u)
+        msg_id = ids.setdefault(msg_id, msg_id)
+        out.append(Piece(msg_id, dst, off, total, hops, src, originator, lst, prio, submit_ts, expires_ts, kind,
+                         fragments, data, PieceState(state), size=size))
+    return out
 
 
 class Spool:
@@ -209,6 +237,10 @@ class Spool:
         self.commits = 0
         self.ops = 0
         self.quarantined: Path | None = None     # where a damaged spool file was moved at open()
+        # reads of payloads for sending (`read`): their own connection and thread, so they wait neither for
+        # the writer's fsync nor block the event loop (WAL: readers and the writer do not block each other)
+        self._reader: concurrent.futures.ThreadPoolExecutor | None = None
+        self._rconn: sqlite3.Connection | None = None
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
@@ -251,6 +283,10 @@ class Spool:
         return target
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.submit(self._close_reader)
+            self._reader.shutdown(wait=True)
+            self._reader = None
         if self._thread is not None:
             self._q.put(None)
             self._thread.join(timeout=30)
@@ -314,6 +350,23 @@ class Spool:
         fut = loop.create_future()
         self._q.put((op, fut, loop))
         return fut
+
+    def read(self, op: Op) -> "asyncio.Future[Any]":
+        """Run a read-only operation on the reader connection, beside the writer and off the event loop."""
+        if self._reader is None:
+            self._reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spool-reader")
+        return asyncio.get_running_loop().run_in_executor(self._reader, self._read, op)
+
+    def _read(self, op: Op) -> Any:
+        if self._rconn is None:
+            self._rconn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._rconn.execute("PRAGMA query_only=1")
+        return op(self._rconn)
+
+    def _close_reader(self) -> None:
+        if self._rconn is not None:
+            self._rconn.close()
+            self._rconn = None
 
     def run_sync(self, op: Op) -> Any:
         """Blocking variant for start-up and tests outside an event loop."""
@@ -398,7 +451,7 @@ class Spool:
                             out[i] = why
                             continue
                     have[p.off] = p.hops
-                    seen_rows.append((p.msg_id, p.dst, p.off, p.expires_ts, p.hops, len(p.data), p.total))
+                    seen_rows.append((p.msg_id, p.dst, p.off, p.expires_ts, p.hops, p.size, p.total))
                     frag_rows.append(p)
                     out[i] = True
             if seen_rows:
@@ -533,9 +586,29 @@ class Spool:
         return op
 
     @staticmethod
-    def op_load_pieces() -> Op:
+    def op_load_pieces(payloads: bool = True, first_bytes: bool = False) -> Op:
+        """Every stored piece in submission order. payloads=False (recovery): without their bytes (data None,
+        size set) except, with first_bytes, the bytes of each copy's first piece."""
         def op(c: sqlite3.Connection) -> list[Piece]:
-            return [_piece(r) for r in c.execute(f"SELECT {_COLS} FROM frag ORDER BY submit_ts, msg_id, off")]
+            if payloads:
+                return [_piece(r) for r in c.execute(f"SELECT {_COLS} FROM frag ORDER BY submit_ts, msg_id, off")]
+            return _lazy_pieces(c.execute(f"SELECT {_COLS_LAZY} FROM frag ORDER BY submit_ts, msg_id, off",
+                                          (int(first_bytes),)))
+        return op
+
+    @staticmethod
+    def op_payloads(pieces: list[Piece]) -> Op:
+        """{key: bytes} of the stored pieces among `pieces` (a piece missing from it is no longer stored): one
+        range read per stretch of consecutive byte ranges, as op_delete_pieces deletes them."""
+        spans = _spans(pieces)
+
+        def op(c: sqlite3.Connection) -> dict[tuple[str, str, int], bytes]:
+            out: dict[tuple[str, str, int], bytes] = {}
+            for m, d, a, b in spans:
+                for off, data in c.execute("SELECT off, data FROM frag WHERE msg_id=? AND dst=? AND off BETWEEN ? AND ?",
+                                           (m, d, a, b)):
+                    out[(m, d, off)] = data
+            return out
         return op
 
     @staticmethod

@@ -109,7 +109,7 @@ class TransferQueue:
             self.credits[p.mkey] = 1          # the set-up credit: the first fragment opens the stream
             self._credit_seen[p.mkey] = time.monotonic()
         self._count += 1
-        self.bytes += len(p.data)
+        self.bytes += p.size
         mkey = p.mkey
         self._msgs[mkey] = self._msgs.get(mkey, 0) + 1
         self._by_prio[p.prio] += 1
@@ -283,7 +283,7 @@ class TransferQueue:
 
     def _account_out(self, p: Piece) -> None:
         self._count -= 1
-        self.bytes -= len(p.data)
+        self.bytes -= p.size
         mkey = p.mkey
         left = self._msgs[mkey] - 1
         if left <= 0:

@@ -65,7 +65,7 @@ class RatePolicy:
         if self.role != "client":
             return self.inner.admit_submission(pieces, fragments, internal)
         outgoing = [p for p in pieces if p.dst != self.me]
-        size = sum(len(p.data) for p in outgoing)
+        size = sum(p.size for p in outgoing)
         if size and self.queued + size > self.rc.queue_limit:       # our bound first: nothing to undo
             self.overflowed += 1
             return (f"{OVERFLOW}: the queue for {self.rc.root} holds {self.queued} of {self.rc.queue_limit} "
@@ -91,7 +91,7 @@ class RatePolicy:
     def forwarded(self, p: Piece) -> None:
         self.inner.forwarded(p)
         if self._release(p):
-            self.sent_bytes += len(p.data)
+            self.sent_bytes += p.size
 
     def dropped(self, p: Piece) -> None:
         self.inner.dropped(p)
@@ -114,7 +114,7 @@ class RatePolicy:
 
     def _hold(self, p: Piece) -> None:
         if p.key not in self._held:
-            n = len(p.data)
+            n = p.size
             self._held[p.key] = n
             self.queued += n
             self._reweigh()
@@ -137,6 +137,9 @@ class RatePolicy:
     # -- the inner policy's, unchanged --------------------------------------------------------
     def is_stream(self, p: Piece) -> bool:
         return self.inner.is_stream(p)
+
+    def link_full(self, hop: str) -> str | None:
+        return self.inner.link_full(hop)
 
     def session_up(self, peer: str) -> None:
         self.inner.session_up(peer)

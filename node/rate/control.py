@@ -151,10 +151,13 @@ class RateControl:
     async def _loop(self) -> None:
         half = self.rc.interval / 2
         silence = max(self.cfg.session.hold_time, 2 * self.rc.interval)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
         tick = 0
         while True:
-            await asyncio.sleep(half)
+            # on a fixed grid: a round is never later than T after the last one, whatever a round costs
             tick += 1
+            await asyncio.sleep(max(0.0, start + tick * half - loop.time()))
             try:
                 if self.rc.role == "client":
                     self._report(periodic=True)

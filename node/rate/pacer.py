@@ -43,8 +43,8 @@ class PacedQueue:
             return None
         p = self.inner.pop()
         if p is not None:
-            self.bucket.spend(len(p.data))
-            self.sent_bytes += len(p.data)
+            self.bucket.spend(p.size)
+            self.sent_bytes += p.size
         return p
 
     def has_ready(self) -> bool:

@@ -85,7 +85,9 @@ class Match:
     def _keyword_found(self, copy: Piece) -> bool:
         where = self.keyword_in
         if where == "body":
-            return copy.off == 0 and self._needle in bytes(copy.data[:self.keyword_bytes])
+            # a copy recovered after a restart has no bytes in memory unless a body rule was configured then
+            # (Engine.recover); one set at run time later cannot see into it
+            return copy.off == 0 and copy.data is not None and self._needle in bytes(copy.data[:self.keyword_bytes])
         if where == "users":
             return any(self.keyword in u for u in copy.users)
         return self.keyword in getattr(copy, where)      # kind, originator, msg_id: header strings
@@ -309,6 +311,12 @@ class _Smooth:
                 best = j
         self.current[best] -= total
         return best
+
+
+def reads_body(raw: Any, neighbours: Mapping[str, str]) -> bool:
+    """Whether any of these (valid) rules searches a message's body: the engine then recovers the first
+    bytes of every stored copy with it."""
+    return any(r.match.keyword and r.match.keyword_in == "body" for r in parse_rules(raw, neighbours))
 
 
 class RuleSet:

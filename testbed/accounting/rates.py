@@ -64,3 +64,12 @@ def account(rep_dir: Path, reader: RecordReader, scenario: Scenario,
                  "not_now": max(deferred, default=0)},
         "consumer": consumer,
     }
+
+
+def line(account: dict[str, Any]) -> str:
+    """One console line: the rule and each client's overflow (the experiment's measure)."""
+    clients = account.get("clients") or {}
+    over = ", ".join(f"{c} {v.get('overflowed', 0)}" for c, v in clients.items())
+    root = account.get("root") or {}
+    return (f"rate control ({account.get('rule')}): overflowed {over}; root queue at most "
+            f"{int(root.get('max_queue_bytes', 0)) // 1000} kB, {root.get('not_now', 0)} \"not now\"")

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 from node.errors import UserError
 from testbed import accounting
-from testbed.accounting import pubsub
+from testbed.accounting import pubsub, rates
 from testbed.experiment import nodeconfig, summary, timescale, workload
 from testbed.experiment.daemons import NodeDaemons
 from testbed.experiment.driver import WorkloadDriver
@@ -133,14 +133,14 @@ class _CellRun:
         verdict = accounting.check_run(self.rep_dir)
         result = summary.write_summary(self.rep_dir, self.model, complete=complete, reason=reason, drain=self.drain,
                                        verdict=verdict)
-        self._announce(verdict, result.get("pubsub"))
+        self._announce(verdict, result.get("pubsub"), result.get("rate_control"))
         if complete:
             (self.rep_dir / COMPLETE_MARKER).write_text(f"{time.time()}\n")
         if error is not None:
             raise error
         return CellResult(complete, reason, result, verdict)
 
-    def _announce(self, verdict: accounting.Verdict, pubs: dict | None) -> None:
+    def _announce(self, verdict: accounting.Verdict, pubs: dict | None, rate: dict | None = None) -> None:
         """The checker's verdict on the console (and in runner.log through the progress display)."""
         try:
             self.progress.event(accounting.verdict_line(accounting.label(self.rep_dir), verdict, self.model.max_late))
@@ -148,6 +148,8 @@ class _CellRun:
                 self.progress.event(f"  {line}")
             if pubs:
                 self.progress.event(f"  {pubsub.line(pubs)}")
+            if rate:
+                self.progress.event(f"  {rates.line(rate)}")
         except Exception:  # noqa: BLE001 - a broken console must not lose the run's summary
             log.exception("cannot show the loss checker's verdict")
 

@@ -50,6 +50,14 @@ def sends(link: dict[str, Any]) -> int:
             + link.get("deferred_out", 0))
 
 
+def rss_bytes(pid: int) -> int:
+    """A process's resident memory now (VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
 def stopped(pid: int) -> bool:
     """The process is stopped (SIGSTOP took effect): state T in /proc/<pid>/stat."""
     try:

@@ -76,9 +76,13 @@ def test_a_burst_gets_more_than_its_fair_share_within_t_plus_two_rtt(net):
     wait_until(lambda: any(x["event"] == "assign" for x in net.records("r", "rate")), 4 * T, 0.05,
                what="the root's first round")
     # a step burst: 35 messages at once fill c1's queue to ~85% (weight 8); its weight passes 0 at the 4th
+    begin = time.time()
     ids, times = burst(net, "c1", 35)
     assert len(ids) == 35
-    weight_up = times[3]                        # 4 x 5 kB = 20 kB = 10% of 200 kB
+    # c1's own record of the report its first weight above 0 made (the same clock as the assignment's record)
+    weight_up = next(x["ts"] for x in net.records("c1", "rate") if x["event"] == "report" and x["ts"] >= begin
+                     and x["weight"] > 0)
+    assert weight_up <= times[3] + 0.05        # 4 x 5 kB = 20 kB = 10% of 200 kB
     bound = T + 2 * rtt(net) + SCHEDULING
 
     def raised():
@@ -110,12 +114,26 @@ def test_a_full_client_queue_refuses_with_overflow_and_loses_nothing(net):
 
 def test_root_kill_resumes_control_without_loss(net):
     before = max(x["ts"] for x in net.records("r", "rate") if x["event"] == "assign")
-    ids: list[str] = []
-    # kill -9 the root while c3 provably has pieces in flight to it
-    resent = kill_with_pieces_in_flight(net, "r", "c3", lambda: ids.extend(burst(net, "c3", 30)[0]), HOLD)
+    # c3 fills its queue and is given more than R/N ...
+    start = time.time()
+    ids, _ = burst(net, "c3", 30)
+    wait_until(lambda: any(x["event"] == "assigned" and x["ts"] > start and x["rate_bps"] > FAIR
+                           for x in net.records("c3", "rate")), 4 * T + HOLD, 0.02, what="c3 to get more than R/N")
+    # ... then the root is killed -9 while c3 provably has pieces in flight to it
+    resent = kill_with_pieces_in_flight(net, "r", "c3", lambda: ids.extend(burst(net, "c3", 10)[0]), HOLD)
     assert resent > 0
     more, _ = burst(net, "c3", 10)               # accepted while the root is down: c3 keeps them
     ids += more
+    # the root stays silent: c3 keeps its last rate, then falls back to R/N after max(hold time, 2 T)
+    last = [x for x in net.records("c3", "rate") if x["event"] in ("assigned", "fallback")][-1]
+    assert last["rate_bps"] != FAIR
+    silence = max(HOLD, 2 * T)
+    fell = wait_until(lambda: next((x for x in net.records("c3", "rate") if x["event"] == "fallback"
+                                    and x["ts"] > last["ts"]), None), silence + 2 * T + HOLD, 0.05,
+                      what="c3 to fall back to R/N")
+    assert fell["ts"] - last["ts"] >= silence and fell["rate_bps"] == pytest.approx(FAIR)
+    with net.client("c3") as c:
+        assert c.stats()["rate"]["rate_bps"] == pytest.approx(FAIR)
     net.start("r")
     restarted = time.time()
     # the restarted root runs its rounds again and c3 hears from it; c3 reports its filled queue

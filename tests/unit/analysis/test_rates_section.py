@@ -46,3 +46,10 @@ def test_figures_and_html():
     page = section_html(rt, lambda df, ident: f"<table id={ident}>{len(df)}</table>")
     assert 'id="rates"' in page and "rate-statements-table" in page and "100-200 s" in page
     assert section_html(RateTables(), lambda df, ident: "") == ""
+
+
+def test_the_console_line_names_every_clients_overflow():
+    from testbed.accounting.rates import line
+    acc = {"rule": "fixed", "clients": {"mq1": {"overflowed": 0}, "mq2": {"overflowed": 8727}},
+           "root": {"max_queue_bytes": 185000, "not_now": 0}}
+    assert line(acc) == 'rate control (fixed): overflowed mq1 0, mq2 8727; root queue at most 185 kB, 0 "not now"'

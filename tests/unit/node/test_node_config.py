@@ -39,6 +39,7 @@ def test_nested_sections_load() -> None:
     ({"metrics_interval": 0}, "positive"),
     ({"name": "bad name!"}, "not a valid name"),
     ({"session": {"keepalive": 5.0, "hold_time": 1.0}}, "hold_time"),
+    ({"limits": {"max_link_queue": 0}}, "max_link_queue"),
 ])
 def test_bad_config_is_one_clear_error(change: dict, words: str) -> None:
     with pytest.raises(ConfigError) as exc:

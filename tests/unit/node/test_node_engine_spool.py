@@ -310,3 +310,73 @@ def test_a_message_to_many_nodes_holds_its_payload_once(tmp_path: Path) -> None:
     for p in pieces:
         by_off.setdefault(p.off, set()).add(id(p.data))
     assert all(len(ids) == 1 for ids in by_off.values())      # one bytes object per byte range, shared
+
+
+def test_recovery_keeps_payloads_in_the_spool_until_the_link_sends_them(tmp_path: Path) -> None:
+    """Issue 21: a restarted node queues its stored pieces without their bytes (sizes only), reads them in one
+    batch when the link takes them, and a piece whose row went meanwhile is left out, not sent empty."""
+    payloads = {f"m{i}": bytes(random.Random(i).randbytes(250)) for i in range(3)}
+
+    async def first() -> None:
+        eng = await _engine(tmp_path)
+        for m, data in payloads.items():
+            await eng.receive("n2", pieces_of(data, msg=m, dst="n5"))
+        await _close(eng)
+
+    async def second() -> None:
+        eng = await _engine(tmp_path)
+        q = eng.peers["n4"].queue
+        assert len(q) == 9 and q.bytes == 750
+        got = eng.take("n4", 9, 1 << 20)
+        assert [p.data for p in got] == [None] * 9 and sum(p.size for p in got) == 750
+        eng.requeue("n4", got)
+        await eng.spool.run(Spool.op_drop("m1", "n5"))          # m1 went (as if it expired) while queued
+        sent = await eng.take_loaded("n4", 9, 1 << 20)
+        assert {p.msg_id for p in sent} == {"m0", "m2"}
+        for m in ("m0", "m2"):
+            assert b"".join(p.data for p in sorted(sent, key=lambda p: p.off) if p.msg_id == m) == payloads[m]
+        eng.acked("n4", sent)
+        await _close(eng)
+
+    asyncio.run(first())
+    asyncio.run(second())
+
+
+def test_a_session_ending_while_payloads_are_read_loses_no_piece(tmp_path: Path) -> None:
+    async def go() -> None:
+        eng = await _engine(tmp_path)
+        await eng.receive("n2", pieces_of(b"q" * 300, msg="mq", dst="n5"))
+        await _close(eng)
+        eng = await _engine(tmp_path)
+        task = asyncio.ensure_future(eng.take_loaded("n4", 10, 1 << 20))
+        await asyncio.sleep(0)            # it has taken the pieces and waits for the read
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert len(eng.peers["n4"].queue) == 3
+        again = await eng.take_loaded("n4", 10, 1 << 20)
+        assert [p.off for p in again] == [0, 100, 200] and all(p.data == b"q" * 100 for p in again)
+        await _close(eng)
+
+    asyncio.run(go())
+
+
+def test_a_link_queue_above_max_link_queue_defers_transit_and_refuses_submissions(tmp_path: Path) -> None:
+    """Without resources: the queue for n4 holds 300 bytes at most (limits.max_link_queue); what would go on it
+    is refused "not now" (transit) or "congested" (a submission), what goes elsewhere is not affected."""
+    async def go() -> None:
+        eng = await _engine(tmp_path, limits={"max_link_queue": 300})
+        assert await eng.receive("n2", pieces_of(b"a" * 300, msg="ma", dst="n5")) == [None] * 3
+        late = await eng.receive("n2", pieces_of(b"b" * 200, msg="mb", dst="n5"))
+        assert all(isinstance(r, tuple) and r[0].startswith("queue_full: the queue for n4 holds 300 bytes")
+                   and r[1] > 0 for r in late), late
+        assert eng.peers["n2"].stats.deferred_in == 2 and eng.peers["n2"].stats.snapshot(False)["deferred_in"] == 2
+        ok, _m, why = await eng.submit("alice", [("n5", "bob")], b"c" * 10, None)
+        assert not ok and why.startswith("congested, try later (the queue for n4 holds 300 bytes")
+        ok, _m, why = await eng.submit("alice", [("n1", "bob")], b"c" * 10, None)      # via n2: room there
+        assert ok, why
+        eng.acked("n4", eng.take("n4", 1, 1 << 20))       # the queue drops below the cap: room again
+        assert await eng.receive("n2", pieces_of(b"b" * 200, msg="mb", dst="n5")) == [None] * 2
+        await _close(eng)
+
+    asyncio.run(go())

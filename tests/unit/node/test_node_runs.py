@@ -86,3 +86,19 @@ def test_range_delete_removes_exactly_the_acknowledged_pieces(tmp_path: Path) ->
         assert {p.key: p.data for p in loaded} == {p.key: p.data for p in a + b if p not in acked}
     finally:
         spool.close()
+
+
+def test_recovery_loads_sizes_not_payloads_except_first_bytes_for_body_rules(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "s.db", 0.0)
+    spool.open()
+    try:
+        a = _pieces("ma")
+        spool.run_sync(Spool.op_insert(a))
+        lazy = spool.run_sync(Spool.op_load_pieces(payloads=False))
+        assert [(p.key, p.size, p.data) for p in lazy] == [(p.key, len(p.data), None) for p in a]
+        assert len({id(p.users) for p in lazy}) == 1           # one users list shared by the copy's pieces
+        first = spool.run_sync(Spool.op_load_pieces(payloads=False, first_bytes=True))
+        assert first[0].data == a[0].data and all(p.data is None for p in first[1:])
+        assert spool.run_sync(Spool.op_payloads(lazy[1:3])) == {p.key: p.data for p in a[1:3]}
+    finally:
+        spool.close()

@@ -104,7 +104,7 @@ def cfg(role: str, **rate) -> object:
 
 
 def piece(msg: str, dst: str = "r", size: int = 5000, users: list[str] | None = None) -> Piece:
-    return Piece(msg, dst, 0, size, 0, "c1", "", users or ["app"], 1, 0.0, 0.0, "", 1, b"x" * size, S.QUEUED)
+    return Piece(msg, dst, 0, size, 0, "c1", "", users or ["app"], 1, 0.0, 0.0, "", 1, b"x" * size, S.QUEUED, size=size)
 
 
 def test_client_queue_refuses_above_its_limit_and_frees_on_ack():

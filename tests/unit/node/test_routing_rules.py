@@ -9,7 +9,7 @@ import pytest
 from node import config
 from node.config import ConfigError
 from node.errors import UserError
-from node.routing.rules import Match, Rule, RuleError, RuleSet, parse_rules
+from node.routing.rules import Match, Rule, RuleError, RuleSet, parse_rules, reads_body
 from node.spool import Piece
 
 NEIGHBOURS = {"n2": "10.0.0.2:7000", "n3": "10.0.0.3:7000", "n4": "10.0.0.4:7000"}
@@ -258,3 +258,13 @@ def test_node_config_takes_rules_and_names_the_section_on_error() -> None:
     assert str(exc.value).startswith("routing.rules: rule 2: round_robin weight for n3")
     with pytest.raises(ConfigError, match="routing.rules: rule 1: to member 'n4' is not a neighbour"):
         config.from_dict({**GOOD, "routing": {"rules": [{"to": "n4"}]}})
+
+
+def test_a_copy_recovered_without_its_bytes_matches_no_body_keyword() -> None:
+    """A piece queued after a restart may have no bytes in memory (data None): it is not searched, nor a crash;
+    recovery keeps the first bytes when a body rule is configured (reads_body)."""
+    lazy = Piece("n1-1", "n5", 0, 1000, 0, "n1", "alice", ["bob"], 1, 1.0, 99.0, "", 1, None, size=1000)
+    assert not matches({"keyword": "hello"}, lazy) and matches({"dst": "n5"}, lazy)
+    assert reads_body([{"match": {"keyword": "x"}, "to": "n2"}], NEIGHBOURS)
+    assert not reads_body([{"match": {"keyword": "x", "keyword_in": "kind"}, "to": "n2"}], NEIGHBOURS)
+    assert not reads_body([], NEIGHBOURS)
