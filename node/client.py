@@ -65,11 +65,15 @@ class NodeClient:
         self.close()
 
     def _call(self, fn, request, **kw):
+        kw.setdefault("metadata", self._md)      # the token goes with every call (security.auth needs it on all)
         try:
             return fn(request, timeout=kw.pop("timeout", self.timeout), **kw)
         except grpc.RpcError as exc:
             if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 raise UserError(f"node at {self.address} is not reachable ({exc.code().name.lower()}).") from None
+            if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                raise UserError(f"node at {self.address} refused the call: {exc.details()} (a token of the run's "
+                                f"secrets/tokens.json is needed).") from None
             raise UserError(f"node at {self.address}: {exc.details()}") from None
 
     def send(self, to: list[str], size: int | None = None, payload: bytes | None = None, priority: int = 1,
@@ -105,9 +109,12 @@ class NodeClient:
         return json.loads(self._call(self.control.Stats, control_pb2.StatsRequest(), metadata=self._md).json)
 
     def health(self, timeout: float = 2.0) -> bool:
+        """Whether the node answers; a node that refuses this client's token is a UserError (waiting is no use)."""
         try:
             return self.control.Health(control_pb2.HealthRequest(), timeout=timeout, metadata=self._md).ready
-        except grpc.RpcError:
+        except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                raise UserError(f"node at {self.address} refused the health check: {exc.details()}.") from None
             return False
 
     def drain(self, timeout: float) -> control_pb2.DrainReply:
@@ -141,7 +148,7 @@ class NodeClient:
     def subscribe(self, pattern: str, name: str = "", durable: bool = False, window: int = 0) -> "Subscription":
         """A subscription stream: iterate it for events, `ack(...)` what was processed, `close()` when done."""
         return Subscription(self.pubsub, self.address, pubsub_pb2.SubscribeStart(
-            pattern=pattern, name=name, durable=durable, window=window))
+            pattern=pattern, name=name, durable=durable, window=window), self._md)
 
     def unsubscribe(self, name: str) -> pubsub_pb2.UnsubscribeReply:
         return self._call(self.pubsub.Unsubscribe, pubsub_pb2.UnsubscribeRequest(name=name))
@@ -155,11 +162,12 @@ class Subscription:
     """One Subscribe stream (blocking): the events in arrival order; acks go back on the same stream.
     Iterating raises SubscriptionEnded when the stream ends other than by `close()`."""
 
-    def __init__(self, stub: pubsub_pb2_grpc.PubSubStub, address: str, start: pubsub_pb2.SubscribeStart) -> None:
+    def __init__(self, stub: pubsub_pb2_grpc.PubSubStub, address: str, start: pubsub_pb2.SubscribeStart,
+                 metadata: tuple = ()) -> None:
         self.address = address
         self._out: queue.Queue = queue.Queue()
         self._out.put(pubsub_pb2.SubscribeRequest(start=start))
-        self._call = stub.Subscribe(self._requests())
+        self._call = stub.Subscribe(self._requests(), metadata=metadata)
         self._ended = threading.Event()
         self._call.add_done_callback(lambda _call: self._ended.set())
         self.closed = False

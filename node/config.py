@@ -4,6 +4,7 @@ A node's config file (the testbed writes one per host; it can also be written by
 
     name: n2                        # this node's name (required)
     data_listen: "10.0.0.2:7000"    # Link service (neighbour sessions) (required)
+    data_listen_also: ["10.0.1.1:7000"]   # more addresses the Link service listens on (one per link, loopback)
     mgmt_listen: "0.0.0.0:7001"     # Submit and Control services (required); "unix:/path" also works
     neighbours: {n1: "10.0.0.1:7000", n3: "10.0.0.3:7000"}
     routes: {n4: n3, n5: n3}        # static next-hop table; neighbours route to themselves
@@ -15,7 +16,10 @@ A node's config file (the testbed writes one per host; it can also be written by
     metrics_interval: 1.0           # seconds between metrics.jsonl lines
     default_lifetime: 3600          # seconds, when a submission gives none
     reassembly_timeout: 60          # seconds without a new fragment before a partial message is aborted
-    control_token: ""               # when set, Control calls need metadata authorization=<token>
+    control_token: ""               # when set, Control calls need metadata authorization=<token> (legacy)
+    security: {tls: {cert: node.crt, key: node.key, ca: ca.crt},
+               auth: {admin: <sha256 hex>, users: {alice: <sha256 hex>}}}
+                                    # mTLS between nodes and client tokens; see SecurityConfig (absent = off)
     local_users: []                 # users with a mailbox here; empty accepts any user
     batch: {max_frames: 512, max_bytes: 1048576, min_bytes: 16384, target_delay: 0.02, commit_window: 0.002, max_commit: 4096, window_frames: 8192}
     session: {keepalive: 1.0, hold_time: 5.0, backoff_min: 0.1, backoff_max: 5.0}
@@ -41,7 +45,7 @@ from typing import Any
 import yaml
 
 from node.errors import UserError
-from node.names import NODE_NAME_RULE, is_node_name
+from node.names import NODE_NAME_RULE, is_node_name, is_user_name
 
 MODES = ("fragmenting", "non-fragmenting")
 _ADDR = re.compile(r"^(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
@@ -301,6 +305,59 @@ class RateConfig:
                 raise ConfigError("rate.consumer: a root needs the user whose mailbox is its queue.")
 
 
+@dataclass
+class TlsConfig:
+    """mTLS on the Link service (node/security/tls.py): PEM files, relative paths from records_dir.
+
+    With a certificate the data port takes only clients with a certificate of `ca`, the dialler checks that the
+    neighbour's certificate names the neighbour, and the acceptor that it names the node its OPEN claims."""
+    cert: str = ""                 # this node's certificate (its DNS name is the node's name)
+    key: str = ""                  # its private key
+    ca: str = ""                   # the certificate authority every neighbour's certificate must come from
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert)
+
+    def validate(self) -> None:
+        given = [k for k in ("cert", "key", "ca") if getattr(self, k)]
+        if given and len(given) != 3:
+            raise ConfigError("security.tls needs all of cert, key and ca (or none of them).")
+
+
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass
+class AuthConfig:
+    """Client tokens on the management services (node/security/tokens.py): SHA-256 hex digests only, so a
+    config file never holds a token. With any digest set every Submit, Control and PubSub call needs one."""
+    admin: str = ""                # the admin token's digest: every call, every mailbox
+    users: dict[str, str] = field(default_factory=dict)    # user -> its token's digest: that user's mail only
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.admin or self.users)
+
+    def validate(self) -> None:
+        for who, digest in [("admin", self.admin), *((f"users.{u}", d) for u, d in self.users.items())]:
+            if (digest or who != "admin") and not _SHA256_HEX.match(digest):
+                raise ConfigError(f"security.auth.{who} must be a SHA-256 hex digest (64 lowercase hex digits).")
+        bad = [u for u in self.users if not is_user_name(u)]
+        if bad:
+            raise ConfigError(f"security.auth.users: {bad[0]!r} is not a valid user name.")
+
+
+@dataclass
+class SecurityConfig:
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+
+    def validate(self) -> None:
+        self.tls.validate()
+        self.auth.validate()
+
+
 ROUTING_MODES = ("static", "dynamic")
 # Sub-sections: a key of these dataclasses whose value is itself a section.
 SECTIONS: dict[type, dict[str, type]] = {}
@@ -311,6 +368,7 @@ class NodeConfig:
     name: str
     data_listen: str
     mgmt_listen: str
+    data_listen_also: list[str] = field(default_factory=list)
     neighbours: dict[str, str] = field(default_factory=dict)
     routes: dict[str, str] = field(default_factory=dict)
     mode: str = "fragmenting"
@@ -330,6 +388,17 @@ class NodeConfig:
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     rate: RateConfig = field(default_factory=RateConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+
+    @property
+    def data_addresses(self) -> list[str]:
+        """Every address the Link service listens on."""
+        return [self.data_listen, *self.data_listen_also]
+
+    def security_path(self, path: str) -> Path:
+        """A security file's path: relative ones are in records_dir (the node's directory, also in a container)."""
+        p = Path(path)
+        return p if p.is_absolute() else Path(self.records_dir) / p
 
     @property
     def known_nodes(self) -> set[str]:
@@ -350,6 +419,8 @@ class NodeConfig:
             raise ConfigError(f"node name {self.name!r} is not a valid name ({NODE_NAME_RULE}).")
         for key in ("data_listen", "mgmt_listen"):
             _check_addr(key, getattr(self, key))
+        for i, addr in enumerate(self.data_listen_also):
+            _check_addr(f"data_listen_also[{i}]", addr)
         for peer, addr in self.neighbours.items():
             if not is_node_name(peer) or peer == self.name:
                 raise ConfigError(f"neighbour name {peer!r} is invalid (or is this node itself).")
@@ -378,12 +449,14 @@ class NodeConfig:
         self.routing.validate(self.name, self.neighbours)
         self.broker.validate()
         self.rate.validate(self.name, self.neighbours)
+        self.security.validate()
 
 
 SECTIONS.update({
     NodeConfig: {"batch": BatchConfig, "session": SessionConfig, "limits": LimitsConfig,
                  "resources": ResourcesConfig, "routing": RoutingConfig, "broker": BrokerConfig,
-                 "rate": RateConfig},
+                 "rate": RateConfig, "security": SecurityConfig},
+    SecurityConfig: {"tls": TlsConfig, "auth": AuthConfig},
     RoutingConfig: {"monitor": MonitorConfig, "cost": CostConfig, "damping": DampingConfig},
 })
 

@@ -17,6 +17,8 @@ from node.rate.control import RateControl
 from node.records import Records
 from node.rpc_guard import DecodeGuard
 from node.rpc import control_pb2_grpc, link_pb2_grpc, pubsub_pb2_grpc, submit_pb2_grpc
+from node.security import tls
+from node.security.tokens import TokenGuard, Tokens
 from node.services import ControlService, SubmitService
 from node.spool import Spool
 
@@ -44,12 +46,14 @@ class NodeDaemon:
             self.broker = Broker(self.cfg, self.engine, self.records)
         if self.cfg.rate.role:
             self.rate = RateControl(self.cfg, self.engine, self.records)
+        tls_files = tls.load(self.cfg)       # before anything starts: a missing file is one clear error
+        tokens = Tokens(self.cfg)
         await self.engine.recover()
         if self.broker is not None:
             await self.broker.start()    # after recovery: it reads what the inbox holds
         if self.rate is not None:
             await self.rate.start()      # after recovery: the root counts the mailbox, the client its queue
-        self.links = LinkManager(self.cfg, self.engine)
+        self.links = LinkManager(self.cfg, self.engine, tls_files)
         router = self.engine.router
         for part in (router, self.broker, self.rate):
             for kind, handler in getattr(part, "frame_handlers", dict)().items():
@@ -65,18 +69,23 @@ class NodeDaemon:
         mgmt = grpc.aio.server(options=server_opts + [("grpc.keepalive_permit_without_calls", 1),
                                                       ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
                                                       ("grpc.http2.max_ping_strikes", 0)],
-                               maximum_concurrent_rpcs=MGMT_RPCS, interceptors=[DecodeGuard()])
-        submit_pb2_grpc.add_SubmitServicer_to_server(SubmitService(self.engine, Mailbox(self.spool, self.engine.policy)), mgmt)
-        control_pb2_grpc.add_ControlServicer_to_server(ControlService(self.engine, self.cfg.control_token), mgmt)
+                               maximum_concurrent_rpcs=MGMT_RPCS, interceptors=[DecodeGuard(), TokenGuard(tokens)])
+        mailbox = Mailbox(self.spool, self.engine.policy)
+        submit_pb2_grpc.add_SubmitServicer_to_server(SubmitService(self.engine, mailbox, tokens), mgmt)
+        control = ControlService(self.engine, self.cfg.control_token, tokens)
+        control_pb2_grpc.add_ControlServicer_to_server(control, mgmt)
         if self.broker is not None:
-            pubsub_pb2_grpc.add_PubSubServicer_to_server(PubSubService(self.broker), mgmt)
-        for server, addr in ((data, self.cfg.data_listen), (mgmt, self.cfg.mgmt_listen)):
+            pubsub_pb2_grpc.add_PubSubServicer_to_server(PubSubService(self.broker, tokens), mgmt)
+        data_creds = tls.server_credentials(tls_files) if tls_files is not None else None
+        listens = [(data, addr, data_creds) for addr in self.cfg.data_addresses] + [(mgmt, self.cfg.mgmt_listen, None)]
+        for server, addr, creds in listens:
             try:
-                port = server.add_insecure_port(addr)
+                port = server.add_secure_port(addr, creds) if creds is not None else server.add_insecure_port(addr)
             except RuntimeError:
                 port = 0
             if port == 0:
                 raise ConfigError(f"cannot listen on {addr} (address in use or not local).")
+        for server in (data, mgmt):
             await server.start()
             self._servers.append(server)
         if hasattr(router, "start"):
@@ -86,8 +95,9 @@ class NodeDaemon:
                        asyncio.ensure_future(self._every(0.5, self.engine.sweep)),
                        asyncio.ensure_future(self._every(30.0, self.engine.prune)),
                        asyncio.ensure_future(self.engine.policy.run_background())]
-        log.info("node %s up: data %s, management %s, mode %s", self.cfg.name, self.cfg.data_listen,
-                 self.cfg.mgmt_listen, self.cfg.mode)
+        log.info("node %s up: data %s%s, management %s%s, mode %s", self.cfg.name,
+                 ", ".join(self.cfg.data_addresses), " (mTLS)" if tls_files is not None else "",
+                 self.cfg.mgmt_listen, " (tokens)" if tokens.enabled else "", self.cfg.mode)
 
     async def _metrics(self) -> None:
         self.records.write("metrics", **self.engine.snapshot())

@@ -43,6 +43,7 @@ from node.errors import clip
 from node.mta import Engine
 from node.peer import Peer
 from node.rpc import link_pb2, link_pb2_grpc
+from node.security import tls
 from node.spool import Piece
 
 log = logging.getLogger("node.link")
@@ -339,9 +340,10 @@ class LinkSession:
 class LinkManager:
     """Dials the neighbours this node is responsible for and accepts the others."""
 
-    def __init__(self, cfg: NodeConfig, engine: Engine) -> None:
+    def __init__(self, cfg: NodeConfig, engine: Engine, tls_files: tls.TlsFiles | None = None) -> None:
         self.cfg = cfg
         self.engine = engine
+        self.tls = tls_files           # None: plaintext sessions, the OPEN's names are taken on trust
         self.sessions: dict[str, LinkSession] = {}
         self.handlers: dict[str, FrameHandler] = {}
         self._dialers: list[asyncio.Task] = []
@@ -383,7 +385,12 @@ class LinkManager:
         st = self.engine.peers[peer].stats
         first = True
         while True:
-            channel = grpc.aio.insecure_channel(addr, options=GRPC_OPTIONS)
+            if self.tls is not None:
+                # dialled by address: the certificate must name the neighbour, not the address
+                channel = grpc.aio.secure_channel(addr, tls.channel_credentials(self.tls),
+                                                  options=GRPC_OPTIONS + [(tls.TARGET_NAME_OPTION, peer)])
+            else:
+                channel = grpc.aio.insecure_channel(addr, options=GRPC_OPTIONS)
             established = False
             try:
                 call = link_pb2_grpc.LinkStub(channel).Session()
@@ -451,6 +458,15 @@ class LinkManager:
                                 f"{me} dials {o.node} (the name that sorts first dials), not the other way round")
         if o.version != VERSION:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"Link version {o.version} unsupported (want {VERSION})")
+        if self.tls is not None:
+            # The handshake proved the caller holds a certificate of the run's CA; it must also be THIS
+            # neighbour's, or any node could pose as another (and evict its live session below).
+            names = tls.peer_names(context)
+            if o.node not in names:
+                log.warning("refused a session from %s claiming to be %s: its certificate names %s", context.peer(),
+                            clip(repr(o.node)), ", ".join(sorted(names)) or "nobody")
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                    clip(f"the certificate does not name {o.node!r}"))
         await context.write(_open_batch(me, o.node, o.session_id, self.cfg.session.hold_time, self.capabilities()))
         st = self.engine.peers[o.node].stats
         old = self.sessions.get(o.node)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import math
@@ -15,20 +16,41 @@ from node.mta import Engine
 from node.names import is_node_name, is_user_name
 from node.routing.rules import RuleError
 from node.rpc import control_pb2, control_pb2_grpc, submit_pb2, submit_pb2_grpc
+from node.security.tokens import Tokens, deny, token_from
 
 log = logging.getLogger("node.services")
 
 
 
+async def own_user(tokens: Tokens, context, asked: str, what: str) -> str:
+    """The user whose mail a call may touch: a user token only its own (an empty user means it), the admin any
+    (an empty user: every user's)."""
+    caller = tokens.caller(context)
+    if caller.admin:
+        return asked
+    if asked and asked != caller.user:
+        await deny(context, clip(f"a user token may {what} only its own user's mail, not {asked!r}'s"))
+    return caller.user
+
+
 class SubmitService(submit_pb2_grpc.SubmitServicer):
-    def __init__(self, engine: Engine, mailbox: Mailbox) -> None:
+    """Send, Status, ListMailbox, DeleteMail. With client tokens (security.auth) a user token sends only as its
+    user and reads and deletes only its user's mail; the admin token may do all of it for anyone."""
+
+    def __init__(self, engine: Engine, mailbox: Mailbox, tokens: Tokens | None = None) -> None:
         self.engine = engine
         self.mailbox = mailbox
+        self.tokens = tokens or Tokens(engine.cfg)
 
     async def Send(self, request: submit_pb2.SendRequest, context) -> submit_pb2.SendReply:  # noqa: N802
         body = request.WhichOneof("body")
         if body is None:
             return submit_pb2.SendReply(accepted=False, reason="a message needs a payload or a size")
+        caller = self.tokens.caller(context)
+        if not caller.admin:
+            if request.originator and request.originator != caller.user:
+                await deny(context, clip(f"a user token sends only as its user, not as {request.originator!r}"))
+            request.originator = caller.user       # reports go back to the user who really sent it
         if request.originator and not is_user_name(request.originator):
             return submit_pb2.SendReply(accepted=False, reason=f"invalid originator {request.originator!r}")
         recipients = [(r.node, r.user) for r in request.recipients]
@@ -44,8 +66,9 @@ class SubmitService(submit_pb2_grpc.SubmitServicer):
         return submit_pb2.StatusReply(msg_id=request.msg_id, state=state, detail=json.dumps(info, default=str))
 
     async def ListMailbox(self, request: submit_pb2.MailboxRequest, context) -> submit_pb2.MailboxReply:  # noqa: N802
+        user = await own_user(self.tokens, context, request.user, "read")
         try:
-            rows, next_token = await self.mailbox.page(request.user, request.include_payload, request.limit,
+            rows, next_token = await self.mailbox.page(user, request.include_payload, request.limit,
                                                        request.page_token)
         except (ValueError, TypeError):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_token is not one this node made")
@@ -55,7 +78,8 @@ class SubmitService(submit_pb2_grpc.SubmitServicer):
         return submit_pb2.MailboxReply(items=items, next_page_token=next_token)
 
     async def DeleteMail(self, request: submit_pb2.DeleteMailRequest, context) -> submit_pb2.DeleteMailReply:  # noqa: N802
-        n = await self.mailbox.delete(request.user, list(request.msg_ids))
+        user = await own_user(self.tokens, context, request.user, "delete")
+        n = await self.mailbox.delete(user, list(request.msg_ids))
         return submit_pb2.DeleteMailReply(deleted=n)
 
 
@@ -63,17 +87,23 @@ MAX_RULES_JSON = 1 << 20     # bytes of a SetRules request's rule list
 
 
 class ControlService(control_pb2_grpc.ControlServicer):
-    """Management calls; with a configured token they need metadata authorization=<token>."""
+    """Management calls: the admin token's (a user token may only ask Health). Without client tokens a
+    configured legacy control_token is needed as metadata authorization=<token>."""
 
-    def __init__(self, engine: Engine, token: str) -> None:
+    def __init__(self, engine: Engine, token: str, tokens: Tokens | None = None) -> None:
         self.engine = engine
         self.token = token
+        self.tokens = tokens or Tokens(engine.cfg)
 
-    async def _check(self, context) -> None:
+    async def _check(self, context, users_too: bool = False) -> None:
+        if self.tokens.enabled:        # TokenGuard let only known tokens through
+            if not (users_too or self.tokens.caller(context).admin):
+                await deny(context, "the Control service needs the admin token")
+            return
         if not self.token:
             return
-        got = dict(context.invocation_metadata() or ()).get("authorization", "")
-        if got not in (self.token, f"Bearer {self.token}"):
+        got = token_from(context.invocation_metadata())
+        if not hmac.compare_digest(got.encode(), self.token.encode()):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong control token")
 
     async def Stats(self, request, context) -> control_pb2.StatsReply:  # noqa: N802
@@ -141,5 +171,5 @@ class ControlService(control_pb2_grpc.ControlServicer):
         return control_pb2.SetRulesReply(installed=installed)
 
     async def Health(self, request, context) -> control_pb2.HealthReply:  # noqa: N802
-        await self._check(context)
+        await self._check(context, users_too=True)
         return control_pb2.HealthReply(node=self.engine.me, ready=True)

@@ -30,6 +30,7 @@ from testbed.experiment.cell import HEALTH_TIMEOUT, SESSION_TIMEOUT
 from testbed.experiment.daemons import TERM_GRACE, NodeDaemons
 from testbed.network import Network
 from testbed.runtime.netns import terminate_pids
+from testbed.secrets import SECRETS_DIR
 from testbed.scenario.spec import Scenario
 
 STATE_KEY = "nodes"          # where the run's registry state keeps the live daemons
@@ -85,8 +86,9 @@ def start(record: registry.RunRecord, scenario: Scenario) -> LiveNodes:
     # `up --runtime` may differ from the file; the records directory depends on it.
     wall = timescale.to_wall(dataclasses.replace(scenario, runtime=runtime))
     configs = nodeconfig.node_configs(wall, net, run_dir)
+    tokens = nodeconfig.client_tokens(configs, nodeconfig.add_security(wall, configs, run_dir))
     paths = nodeconfig.write_configs(configs, run_dir)
-    daemons = NodeDaemons(net, paths, docker=runtime == "docker")
+    daemons = NodeDaemons(net, paths, docker=runtime == "docker", tokens=tokens)
     live = LiveNodes(run_dir=str(run_dir),
                      without_daemon=[n for n in net.topology.node_names() if n not in paths])
     try:
@@ -165,6 +167,10 @@ def remove_records(live: LiveNodes) -> list[Path]:
             path.rmdir()
     if live.records_dir.is_dir() and not any(live.records_dir.iterdir()):
         live.records_dir.rmdir()
+    secrets_dir = Path(live.run_dir) / SECRETS_DIR      # the CA key and the tokens are of no use after `down`
+    if secrets_dir.is_dir():
+        shutil.rmtree(secrets_dir, ignore_errors=True)
+        removed.append(secrets_dir)
     return removed
 
 

@@ -22,7 +22,7 @@ import yaml
 
 from node.client import NodeClient
 from node.config import NodeConfig, from_dict
-from testbed import registry
+from testbed import registry, secrets
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,15 +116,21 @@ class LocalNet:
     nodes: dict[str, LocalNode] = field(default_factory=dict)
     run_id: str = ""
     netns: dict[str, str] = field(default_factory=dict)
+    secrets: secrets.RunSecrets = field(default_factory=secrets.RunSecrets)
 
     @classmethod
     def build(cls, workdir: Path, names: list[str], edges: list[tuple[str, str]], netns: NetnsLinks | None = None,
+              tls: bool = False, auth: bool = False, users: dict[str, list[str]] | None = None,
               **overrides) -> "LocalNet":
+        """`tls`/`auth`: the scenario's `security:` (a CA and certificates, tokens for `users`: node -> names)."""
         per_node: dict[str, dict] = overrides.pop("per_node", {})    # node -> settings for that node only
         net = cls(Path(workdir))
         net.run_id = registry.new_run_id()
         registry.register(net.run_id, "node-localnet", state={"workdir": str(workdir), "pids": [], "netns": []})
         try:
+            net.workdir.mkdir(parents=True, exist_ok=True)
+            net.secrets = secrets.make(net.workdir, {n: list((users or {}).get(n, [])) for n in names}, tls, auth,
+                                       nodes_dir=net.workdir)
             addrs = net._wire(names, edges, netns)
             for n in names:
                 net._configure(n, addrs, edges, {**overrides, **per_node.get(n, {})})
@@ -140,6 +146,9 @@ class LocalNet:
         raw = {"name": n, "data_listen": addrs["data"][n], "mgmt_listen": addrs["mgmt"][n],
                "neighbours": neigh, "routes": shortest_routes(n, edges), "records_dir": str(d),
                "spool": str(d / "spool.db")}
+        security = self.secrets.node_section(n)
+        if security:
+            raw["security"] = security
         for k, v in overrides.items():
             if isinstance(v, dict) and k in ("batch", "session", "limits"):
                 raw[k] = dict(v)
@@ -268,9 +277,10 @@ class LocalNet:
         self._save_pids()
         return p.returncode
 
-    def client(self, name: str) -> NodeClient:
+    def client(self, name: str, user: str = "") -> NodeClient:
+        """A client with the admin token (or `user`'s) when the net has tokens, else the control token."""
         node = self.nodes[name]
-        return NodeClient(node.mgmt, token=node.cfg.control_token)
+        return NodeClient(node.mgmt, token=self.secrets.token(name, user) or node.cfg.control_token)
 
     def records(self, name: str, kind: str) -> list[dict]:
         import json

@@ -10,6 +10,7 @@ from google.protobuf.message import DecodeError
 from node.broker.broker import Broker, BrokerError
 from node.rpc import pubsub_pb2, pubsub_pb2_grpc
 from node.errors import clip
+from node.security.tokens import Tokens, deny
 
 log = logging.getLogger("node.broker")
 
@@ -21,13 +22,22 @@ NOT_A_REQUEST = "the client sent a message that is not a SubscribeRequest"
 
 
 class PubSubService(pubsub_pb2_grpc.PubSubServicer):
-    def __init__(self, broker: Broker) -> None:
+    """With client tokens (security.auth) any known token publishes, subscribes and lists; a user token publishes
+    only as its user; removing a subscription (Unsubscribe) is the admin's."""
+
+    def __init__(self, broker: Broker, tokens: Tokens | None = None) -> None:
         self.broker = broker
+        self.tokens = tokens or Tokens(broker.cfg)
 
     async def Publish(self, request: pubsub_pb2.PublishRequest, context) -> pubsub_pb2.PublishReply:  # noqa: N802
         body = request.WhichOneof("body")
         if body is None:
             return pubsub_pb2.PublishReply(accepted=False, reason="a publication needs a payload or a size")
+        caller = self.tokens.caller(context)
+        if not caller.admin:
+            if request.publisher and request.publisher != caller.user:
+                await deny(context, clip(f"a user token publishes only as its user, not as {request.publisher!r}"))
+            request.publisher = caller.user
         return await self.broker.publish(request.topic, request.payload if body == "payload" else None,
                                          request.size if body == "size" else None, request.priority,
                                          request.lifetime, request.key, request.publisher)
@@ -92,6 +102,8 @@ class PubSubService(pubsub_pb2_grpc.PubSubServicer):
             stream.end("client closed")
 
     async def Unsubscribe(self, request: pubsub_pb2.UnsubscribeRequest, context) -> pubsub_pb2.UnsubscribeReply:  # noqa: N802
+        if not self.tokens.caller(context).admin:      # subscriptions record no owner: a user cannot prove it is its
+            await deny(context, "removing a subscription needs the admin token")
         removed, discarded = await self.broker.unsubscribe(request.name)
         if not removed:
             await context.abort(grpc.StatusCode.NOT_FOUND,

@@ -21,7 +21,7 @@ from node.peer import Peer
 from node.records import Records
 from node.routing.damping import FlapDamper
 from node.routing.linkstate import Advert, LinkStateDB, advert_from_frame
-from node.routing.monitor import LinkMonitor
+from node.routing.monitor import LinkMonitor, parse_addr
 from node.routing.selector import Route, RouteSelector
 from node.routing.spf import natural_key, path_cost
 from node.routing.static import StaticRouter
@@ -34,6 +34,18 @@ SEQ_KEY = "linkstate.seq"
 CAPABILITY = "link_state"       # the frame kind, announced in OPEN by the link layer
 HOUSEKEEPING = 1.0              # seconds between expiry / damping-release / refresh checks
 
+
+def probe_listen(cfg: NodeConfig) -> str:
+    """Where the link monitor's UDP socket listens: the data listener's address, or the wildcard address of its
+    port when the Link service listens on several addresses (one per link). One wildcard socket answers a probe
+    on whichever link it came, from that link's address, as the probes always did; only TCP is held to the
+    listed addresses."""
+    if not cfg.data_listen_also:
+        return cfg.data_listen
+    hostport = parse_addr(cfg.data_listen)
+    if hostport is None:
+        return cfg.data_listen
+    return f"[::]:{hostport[1]}" if ":" in hostport[0] else f"0.0.0.0:{hostport[1]}"
 
 class DynamicTable:
     """The routing table of `routing: dynamic`; `hop_for(dst)` is what the router asks."""
@@ -49,7 +61,7 @@ class DynamicTable:
         self.db = LinkStateDB(r.max_age)
         self.damper = FlapDamper(r.damping)
         self.selector = RouteSelector(self.me, r.hysteresis)
-        self.monitor = (LinkMonitor(self.me, r, cfg.neighbours, cfg.data_listen, self._measured)
+        self.monitor = (LinkMonitor(self.me, r, cfg.neighbours, probe_listen(cfg), self._measured)
                         if r.monitoring else None)
         self.peers: dict[str, Peer] = {}
         self.up: set[str] = set()

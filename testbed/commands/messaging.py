@@ -6,6 +6,12 @@ Where a node's management address comes from, first match wins:
   WANBED_NODES="n1=HOST:PORT,n2=HOST:PORT"  (a map by node name)
   the running network's state (testbed/netstate.py), when it exists; a host there
   that runs no node daemon (daemon: false, or `testbed up --no-nodes`) is one clear error.
+
+The token a call carries (scenario `security.auth`), first match wins:
+  WANBED_TOKEN=TOKEN
+  the running network's secrets/tokens.json: the user's token at that node when the command names a user
+  (`mailbox --user`, `send --originator`) and the run has one, else the admin token
+  none (a network without tokens)
 """
 from __future__ import annotations
 
@@ -60,6 +66,24 @@ def resolve_address(node: str, address: str | None) -> str:
     raise UserError(f"no management address for node {node!r}: pass --address HOST:PORT or set WANBED_NODES.")
 
 
+def node_token(node: str, user: str = "") -> str:
+    """The token for calls to `node` (see the module docstring); "" when there is none to use."""
+    if os.environ.get("WANBED_TOKEN"):
+        return os.environ["WANBED_TOKEN"]
+    from testbed import netstate, secrets
+    try:
+        rec = netstate.current()
+    except UserError:
+        return ""         # no network is up: an --address of another setup, which has no tokens of ours
+    run_dir = rec.state.get("run_dir")
+    if not run_dir:
+        return ""
+    run = secrets.load(Path(run_dir))
+    if user and user in run.users.get(node, {}):
+        return run.token(node, user)
+    return run.token(node)
+
+
 def _check_daemon(node: str) -> None:
     """A daemon-less host (a plain IP router) or a `--no-nodes` network: say so instead of a connection error."""
     from testbed import live_nodes
@@ -75,7 +99,7 @@ def _send(args: argparse.Namespace) -> int:
     if not to:
         raise UserError("--to needs at least one recipient node.")
     payload = read_body(args)
-    with NodeClient(resolve_address(args.src, args.address)) as c:
+    with NodeClient(resolve_address(args.src, args.address), token=node_token(args.src, args.originator)) as c:
         r = c.send(to, size=args.size, payload=payload, priority=args.priority, lifetime=args.lifetime,
                    originator=args.originator)
     if not r.accepted:
@@ -87,7 +111,7 @@ def _send(args: argparse.Namespace) -> int:
 def _mailbox(args: argparse.Namespace) -> int:
     from node.client import NodeClient
 
-    with NodeClient(resolve_address(args.node, args.address)) as c:
+    with NodeClient(resolve_address(args.node, args.address), token=node_token(args.node, args.user)) as c:
         items = c.mailbox(user=args.user)
     if args.json:
         print(json.dumps([{"msg_id": i.msg_id, "user": i.user, "src": i.src, "size": i.size, "hops": i.hops,

@@ -67,6 +67,10 @@ def _up(args: argparse.Namespace) -> int:
         from testbed import live_nodes
         from testbed.scenario import load
         scenario = load(args.scenario)
+        if args.tls or args.auth:                  # on top of the scenario's own `security:`
+            from testbed.scenario.spec import SecuritySpec
+            scenario.security = SecuritySpec(tls=scenario.security.tls or args.tls,
+                                             auth=scenario.security.auth or args.auth)
         live_nodes.check(scenario)                 # bad node settings: one error before anything is built
     run_id = registry.new_run_id()
     run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / "up" / registry.prefix(run_id)
@@ -115,6 +119,12 @@ def _start_nodes(rec: registry.RunRecord, scenario: Any) -> None:
     if nodes.sessions_missing:
         print(f"warning: neighbour sessions of {', '.join(nodes.sessions_missing)} were not all up yet")
     print(f"node records: {nodes.records_dir}/<host>/ (removed by `testbed down` unless --keep)")
+    sec = scenario.security
+    if sec.tls or sec.auth:
+        tokens = Path(nodes.run_dir) / "secrets" / "tokens.json"
+        print(f"security: {'mTLS between the nodes' if sec.tls else 'no TLS'}; "
+              f"{f'tokens in {tokens} (the CLI uses them)' if sec.auth else 'no tokens'}; "
+              f"the secrets are removed by `testbed down` unless --keep")
 
 
 def _read_report(fd: int, proc: subprocess.Popen, timeout: float) -> dict[str, Any]:
@@ -344,10 +354,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shaper", choices=("auto", "netem", "wire"), help="link shaping backend (default: the scenario's)")
     p.add_argument("--run-dir", help="where topology.json, events.jsonl and logs go (default: runs/up/<run>)")
     p.add_argument("--no-nodes", action="store_true", help="build the network only; start no node daemons")
+    p.add_argument("--tls", action="store_true", help="mTLS between the node daemons (scenario security.tls)")
+    p.add_argument("--auth", action="store_true", help="tokens for every client call (scenario security.auth; the CLI "
+                   "reads them from <run dir>/secrets/tokens.json)")
     p.add_argument("--factory", help=argparse.SUPPRESS)   # MODULE:FUNCTION building the Network (tests)
     p.set_defaults(handler=_up)
     p = sub.add_parser("down", help="stop the node daemons and tear down the running network")
-    p.add_argument("--keep", action="store_true", help="keep the node daemons' records (<run dir>/nodes/)")
+    p.add_argument("--keep", action="store_true", help="keep the node daemons' records (<run dir>/nodes/) and the "
+                   "run's secrets")
     p.set_defaults(handler=_down)
     p = sub.add_parser("status", help="hosts, links and their state")
     p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 
 from node.errors import UserError
 from node.routing.spf import natural_key
-from testbed.commands.messaging import read_body, resolve_address
+from testbed.commands.messaging import node_token, read_body, resolve_address
 from testbed.commands.routing import _one_line, _table, _yes
 
 ANSWER_TIMEOUT = 5.0       # seconds a node has to answer Unsubscribe / ListSubscriptions
@@ -59,7 +59,7 @@ def _pub(args: argparse.Namespace) -> int:
         raise UserError("--count must be at least 1.")
     address = resolve_address(args.node, args.address)
     t0 = time.monotonic()
-    with NodeClient(address, timeout=PUBLISH_TIMEOUT) as c:
+    with NodeClient(address, token=node_token(args.node), timeout=PUBLISH_TIMEOUT) as c:
         for i in range(args.count):
             r = c.publish(args.topic, size=args.size, payload=payload, priority=args.priority,
                           lifetime=args.lifetime, key=args.key)
@@ -135,7 +135,8 @@ class _Subscriber:
         """Open a stream and read its first event (the node's confirmation); the stream's remaining events."""
         from node.client import NodeClient
 
-        self.client = NodeClient(self.address)      # a new channel: no reconnect backoff left from a dead one
+        # a new channel: no reconnect backoff left from a dead one
+        self.client = NodeClient(self.address, token=node_token(self.node))
         self.sub = self.client.subscribe(self.pattern, name=self.name, durable=self.durable)
         events = iter(self.sub)
         first = next(events, None)
@@ -263,7 +264,7 @@ def _unsub(args: argparse.Namespace) -> int:
     from node.client import NodeClient
 
     address = resolve_address(args.node, args.address)
-    with NodeClient(address, timeout=ANSWER_TIMEOUT) as c:
+    with NodeClient(address, token=node_token(args.node), timeout=ANSWER_TIMEOUT) as c:
         try:
             r = c.unsubscribe(args.name)
         except UserError as exc:
@@ -305,7 +306,7 @@ def _subs(args: argparse.Namespace) -> int:
     from node.client import NodeClient
 
     address = resolve_address(args.node, args.address)
-    with NodeClient(address, timeout=ANSWER_TIMEOUT) as c:
+    with NodeClient(address, token=node_token(args.node), timeout=ANSWER_TIMEOUT) as c:
         try:
             local = c.subscriptions(remote=False)
             remote = c.subscriptions(remote=True) if args.remote else []

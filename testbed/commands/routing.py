@@ -18,7 +18,7 @@ import yaml
 
 from node.errors import UserError
 from node.routing.spf import natural_key
-from testbed.commands.messaging import resolve_address
+from testbed.commands.messaging import node_token, resolve_address
 
 ANSWER_TIMEOUT = 5.0       # seconds a node has to answer GetRoutes / SetRules
 
@@ -29,7 +29,7 @@ def get_routes(node: str, address: str) -> dict[str, Any]:
     """The node's GetRoutes reply as plain data (reply_plain)."""
     from node.client import NodeClient
 
-    with NodeClient(address, timeout=ANSWER_TIMEOUT) as client:
+    with NodeClient(address, token=node_token(node), timeout=ANSWER_TIMEOUT) as client:
         try:
             return reply_plain(client.routes(), node)
         except UserError as exc:
@@ -40,7 +40,7 @@ def set_rules(node: str, address: str, rules: list[Any]) -> int:
     """Replace the node's rules; returns how many it installed. A refusal carries the node's reason."""
     from node.client import NodeClient
 
-    with NodeClient(address, timeout=ANSWER_TIMEOUT) as client:
+    with NodeClient(address, token=node_token(node), timeout=ANSWER_TIMEOUT) as client:
         try:
             return int(client.set_rules(rules))
         except UserError as exc:

@@ -163,12 +163,13 @@ class _CellRun:
         self.network = Network.from_scenario(wall, run_dir=self.rep_dir, kind="run", handle_signals=False)
         self.network.start()
         configs = nodeconfig.node_configs(wall, self.network, self.rep_dir)
+        tokens = nodeconfig.client_tokens(configs, nodeconfig.add_security(wall, configs, self.rep_dir))
         paths = nodeconfig.write_configs(configs, self.rep_dir)
         # Daemon-less hosts (plain IP routers) neither submit nor receive.
         schedule = workload.schedule(self.model, nodeconfig.daemon_hosts(wall, self.network))
 
         self.phase("starting")
-        self.daemons = NodeDaemons(self.network, paths, docker=wall.runtime == "docker")
+        self.daemons = NodeDaemons(self.network, paths, docker=wall.runtime == "docker", tokens=tokens)
         self.daemons.start_all()
         self.daemons.wait_healthy(HEALTH_TIMEOUT, self.stop)
         missing = self.daemons.wait_sessions(SESSION_TIMEOUT, self.stop)
@@ -180,7 +181,7 @@ class _CellRun:
         if wall.subscriptions:
             self.subscribers = Subscribers(wall.subscriptions, self.rep_dir,
                                            address=lambda n: nodeconfig.mgmt_target(self.network, n),
-                                           reachable=self.daemons.reachable)
+                                           reachable=self.daemons.reachable, tokens=tokens)
             late = self.subscribers.start(SESSION_TIMEOUT, self.stop)
             if late:
                 self.progress.event(f"subscribers not subscribed after {SESSION_TIMEOUT:.0f} s: {', '.join(late)}; "
@@ -189,7 +190,8 @@ class _CellRun:
         if wall.rate_control.enabled:
             self.consumer = RootConsumer(wall.rate_control,
                                          nodeconfig.mgmt_target(self.network, wall.rate_control.root),
-                                         self.rep_dir, reachable=self.daemons.reachable)
+                                         self.rep_dir, reachable=self.daemons.reachable,
+                                         token=tokens.get(wall.rate_control.root, ""))
             self.consumer.start()
 
         if wall.workload.warmup > 0:
@@ -199,7 +201,7 @@ class _CellRun:
         self.phase("workload")
         self.driver = WorkloadDriver(self.network, schedule, self.model.time_scale, self.rep_dir,
                                      address=lambda n: nodeconfig.mgmt_target(self.network, n),
-                                     reachable=self.daemons.reachable)
+                                     reachable=self.daemons.reachable, tokens=tokens)
         self.timeline = Timeline(self.network, self.daemons, wall.faults, on_event=self.progress.event)
         t0 = time.monotonic()
         self.driver.start(t0)

@@ -23,9 +23,11 @@ log = logging.getLogger(__name__)
 
 
 class RootConsumer:
-    def __init__(self, spec: RateControlSpec, address: str, rep_dir: Path, reachable: Callable[[str], bool]) -> None:
+    def __init__(self, spec: RateControlSpec, address: str, rep_dir: Path, reachable: Callable[[str], bool],
+                 token: str = "") -> None:
         self.spec = spec
         self.address = address
+        self.token = token
         self.path = rep_dir / "consumer.json"
         self._reachable = reachable
         self.rounds = 0
@@ -42,7 +44,7 @@ class RootConsumer:
 
     def _run(self) -> None:
         every, user, n = self.spec.consumer.every, self.spec.consumer.user, self.spec.consumer.messages
-        client = NodeClient(self.address, timeout=max(5.0, 2 * every))
+        client = NodeClient(self.address, token=self.token, timeout=max(5.0, 2 * every))
         t0 = time.monotonic()
         try:
             while not self._stop.wait(max(0.0, t0 + (self.rounds + 1) * every - time.monotonic())):

@@ -32,8 +32,12 @@ LOG_TAIL = 15         # lines of a failed daemon's log shown in the error
 class NodeDaemons:
     """The set of node daemons of one network."""
 
-    def __init__(self, network: Network, config_paths: dict[str, Path], docker: bool = False) -> None:
+    def __init__(self, network: Network, config_paths: dict[str, Path], docker: bool = False,
+                 tokens: dict[str, str] | None = None) -> None:
         self.network = network
+        # node -> the run's admin token (security.auth) or the node's control_token: health checks, stats and
+        # drain carry it
+        self.tokens = tokens or {}
         self.config_paths = config_paths
         self.docker = docker
         self.procs: dict[str, Process] = {}
@@ -59,7 +63,7 @@ class NodeDaemons:
             self.start(node)
 
     def client(self, node: str, timeout: float = 10.0) -> NodeClient:
-        return NodeClient(nodeconfig.mgmt_target(self.network, node), timeout=timeout)
+        return NodeClient(nodeconfig.mgmt_target(self.network, node), token=self.tokens.get(node, ""), timeout=timeout)
 
     def wait_healthy(self, timeout: float, stop: threading.Event | None = None) -> None:
         """Every daemon answers Health within `timeout`; else one UserError naming a node that did not."""

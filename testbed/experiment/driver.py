@@ -41,8 +41,10 @@ class WorkloadDriver:
 
     def __init__(self, network: Any, schedule: Sequence[Planned], time_scale: float, rep_dir: Path,
                  address: Callable[[str], str] | None = None,
-                 reachable: Callable[[str], bool] | None = None) -> None:
+                 reachable: Callable[[str], bool] | None = None,
+                 tokens: dict[str, str] | None = None) -> None:
         self.network = network
+        self.tokens = tokens or {}      # node -> the run's admin token (security.auth): it may send as anyone
         self.schedule = list(schedule)
         self.time_scale = time_scale
         self.path = Path(rep_dir) / "workload.jsonl"
@@ -83,7 +85,7 @@ class WorkloadDriver:
             t.join(max(0.0, deadline - time.monotonic()))
 
     def _run_node(self, node: str, plan: list[Planned]) -> None:
-        client = NodeClient(self._address(node), timeout=SEND_TIMEOUT)
+        client = NodeClient(self._address(node), token=self.tokens.get(node, ""), timeout=SEND_TIMEOUT)
         try:
             for p in plan:
                 due = self._t0 + p.at * self.time_scale

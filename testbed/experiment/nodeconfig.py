@@ -15,6 +15,10 @@ With the `dynamic` routing policy every config also gets a `routing:` section
 the `shortest` table as its start-up fallback; the static policies add none.
 Every config is validated by the node's own loader before any daemon starts,
 so a bad setting is one clear error naming the node, not a dead daemon.
+The Link service listens on the host's data-plane addresses only (its loopback
+and one per link), never on the management network. With the scenario's
+`security:` on, `add_security` makes the run's secrets (testbed/secrets.py) and
+gives every config its `security:` section.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import yaml
 from node import config as node_config
 from node.config import ProbeLinkConfig
 from node.errors import UserError
+from testbed import secrets
 from testbed.network import Network
 from testbed.scenario.spec import RoutingSpec, Scenario
 from testbed.topology import overlay, routing
@@ -37,7 +42,8 @@ DATA_PORT = 7000
 MGMT_PORT = 7001
 CONTAINER_WORKDIR = "/work"     # where the docker runtime mounts a host's nodes/<name> directory
 # Keys the testbed decides; a scenario setting them would break the run's wiring.
-RESERVED = ("name", "data_listen", "mgmt_listen", "neighbours", "routes", "records_dir", "spool")
+RESERVED = ("name", "data_listen", "data_listen_also", "mgmt_listen", "neighbours", "routes", "records_dir", "spool",
+            "security")
 
 
 def routing_policy(scenario: Scenario) -> str:
@@ -64,6 +70,16 @@ def daemon_hosts(scenario: Scenario, network: Network) -> list[str]:
     return overlay.daemon_hosts(scenario.nodes, network.topology.node_names())
 
 
+def _hostport(addr: str, port: int) -> str:
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+
+
+def data_listens(network: Network, node: str) -> list[str]:
+    """Where the node's Link service listens: each of its data-plane addresses (loopback first), so the data port
+    is not open on the management network."""
+    return [_hostport(a, DATA_PORT) for a in network.addresses(node)] or [f"0.0.0.0:{DATA_PORT}"]
+
+
 def neighbour_address(network: Network, node: str, peer: str) -> str:
     """Where `node` dials its MTA neighbour `peer`: the shared link's address next door, else peer's loopback."""
     if peer in network.topology.neighbours(node):
@@ -79,10 +95,12 @@ def node_configs(scenario: Scenario, network: Network, rep_dir: Path) -> dict[st
     out: dict[str, dict] = {}
     for name in mta.node_names():
         neighbours = {peer: neighbour_address(network, name, peer) for peer in mta.neighbours(name)}
+        # A neighbour dials this host on its shared link's address or on its loopback: it listens on those.
+        listens = data_listens(network, name)
         wiring: dict[str, Any] = {
             "name": name,
-            # Any address: a neighbour dials this host on its shared link's address or on its loopback.
-            "data_listen": f"0.0.0.0:{DATA_PORT}",
+            "data_listen": listens[0],
+            "data_listen_also": listens[1:],
             "mgmt_listen": f"{network.mgmt_address(name)}:{MGMT_PORT}",
             "neighbours": neighbours,
             "routes": {dst: hop for dst, hop in table.get(name, {}).items() if dst != name},
@@ -181,6 +199,37 @@ def _lay_over(base: dict[str, Any], over: dict[str, Any]) -> None:
             _lay_over(base[key], value)
         else:
             base[key] = value
+
+
+def node_users(scenario: Scenario, configs: dict[str, dict]) -> dict[str, list[str]]:
+    """The users with a mailbox at each daemon node, who get a token each: the config's `local_users`, the
+    workload's recipient users (at every node: any may be a recipient) and the rate-control consumer at its root."""
+    workload_users = {g.recipients.user for g in scenario.workload.generators if g.recipients.user}
+    out: dict[str, list[str]] = {}
+    for name, cfg in configs.items():
+        users = set(cfg.get("local_users") or []) | workload_users
+        if cfg.get("rate", {}).get("consumer"):
+            users.add(cfg["rate"]["consumer"])
+        out[name] = sorted(users)
+    return out
+
+
+def add_security(scenario: Scenario, configs: dict[str, dict], rep_dir: Path) -> secrets.RunSecrets:
+    """Make the run's secrets for the scenario's `security:` and put every node's `security:` section in its
+    config; returns them (the testbed's clients take the admin token from it)."""
+    sec = scenario.security
+    run = secrets.make(rep_dir, node_users(scenario, configs), sec.tls, sec.auth)
+    for name, cfg in configs.items():
+        section = run.node_section(name)
+        if section:
+            cfg["security"] = section
+    return run
+
+
+def client_tokens(configs: dict[str, dict], run: secrets.RunSecrets) -> dict[str, str]:
+    """node -> the token the testbed's own clients (health check, drain, workload driver, subscribers) carry:
+    the run's admin token, else the node's own control_token (so a scenario setting one still runs)."""
+    return {n: run.admin or str(cfg.get("control_token") or "") for n, cfg in configs.items()}
 
 
 def mgmt_target(network: Network, node: str) -> str:

@@ -29,9 +29,10 @@ BACKOFF_MAX = 2.0
 
 class SubscriberClient:
     def __init__(self, spec: SubscriptionSpec, address: str, directory: Path,
-                 reachable: Callable[[str], bool]) -> None:
+                 reachable: Callable[[str], bool], token: str = "") -> None:
         self.spec = spec
         self.address = address
+        self.token = token
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self._reachable = reachable
@@ -70,7 +71,7 @@ class SubscriberClient:
 
     def _stream(self) -> None:
         s = self.spec
-        with NodeClient(self.address) as client:
+        with NodeClient(self.address, token=self.token) as client:
             sub = client.subscribe(s.pattern, name=s.name, durable=s.durable)
             with self._lock:
                 self._sub = sub
@@ -134,9 +135,9 @@ class Subscribers:
     """All subscriber clients of a repetition."""
 
     def __init__(self, specs: list[SubscriptionSpec], rep_dir: Path, address: Callable[[str], str],
-                 reachable: Callable[[str], bool]) -> None:
+                 reachable: Callable[[str], bool], tokens: dict[str, str] | None = None) -> None:
         self.clients = [SubscriberClient(s, address(s.node), Path(rep_dir) / "subscribers" / s.node / s.name,
-                                         reachable) for s in specs]
+                                         reachable, (tokens or {}).get(s.node, "")) for s in specs]
 
     def start(self, timeout: float, stop: threading.Event) -> list[str]:
         """Start every client and wait until each is subscribed; returns those that were not in time."""

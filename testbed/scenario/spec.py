@@ -232,6 +232,14 @@ class SweepSpec:
     reps: int = 1
 
 
+# --- security --------------------------------------------------------------------
+
+@dataclass
+class SecuritySpec:
+    tls: bool = False      # mTLS between the nodes: a CA per run, a certificate per node
+    auth: bool = False     # tokens per (node, user) and an admin token for Submit, Control and PubSub
+
+
 # --- the scenario ---------------------------------------------------------------
 
 @dataclass
@@ -254,6 +262,7 @@ class Scenario:
     faults: list[Fault] = field(default_factory=list)
     subscriptions: list[SubscriptionSpec] = field(default_factory=list)
     rate_control: RateControlSpec = field(default_factory=RateControlSpec)
+    security: SecuritySpec = field(default_factory=SecuritySpec)
     max_late: int | None = None          # copies still held at teardown a rep may have and pass; None: any
     sweep: SweepSpec = field(default_factory=SweepSpec)
     quick: dict[str, Any] = field(default_factory=dict)      # dotted key -> value, applied by --quick

@@ -6,14 +6,14 @@ and one line in SECTIONS; the loader walks this registry and needs no change.
 from __future__ import annotations
 
 from testbed.scenario.sections import (accounting, capture, faults, general, links, nodes, quick, rate_control,
-                                       routing, subscriptions, sweep, sysctls, topology, workload)
+                                       routing, security, subscriptions, sweep, sysctls, topology, workload)
 from testbed.scenario.sections.base import Section, read_order
 
 _FILE_SECTIONS: tuple[Section, ...] = (
     general.NAME, general.SEED, general.DURATION, general.TIME_SCALE,
     topology.TOPOLOGY, links.LINK_DEFAULTS, links.LINKS,
     general.RUNTIME, routing.ROUTING, general.SHAPER,
-    capture.CAPTURE, sysctls.SYSCTLS, nodes.NODES,
+    capture.CAPTURE, sysctls.SYSCTLS, nodes.NODES, security.SECURITY,
     subscriptions.SUBSCRIPTIONS, rate_control.RATE_CONTROL, workload.WORKLOAD, faults.FAULTS, accounting.MAX_LATE, sweep.SWEEP,
 )
 SCENARIO_KEYS: tuple[str, ...] = tuple(s.key for s in _FILE_SECTIONS) + ("quick",)

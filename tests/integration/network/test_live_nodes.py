@@ -21,8 +21,9 @@ pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network 
 REPO = Path(__file__).resolve().parents[3]
 
 
-def cli(*args: str, timeout: float = 150) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(TESTS_DIR) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+def cli(*args: str, timeout: float = 150, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(TESTS_DIR) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           **(extra_env or {})}
     return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True, text=True, cwd=REPO,
                           timeout=timeout, env=env)
 
@@ -89,3 +90,40 @@ def test_up_with_a_daemonless_router_delivers_and_down_leaves_nothing(tmp_path: 
     assert [p for p in pids if _alive(p)] == []
     assert ours_left(rec.run_id) == [] and registry.load(rec.run_id) is None
     assert not (run_dir / "nodes").exists()                               # records removed without --keep
+
+
+def test_up_with_tls_and_auth_the_cli_carries_tokens_and_down_removes_the_secrets(tmp_path: Path) -> None:
+    """`up --tls --auth` (issue 22): n1 dials n2 over mTLS at n2's loopback (across the router), the CLI takes
+    the run's tokens (the admin's, or a named user's), a wrong token is one sentence, `down` removes the secrets."""
+    if netstate.running():
+        pytest.skip("a `testbed up` network is running on this machine; not touching it")
+    run_dir = tmp_path / "run"
+    scenario = scenario_file(tmp_path)
+    scenario.write_text(scenario.read_text() + "  n2: {local_users: [alice, bob]}\n")
+    r = cli("up", str(scenario), "--run-dir", str(run_dir), "--tls", "--auth")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rec = netstate.running()[0]
+    try:
+        assert "security: mTLS between the nodes; tokens in" in r.stdout
+        cfg = yaml.safe_load((run_dir / "nodes" / "n2" / "node.yaml").read_text())
+        assert set(cfg["security"]) == {"tls", "auth"} and set(cfg["security"]["auth"]["users"]) == {"alice", "bob"}
+        assert "0.0.0.0" not in cfg["data_listen"] + "".join(cfg["data_listen_also"])
+        for user in ("alice", "bob"):
+            r = cli("send", "n1", "--to", f"{user}@n2", "--size", "100")
+            assert r.returncode == 0, r.stderr
+        deadline, items = time.monotonic() + 30, []
+        while time.monotonic() < deadline and len(items) < 2:
+            r = cli("mailbox", "n2", "--json")            # the admin token: every user's mail
+            assert r.returncode == 0, r.stderr
+            items = json.loads(r.stdout)
+            time.sleep(0.2)
+        assert sorted(i["user"] for i in items) == ["alice", "bob"]
+        r = cli("mailbox", "n2", "--json", "--user", "alice")   # alice's own token
+        assert r.returncode == 0 and [i["user"] for i in json.loads(r.stdout)] == ["alice"], r.stderr
+        r = cli("mailbox", "n2", extra_env={"WANBED_TOKEN": "wrong"})
+        assert r.returncode == 2 and "unknown token" in r.stderr and "Traceback" not in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+    finally:
+        down = cli("down")
+    assert down.returncode == 0, down.stderr
+    assert ours_left(rec.run_id) == [] and not (run_dir / "secrets").exists()

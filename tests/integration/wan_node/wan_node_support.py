@@ -23,8 +23,10 @@ def wan_with_daemons(text: str) -> Iterator[tuple[Network, NodeDaemons]]:
     daemons: NodeDaemons | None = None
     try:
         net.start()
-        paths = nodeconfig.write_configs(nodeconfig.node_configs(scenario, net, run_dir), run_dir)
-        daemons = NodeDaemons(net, paths)
+        configs = nodeconfig.node_configs(scenario, net, run_dir)
+        tokens = nodeconfig.client_tokens(configs, nodeconfig.add_security(scenario, configs, run_dir))
+        paths = nodeconfig.write_configs(configs, run_dir)
+        daemons = NodeDaemons(net, paths, tokens=tokens)
         daemons.start_all()
         daemons.wait_healthy(60)
         missing = daemons.wait_sessions(30)

@@ -1,0 +1,165 @@
+"""A run's secrets (scenario `security:`): the certificate authority, the node certificates and the client tokens.
+
+Layout in the run directory (docs/run-directory.md):
+
+    secrets/ca.key            the CA's private key (0600; never leaves this directory)
+    secrets/ca.crt            the CA's certificate
+    secrets/tokens.json       {"admin": TOKEN, "users": {node: {user: TOKEN}}} (0600)
+    nodes/<node>/ca.crt       the CA certificate the node trusts
+    nodes/<node>/node.crt     the node's certificate: DNS name (and CN) = the node's name
+    nodes/<node>/node.key     its private key (0600, owned like the directory: a container's user reads it)
+
+A node's config names its files relative to its own directory (which the docker runtime mounts at /work)
+and holds only the SHA-256 digests of the admin token and of its own users' tokens.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import secrets as pysecrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from node.errors import UserError
+from node.security.tokens import digest
+
+SECRETS_DIR = "secrets"
+TOKENS_FILE = "tokens.json"
+CERT_FILES = {"cert": "node.crt", "key": "node.key", "ca": "ca.crt"}
+VALID_DAYS = 30          # a run (or a `testbed up` network) lives far shorter
+
+
+@dataclass
+class RunSecrets:
+    tls: bool = False
+    auth: bool = False
+    admin: str = ""                                           # the admin token ("" without auth)
+    users: dict[str, dict[str, str]] = field(default_factory=dict)   # node -> user -> token
+
+    def token(self, node: str, user: str = "") -> str:
+        """The token a client uses at `node`: the admin's, or `user`'s there (one sentence if it has none)."""
+        if not self.auth:
+            return ""
+        if not user:
+            return self.admin
+        try:
+            return self.users[node][user]
+        except KeyError:
+            raise UserError(f"the run has no token for user {user!r} at {node} (users there: "
+                            f"{', '.join(sorted(self.users.get(node, {}))) or 'none'}).") from None
+
+    def node_section(self, node: str) -> dict[str, Any]:
+        """The `security:` mapping of a node's config (empty when the run has no security)."""
+        out: dict[str, Any] = {}
+        if self.tls:
+            out["tls"] = dict(CERT_FILES)
+        if self.auth:
+            out["auth"] = {"admin": digest(self.admin),
+                           "users": {u: digest(t) for u, t in sorted(self.users.get(node, {}).items())}}
+        return out
+
+
+def _write_private(path: Path, data: bytes, owner_of: Path | None = None) -> None:
+    """Write a secret 0600 from the start (never briefly readable by others)."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    if owner_of is not None:
+        st = owner_of.stat()
+        if (st.st_uid, st.st_gid) != (os.getuid(), os.getgid()):
+            os.chown(path, st.st_uid, st.st_gid)     # the docker runtime's non-root daemon reads its own key
+
+
+def make(run_dir: Path, users: dict[str, list[str]], tls: bool, auth: bool,
+         nodes_dir: Path | None = None) -> RunSecrets:
+    """Make (and write) the secrets of a run whose daemons are the keys of `users` (node -> its users); the node
+    files go to <nodes_dir>/<node>/ (default: the run's nodes/)."""
+    out = RunSecrets(tls=tls, auth=auth)
+    if not (tls or auth):
+        return out
+    sdir = Path(run_dir) / SECRETS_DIR
+    sdir.mkdir(parents=True, exist_ok=True)
+    os.chmod(sdir, 0o700)
+    if tls:
+        _make_certificates(Path(nodes_dir) if nodes_dir is not None else Path(run_dir) / "nodes", sdir,
+                           sorted(users), Path(run_dir).name)
+    if auth:
+        out.admin = pysecrets.token_urlsafe(32)
+        out.users = {n: {u: pysecrets.token_urlsafe(32) for u in sorted(set(us))} for n, us in sorted(users.items())}
+    _write_private(sdir / TOKENS_FILE, json.dumps({"tls": tls, "auth": auth, "admin": out.admin,
+                                                   "users": out.users}, indent=1).encode())
+    return out
+
+
+def load(run_dir: Path) -> RunSecrets:
+    """The secrets a run wrote (none: a run without security)."""
+    path = Path(run_dir) / SECRETS_DIR / TOKENS_FILE
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return RunSecrets()
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read the run's tokens {path}: {exc}.") from None
+    return RunSecrets(tls=bool(raw.get("tls")), auth=bool(raw.get("auth")), admin=str(raw.get("admin", "")),
+                      users={n: dict(u) for n, u in (raw.get("users") or {}).items()})
+
+
+def _make_certificates(nodes_dir: Path, sdir: Path, nodes: list[str], label: str) -> None:
+    # Only the testbed needs `cryptography` (the node daemon loads PEM files through grpc).
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    start, end = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=VALID_DAYS)   # some clock skew
+
+    def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption())
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"wanbed run CA {label}")])
+    ca_cert = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+               .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(start).not_valid_after(end)
+               .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+               .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
+                                            data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                            crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+               .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+               .sign(ca_key, hashes.SHA256()))
+    ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM)
+    _write_private(sdir / "ca.key", pem_key(ca_key))
+    (sdir / "ca.crt").write_bytes(ca_pem)
+    for node in nodes:
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node)])).issuer_name(ca_name)
+                .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(start).not_valid_after(end)
+                .add_extension(x509.SubjectAlternativeName([x509.DNSName(node)]), critical=False)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                # each node is a TLS server (it accepts) and a client (it dials)
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                      ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                               critical=False)
+                .sign(ca_key, hashes.SHA256()))
+        d = nodes_dir / node
+        d.mkdir(parents=True, exist_ok=True)
+        (d / CERT_FILES["ca"]).write_bytes(ca_pem)
+        (d / CERT_FILES["cert"]).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        _write_private(d / CERT_FILES["key"], pem_key(key), owner_of=d)
+
+
+def make_stranger(out_dir: Path, name: str) -> Path:
+    """A certificate named `name` from a CA of its own (not the run's), for tests of refused sessions: returns
+    the directory with its ca.crt, node.crt and node.key."""
+    other = Path(out_dir)
+    other.mkdir(parents=True, exist_ok=True)
+    _make_certificates(other, other, [name], "stranger")
+    return other / name

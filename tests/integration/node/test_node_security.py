@@ -1,0 +1,186 @@
+"""Authenticated nodes and clients (issue 22), on real daemons over loopback with `tls` and `auth` on.
+
+Link: a caller without a certificate, with a certificate of another CA, or with another node's certificate of the
+run's CA is refused, and the live session of the node it claims to be stays up (no reconnect). Clients: a missing
+or wrong token is UNAUTHENTICATED (never a traceback), a user sends only as itself and reads and deletes only its
+own mail, the admin sees everything, Control is the admin's.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+from node.link import _open_batch
+from node.rpc import control_pb2, control_pb2_grpc, link_pb2_grpc, pubsub_pb2, pubsub_pb2_grpc, submit_pb2, \
+    submit_pb2_grpc
+from node.rpc.common_pb2 import Recipient
+from node.security import tls
+from testbed import secrets
+
+from nodenet_support import wait_until
+
+ROOT = Path(__file__).resolve().parents[3]
+NAMES = ["n1", "n2", "n3"]
+EDGES = [("n1", "n2"), ("n2", "n3")]
+USERS = {n: ["alice", "bob"] for n in NAMES}
+
+
+async def _pose(addr: str, creds: grpc.ChannelCredentials | None, claim: str) -> tuple[grpc.StatusCode, str]:
+    """Dial n2's data port with `creds` (None: plaintext), send an OPEN claiming to be `claim`: how it ended."""
+    channel = (grpc.aio.secure_channel(addr, creds, options=[(tls.TARGET_NAME_OPTION, "n2")]) if creds is not None
+               else grpc.aio.insecure_channel(addr))
+    try:
+        call = link_pb2_grpc.LinkStub(channel).Session(timeout=10)
+        await call.write(_open_batch(claim, "n2", 1, 5.0, ["runs"]))
+        reply = await call.read()
+        return grpc.StatusCode.OK, f"answered {reply}"
+    except grpc.aio.AioRpcError as exc:
+        return exc.code(), exc.details() or ""
+    finally:
+        await channel.close()
+
+
+def _creds(directory: Path, ca: Path) -> grpc.ChannelCredentials:
+    return grpc.ssl_channel_credentials(root_certificates=ca.read_bytes(),
+                                        private_key=(directory / "node.key").read_bytes(),
+                                        certificate_chain=(directory / "node.crt").read_bytes())
+
+
+def _n1_session(net) -> dict:
+    with net.client("n2") as c:
+        return c.stats()["neighbours"]["n1"]
+
+
+def test_only_the_named_neighbour_gets_a_session_and_the_live_one_stays(localnet, tmp_path: Path) -> None:
+    net = localnet(names=NAMES, edges=EDGES, tls=True, auth=True, users=USERS)
+    with net.client("n1") as c:
+        assert c.send(["alice@n3"], size=5000).accepted
+    wait_until(lambda: len(net.records("n3", "delivery")) == 1, 15, what="a delivery over mTLS")
+    before = _n1_session(net)
+    assert before["up"]
+
+    run_ca = net.workdir / "n2" / "ca.crt"
+    stranger = secrets.make_stranger(tmp_path / "stranger", "n1")      # named n1, but not by the run's CA
+    addr = net.nodes["n2"].cfg.data_listen
+    plain = asyncio.run(_pose(addr, None, "n1"))
+    other_ca = asyncio.run(_pose(addr, _creds(stranger, run_ca), "n1"))
+    other_node = asyncio.run(_pose(addr, _creds(net.workdir / "n3", run_ca), "n1"))    # n3's own certificate
+    assert plain[0] == grpc.StatusCode.UNAVAILABLE, plain
+    assert other_ca[0] == grpc.StatusCode.UNAVAILABLE, other_ca
+    assert other_node == (grpc.StatusCode.UNAUTHENTICATED, "the certificate does not name 'n1'"), other_node
+
+    after = _n1_session(net)
+    assert after["up"] and after["reconnects"] == before["reconnects"], (before, after)
+    with net.client("n1") as c:
+        assert c.send(["bob@n3"], size=5000).accepted
+    wait_until(lambda: len(net.records("n3", "delivery")) == 2, 15, what="the live session to carry on")
+    log = (net.workdir / "n2" / "node.log").read_text()
+    assert "claiming to be 'n1'" in log and "Traceback" not in log
+
+
+async def _open(addr: str, claim: str, peer: str, version: int) -> grpc.StatusCode:
+    """A plaintext OPEN with the given names and version: how n2 answered."""
+    async with grpc.aio.insecure_channel(addr) as channel:
+        call = link_pb2_grpc.LinkStub(channel).Session(timeout=10)
+        batch = _open_batch(claim, peer, 1, 5.0, ["runs"])
+        batch.frames[0].open.version = version
+        try:
+            await call.write(batch)
+            await call.read()
+        except grpc.aio.AioRpcError as exc:
+            return exc.code()
+        return grpc.StatusCode.OK
+
+
+def test_without_tls_an_open_that_fails_a_check_leaves_the_live_session(localnet) -> None:
+    net = localnet(names=NAMES[:2], edges=EDGES[:1])
+    before = _n1_session(net)
+    addr = net.nodes["n2"].cfg.data_listen
+    assert asyncio.run(_open(addr, "n1", "n9", 1)) == grpc.StatusCode.PERMISSION_DENIED     # calls someone else
+    assert asyncio.run(_open(addr, "n1", "n2", 99)) == grpc.StatusCode.FAILED_PRECONDITION  # another version
+    assert asyncio.run(_open(addr, "n7", "n2", 1)) == grpc.StatusCode.PERMISSION_DENIED     # not a neighbour
+    after = _n1_session(net)
+    assert after["up"] and after["reconnects"] == before["reconnects"], (before, after)
+
+
+def _stubs(net, node: str, token: str | None):
+    channel = grpc.insecure_channel(net.nodes[node].mgmt)
+    md = (("authorization", token),) if token is not None else ()
+    return channel, md, submit_pb2_grpc.SubmitStub(channel), control_pb2_grpc.ControlStub(channel), \
+        pubsub_pb2_grpc.PubSubStub(channel)
+
+
+def _code(fn, *args, **kw) -> grpc.StatusCode:
+    try:
+        fn(*args, timeout=10, **kw)
+    except grpc.RpcError as exc:
+        assert exc.details() and "Traceback" not in exc.details()
+        return exc.code()
+    return grpc.StatusCode.OK
+
+
+def test_tokens_decide_who_sends_reads_deletes_and_manages(localnet) -> None:
+    net = localnet(names=NAMES[:2], edges=EDGES[:1], auth=True, users=USERS)
+    send = submit_pb2.SendRequest(recipients=[Recipient(node="n2", user="bob")], size=100)
+    for token in (None, "", "not-a-token"):
+        channel, md, submit, control, pubsub = _stubs(net, "n1", token)
+        with channel:
+            assert _code(submit.Send, send, metadata=md) == grpc.StatusCode.UNAUTHENTICATED
+            assert _code(submit.ListMailbox, submit_pb2.MailboxRequest(), metadata=md) == \
+                grpc.StatusCode.UNAUTHENTICATED
+            assert _code(control.Stats, control_pb2.StatsRequest(), metadata=md) == grpc.StatusCode.UNAUTHENTICATED
+            assert _code(pubsub.Publish, pubsub_pb2.PublishRequest(topic="t", size=1), metadata=md) == \
+                grpc.StatusCode.UNAUTHENTICATED
+            stream = pubsub.Subscribe(iter([pubsub_pb2.SubscribeRequest(start=pubsub_pb2.SubscribeStart(pattern="t"))]),
+                                      metadata=md, timeout=10)
+            with pytest.raises(grpc.RpcError) as info:
+                list(stream)
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+    alice1 = net.secrets.token("n1", "alice")
+    channel, md, submit, control, _ = _stubs(net, "n1", alice1)
+    with channel:
+        spoof = submit_pb2.SendRequest(originator="bob", recipients=[Recipient(node="n2", user="bob")], size=100)
+        assert _code(submit.Send, spoof, metadata=md) == grpc.StatusCode.PERMISSION_DENIED
+        for user in ("alice", "bob"):
+            r = submit.Send(submit_pb2.SendRequest(recipients=[Recipient(node="n2", user=user)], size=100),
+                            metadata=md, timeout=10)
+            assert r.accepted, r.reason
+        assert _code(control.Stats, control_pb2.StatsRequest(), metadata=md) == grpc.StatusCode.PERMISSION_DENIED
+        assert control.Health(control_pb2.HealthRequest(), metadata=md, timeout=10).ready
+    assert net.records("n1", "submission")[-1]["originator"] == "alice"   # the token's user, not a claim
+    wait_until(lambda: len(net.records("n2", "delivery")) == 2, 15, what="both deliveries")
+
+    with net.client("n2", user="alice") as alice, net.client("n2", user="bob") as bob, net.client("n2") as admin:
+        everyone = admin.mailbox()
+        assert sorted(i.user for i in everyone) == ["alice", "bob"]
+        mine = alice.mailbox()                          # an empty user means the token's user
+        assert [i.user for i in mine] == ["alice"]
+        with pytest.raises(Exception, match="only its own user's mail"):
+            alice.mailbox(user="bob")
+        bobs = [i.msg_id for i in everyone if i.user == "bob"]
+        assert alice.delete_mail(bobs) == 0             # not hers: nothing deleted
+        with pytest.raises(Exception, match="only its own user's mail"):
+            alice.delete_mail(bobs, user="bob")
+        assert [i.msg_id for i in bob.mailbox()] == bobs
+        assert bob.delete_mail(bobs) == 1
+        assert [i.user for i in admin.mailbox()] == ["alice"]
+    for n in net.nodes:
+        assert "Traceback" not in (net.workdir / n / "node.log").read_text()
+
+    # the CLI: without a token one sentence (exit 2), with WANBED_TOKEN the admin's view
+    def tb(*args: str, token: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True, text=True, cwd=ROOT,
+                              timeout=60, env={**os.environ, "WANBED_TOKEN": token})
+    a2 = net.nodes["n2"].mgmt
+    out = tb("mailbox", "n2", "--json", "--address", a2, token="wrong")
+    assert out.returncode == 2 and "refused the call: unknown token" in out.stderr and "Traceback" not in out.stderr
+    out = tb("mailbox", "n2", "--json", "--address", a2, token=net.secrets.admin)
+    assert out.returncode == 0 and [i["user"] for i in json.loads(out.stdout)] == ["alice"], out.stderr
