@@ -235,6 +235,10 @@ class ResourceManager:
             st = self.streams.get(p.mkey)
             if st is None:
                 alloc = min(p.fragments, self.cfg.resources.stream_allocation)
+                if self.pool.config.classes_enabled:
+                    # never ask a class for more than its whole limit: readjustment only grows a class that is
+                    # full, so a stream wanting 4 of a class cut to 2 (and empty) would be refused for ever
+                    alloc = max(1, min(alloc, self.pool.limit(cls)))
                 if not self.pool.try_acquire(cls, alloc):
                     return self._refuse("stream_refused", f"class {cls} at {self.me} cannot hold a stream of {alloc}",
                                         peer)

@@ -214,3 +214,13 @@ def test_user_quotas_reach_the_recipient_pool_and_negative_ones_are_refused() ->
     assert unset.recipient.config.user_hard_quota is None      # 0 in the config = no quota
     with pytest.raises(ConfigError, match="user_hard_quota"):
         cfg(user_hard_quota=-1)
+
+
+def test_a_stream_never_asks_a_class_for_more_than_its_whole_limit() -> None:
+    """Readjustment can cut a class below the stream allocation; only a full class may grow again, so an empty
+    class of limit 2 asked for 4 would refuse that stream for ever (seen as a livelock on a 6-node ring)."""
+    rm, _woken = manager(stream_allocation=4, transit_buffers=40)
+    rm.pool._limits[1] = 2                      # what expression 5.1's readjustment had left the class
+    frags = [piece("s", "d", off=o * F, total=10 * F, hops=1, fragments=10) for o in range(10)]
+    assert rm.admit("a", frags[0]) is None      # set up with allocation 2, not refused
+    assert rm.streams[("s", "d")].allocation == 2 and rm.pool.usage(1) == 2
