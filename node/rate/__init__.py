@@ -1,4 +1,5 @@
-"""MQ rate control between client message queues and a root queue (the MQ-on-MPLS-VPN seed, §3.3).
+"""MQ rate control between client message queues and a root queue (the MQ-on-MPLS-VPN study, its §3.3;
+docs/reproductions/mq-adaptive.md).
 
 Clients forward to a root at rates the root assigns from how full each client's
 queue is, so a bursty client borrows the capacity the quiet ones leave unused.

@@ -1,4 +1,4 @@
-"""A client's weight: the decile of its queue occupancy (seed §4.2).
+"""A client's weight: the decile of its queue occupancy (the MQ-on-MPLS-VPN study, §4.2).
 
 X*10% <= U < (X+1)*10%  ->  w = X, for X = 0..9; a full queue (U = 100%) would be 10 and is clamped to 9.
 """
