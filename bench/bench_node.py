@@ -31,8 +31,13 @@ BATCH = {"max_frames": 512, "max_bytes": 1 << 20, "min_bytes": 16384, "target_de
 
 
 def preload(net: LocalNet, n: int, dst: str) -> None:
-    cfg = net.nodes["n1"].cfg
-    spool = Spool(cfg.spool_path, 0.0)
+    preload_spool(net.nodes["n1"].cfg.spool_path, n, dst)
+
+
+def preload_spool(spool_path: Path, n: int, dst: str) -> None:
+    """n messages of SIZE bytes from n1 to dst in the spool at spool_path, written as submissions write them
+    (also used by bench_security.py)."""
+    spool = Spool(spool_path, 0.0)
     spool.open()
     now = time.time()
     pieces = [Piece(f"b{i:08d}", dst, 0, SIZE, 0, "n1", "", [""], 1, now, now + 3600, "", 1, b"x" * SIZE)

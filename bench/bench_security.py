@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from node.spool import Piece, Spool  # noqa: E402
+from bench_node import preload_spool  # noqa: E402
 from testbed.experiment import nodeconfig  # noqa: E402
 from testbed.experiment.daemons import NodeDaemons  # noqa: E402
 from testbed.network import Network  # noqa: E402
 from testbed.scenario.loader import load_text  # noqa: E402
 
 RATE_MBIT, DELAY = 50.0, 0.020
-SIZE = 1000
 SCENARIO = """
 name: bench-security
 topology: {{generator: linear, params: {{n: {n}}}}}
@@ -41,25 +41,6 @@ nodes:
     fragment_size: 1000
     metrics_interval: 5.0
 """
-
-
-def _preload(spool_path: Path, n: int, dst: str) -> None:
-    spool = Spool(spool_path, 0.0)
-    spool.open()
-    now = time.time()
-    pieces = [Piece(f"b{i:08d}", dst, 0, SIZE, 0, "n1", "", [""], 1, now, now + 3600, "", 1, b"x" * SIZE)
-              for i in range(n)]
-    for i in range(0, n, 5000):
-        chunk = pieces[i:i + 5000]
-        origins = [Spool.op_origin(p.msg_id, "", [dst], SIZE, 1, now, now + 3600) for p in chunk]
-        insert = Spool.op_insert(chunk)
-
-        def op(c, origins=origins, insert=insert) -> None:      # as a submission writes them
-            for o in origins:
-                o(c)
-            insert(c)
-        spool.run_sync(op)
-    spool.close()
 
 
 @contextlib.contextmanager
@@ -76,7 +57,7 @@ def _chain(nodes: int, secure: bool, preload: int = 0) -> Iterator[tuple[Network
         tokens = nodeconfig.client_tokens(configs, nodeconfig.add_security(scenario, configs, run_dir))
         paths = nodeconfig.write_configs(configs, run_dir)
         if preload:
-            _preload(run_dir / "nodes" / "n1" / "spool.db", preload, f"n{nodes}")
+            preload_spool(run_dir / "nodes" / "n1" / "spool.db", preload, f"n{nodes}")
         daemons = NodeDaemons(net, paths, tokens=tokens)
         daemons.start_all()
         daemons.wait_healthy(60)
