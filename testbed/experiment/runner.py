@@ -453,6 +453,7 @@ def table_rows(plans: list[RepPlan]) -> list[dict[str, str]]:
             "delivered": _fmt(s.get("delivered")), "lost": _fmt(s.get("lost")),
             "late": _fmt(s.get("late")), "dup": _fmt(s.get("duplicates")),
             "thr2+/h": _fmt(thr.get("per_model_hour") if thr else None),
+            "thr2+B/s": _fmt(thr.get("model_bytes_per_s_2plus") if thr else None, 0),
             "delay_s": _fmt(overall.get("mean_model_s", overall.get("mean")) if isinstance(overall, dict) else None, 2),
             "cpu_max": _fmt(sat.get("max_cpu") if sat else None, 0),
             "wall_s": _fmt(p.wall_s, 0),

@@ -234,6 +234,9 @@ def test_driver_counters_and_workload_window(run_dir: Path) -> None:
     assert t["messages_2plus"] == 5                          # the late one counts over the whole run
     assert t["messages_2plus_during_workload"] == 4          # but not inside the workload window
     assert t["per_model_hour_during_workload"] == pytest.approx(4.0)
+    # the thesis' bytes/s: m2 5000 + m3 50000 to each of two recipients + m4 200000, not the late 9000
+    assert t["bytes_2plus_during_workload"] == 305_000
+    assert t["model_bytes_per_s_2plus"] == pytest.approx(305_000 / 3600, abs=1e-3)
     assert s["unexpected_deliveries"] == 1                   # "late" was never submitted in this directory
 
 
