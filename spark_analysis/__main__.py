@@ -72,7 +72,7 @@ def report(directory: str, out: str | None = None, master: str | None = None, sp
             spark.stop()
     with progress.step("writing report"):
         page = rep.write(out_dir, str(directory), tables, formats=formats)
-    rep.console_summary(tables.summary, tables.health)
+    rep.console_summary(tables.summary, tables.health, comparison=tables.comparison)
     return page
 
 

@@ -7,35 +7,14 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from .stats import Interval, metric_ci
+
 BUCKETS = [(1, 1, "1"), (2, 10, "2-10"), (11, 20, "11-20"), (21, 50, "21-50"), (51, None, "51+")]
 BUCKET_ORDER = [b[2] for b in BUCKETS]
 RUN_METRICS = ["submitted", "accepted", "delivered", "lost", "duplicates", "throughput_multi", "delivery_prob",
                "overhead_ratio", "latency_mean", "latency_p50", "hops_mean"]
-
-# two-sided 95% Student t quantiles (0.975) by degrees of freedom
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-         10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110,
-         18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
-
-
-def t975(df: int) -> float:
-    if df in _T975:
-        return _T975[df]
-    larger = [k for k in _T975 if k > df]
-    return _T975[min(larger)] if larger else 1.960
-
-
-def mean_ci(values) -> tuple[float, float, int]:
-    """Mean, 95% CI half-width (NaN when n < 2) and n of the non-null values."""
-    vals = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    n = len(vals)
-    if n == 0:
-        return math.nan, math.nan, 0
-    m = sum(vals) / n
-    if n < 2:
-        return m, math.nan, n
-    sd = math.sqrt(sum((v - m) ** 2 for v in vals) / (n - 1))
-    return m, t975(n - 1) * sd / math.sqrt(n), n
+# ci95 = (hi - lo) / 2; ci_centre = the value [ci95_lo, ci95_hi] bounds (geometric mean for t on logs)
+CI_COLUMNS = ["ci95", "ci95_lo", "ci95_hi", "ci_centre", "ci_method"]
 
 
 def _bucket_col(nfrag):
@@ -249,14 +228,30 @@ def comparison(summary: pd.DataFrame, runs: list, metrics: tuple[str, ...] = ("t
             for mode, label in (("fragmenting", "frag"), ("non-fragmenting", "nonfrag")):
                 sel = summary[(summary["cell"].isin(by_mode[mode])) & (summary["mode"] == mode)
                               & (summary["metric"] == metric)]
-                row[f"{label}_mean"] = sel["mean"].iloc[0] if len(sel) else math.nan
-                row[f"{label}_ci95"] = sel["ci95"].iloc[0] if len(sel) else math.nan
+                for col in ("mean", "ci95", "ci95_lo", "ci95_hi", "ci_centre"):
+                    row[f"{label}_{col}"] = _first(sel, col)
                 row[f"{label}_n"] = int(sel["n"].iloc[0]) if len(sel) else 0
+                row[f"{label}_ci_method"] = str(sel["ci_method"].iloc[0]) if len(sel) and "ci_method" in sel else ""
             nf = row["nonfrag_mean"]
             row["ratio_frag_nonfrag"] = row["frag_mean"] / nf if nf and not math.isnan(nf) else math.nan
+            row["ci_separate"] = _separate(row)
             rows.append(row)
-    return pd.DataFrame(rows, columns=["setting", "metric", "frag_mean", "frag_ci95", "frag_n", "nonfrag_mean",
-                                       "nonfrag_ci95", "nonfrag_n", "ratio_frag_nonfrag"])
+    sides = [f"{label}_{col}" for label in ("frag", "nonfrag")
+             for col in ("mean", "ci95", "ci95_lo", "ci95_hi", "ci_centre", "n", "ci_method")]
+    return pd.DataFrame(rows, columns=["setting", "metric", *sides, "ratio_frag_nonfrag", "ci_separate"])
+
+
+def _first(sel: pd.DataFrame, col: str) -> float:
+    return float(sel[col].iloc[0]) if len(sel) and col in sel else math.nan
+
+
+def _separate(row: dict) -> bool | None:
+    """Whether the two modes' 95% CIs are disjoint; None when either has no CI."""
+    bounds = [row[f"{s}_ci95_{b}"] for s in ("frag", "nonfrag") for b in ("lo", "hi")]
+    if any(b is None or math.isnan(b) for b in bounds):
+        return None
+    flo, fhi, nlo, nhi = bounds
+    return bool(fhi < nlo or nhi < flo)
 
 
 def _setting(params: dict, cell: str) -> str:
@@ -282,8 +277,16 @@ def sweeps(summary: pd.DataFrame, runs: list, metric: str = "throughput_multi") 
             continue
         sel = summary[(summary["metric"] == metric) & summary["cell"].isin(num)].copy()
         sel["value"] = sel["cell"].map(num)
-        out[key] = sel[["value", "mode", "cell", "mean", "ci95", "n"]].sort_values(["mode", "value"]).reset_index(drop=True)
+        out[key] = (sel[["value", "mode", "cell", "mean", *CI_COLUMNS, "n"]].sort_values(["mode", "value"])
+                    .reset_index(drop=True))
     return out
+
+
+def _ci_cols(iv: Interval) -> dict:
+    """The CI columns of one row: ci95 = (hi - lo) / 2 (the half-width for t on raw values), the bounds,
+    the value they bound (geometric mean for t on logs) and the method."""
+    return {"ci95": iv.half_width, "ci95_lo": iv.lo, "ci95_hi": iv.hi, "ci_centre": iv.centre,
+            "ci_method": iv.method}
 
 
 def summarize(runs: pd.DataFrame, delay: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -291,15 +294,15 @@ def summarize(runs: pd.DataFrame, delay: pd.DataFrame) -> tuple[pd.DataFrame, pd
     rows = []
     for (cell, mode), g in runs.groupby(["cell", "mode"], sort=True):
         for metric in RUN_METRICS:
-            m, ci, n = mean_ci(g[metric].tolist())
-            rows.append({"cell": cell, "mode": mode, "metric": metric, "mean": m, "ci95": ci, "n": n})
-    summary = pd.DataFrame(rows, columns=["cell", "mode", "metric", "mean", "ci95", "n"])
+            iv = metric_ci(metric, g[metric].tolist())
+            rows.append({"cell": cell, "mode": mode, "metric": metric, "mean": iv.mean, **_ci_cols(iv), "n": iv.n})
+    summary = pd.DataFrame(rows, columns=["cell", "mode", "metric", "mean", *CI_COLUMNS, "n"])
     rows = []
     for (cell, mode, bucket), g in delay.groupby(["cell", "mode", "bucket"], sort=True):
-        m, ci, n = mean_ci(g["mean_delay_s"].tolist())
-        rows.append({"cell": cell, "mode": mode, "bucket": bucket, "mean_delay_s": m, "ci95": ci, "n": n,
-                     "messages": int(g["messages"].sum())})
-    delays = pd.DataFrame(rows, columns=["cell", "mode", "bucket", "mean_delay_s", "ci95", "n", "messages"])
+        iv = metric_ci("mean_delay_s", g["mean_delay_s"].tolist())
+        rows.append({"cell": cell, "mode": mode, "bucket": bucket, "mean_delay_s": iv.mean, **_ci_cols(iv),
+                     "n": iv.n, "messages": int(g["messages"].sum())})
+    delays = pd.DataFrame(rows, columns=["cell", "mode", "bucket", "mean_delay_s", *CI_COLUMNS, "n", "messages"])
     if len(delays):
         delays["_o"] = delays["bucket"].map(BUCKET_ORDER.index)
         delays = delays.sort_values(["cell", "mode", "_o"]).drop(columns="_o").reset_index(drop=True)

@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from .compare import BUCKET_ORDER
+from .headline import cell_table, cell_table_display, sentences
+from .stats import LOG_T, RAW_T
 from .pubsub import PubSubTables, section_html as pubsub_html
 from .rates import RateTables, section_html as rates_html
 from .routing import RoutingTables, section_html as routing_html
@@ -85,16 +87,48 @@ def _save(fig, out: Path, name: str, formats: tuple[str, ...]) -> bytes:
     return png
 
 
+def _num(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def interval_bars(g: pd.DataFrame, mean_col: str = "mean") -> tuple[list[float], list[list[float]]]:
+    """Points and asymmetric error bars (below, above) from ci_centre/ci95_lo/ci95_hi; tables without
+    the bounds fall back to mean ± ci95; no interval draws no bar."""
+    if {"ci_centre", "ci95_lo", "ci95_hi"} <= set(g.columns):
+        centre = [_num(c) if not math.isnan(_num(c)) else _num(m) for c, m in zip(g["ci_centre"], g[mean_col])]
+        lo, hi = [_num(v) for v in g["ci95_lo"]], [_num(v) for v in g["ci95_hi"]]
+    else:
+        centre = [_num(m) for m in g[mean_col]]
+        half = [_num(c) for c in g["ci95"]] if "ci95" in g else [math.nan] * len(g)
+        lo, hi = [c - h for c, h in zip(centre, half)], [c + h for c, h in zip(centre, half)]
+    below = [0.0 if math.isnan(c - v) else max(0.0, c - v) for c, v in zip(centre, lo)]
+    above = [0.0 if math.isnan(v - c) else max(0.0, v - c) for c, v in zip(centre, hi)]
+    return centre, [below, above]
+
+
+def _ci_label(df: pd.DataFrame) -> str:
+    """Axis wording for the intervals a table's rows carry."""
+    methods = set(df["ci_method"].dropna()) - {""} if "ci_method" in df else set()
+    if methods == {LOG_T}:
+        return "geometric mean over reps,\n95% CI (t on logs)"
+    if methods == {RAW_T}:
+        return "mean over reps, 95% CI (t)"
+    return "over reps, 95% CI (t on logs; t where a value ≤ 0)" if methods else "mean over reps"
+
+
 def delay_plot(delays: pd.DataFrame):
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     for (cell, mode), g in delays.groupby(["cell", "mode"], sort=True):
         x = [BUCKET_ORDER.index(b) for b in g["bucket"]]
-        err = [0 if math.isnan(c) else c for c in g["ci95"]]
-        ax.errorbar(x, g["mean_delay_s"], yerr=err, marker="o", capsize=3, label=f"{mode} ({cell})")
+        y, err = interval_bars(g, "mean_delay_s")
+        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=f"{mode} ({cell})")
     ax.set_xticks(range(len(BUCKET_ORDER)), BUCKET_ORDER)
     ax.set_xlabel("message size (fragments)")
-    ax.set_ylabel("mean delay (s), 95% CI over reps")
+    ax.set_ylabel(f"delay (s): {_ci_label(delays)}")
     ax.set_title("Mean delivery delay by size bucket")
     ax.grid(alpha=0.3)
     if len(delays):
@@ -115,11 +149,10 @@ def sweep_plot(key: str, table: pd.DataFrame, metric: str):
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     for mode, g in table.groupby("mode", sort=True):
-        err = [0 if (c is None or math.isnan(c)) else c for c in g["ci95"]]
-        ax.errorbar(g["value"], g["mean"], yerr=err, marker="o", capsize=3, label=mode,
-                    color=MODE_COLOURS.get(mode))
+        y, err = interval_bars(g)
+        ax.errorbar(g["value"], y, yerr=err, marker="o", capsize=3, label=mode, color=MODE_COLOURS.get(mode))
     ax.set_xlabel(key)
-    ax.set_ylabel(f"{metric} (mean, 95% CI)")
+    ax.set_ylabel(f"{metric}\n{_ci_label(table)}")
     ax.set_title(f"{metric} vs {key.split('.')[-1]}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
@@ -153,6 +186,69 @@ def series_plot(df: pd.DataFrame, x: str, y: str, group: list[str], xlabel: str,
     if len(df) and df.groupby(group).ngroups <= 12:
         ax.legend(fontsize="x-small")
     return fig
+
+
+MAX_LINK_PANELS = 8
+TOP_LINKS = 5
+
+
+def link_panel_runs(utilisation: pd.DataFrame) -> tuple[list[tuple[str, str]], str]:
+    """The runs (cell, rep) to draw, one panel each, and a note saying which: every run when they fit in
+    MAX_LINK_PANELS, else each cell's first repetition (the first MAX_LINK_PANELS cells)."""
+    runs = sorted({(str(c), str(r)) for c, r in zip(utilisation["cell"], utilisation["rep"])},
+                  key=lambda cr: (cr[0], _rep_key(cr[1])))
+    if len(runs) <= MAX_LINK_PANELS:
+        return runs, f"one panel per run (all {len(runs)} runs)"
+    first: dict[str, tuple[str, str]] = {}
+    for cell, rep in runs:
+        first.setdefault(cell, (cell, rep))
+    shown = list(first.values())[:MAX_LINK_PANELS]
+    more = f" of {len(first)} cells" if len(first) > MAX_LINK_PANELS else ""
+    return shown, f"each cell's first repetition ({len(shown)}{more}; {len(runs)} runs in all)"
+
+
+def _rep_key(rep: str) -> tuple[int, str]:
+    return (int(rep), rep) if rep.isdigit() else (1 << 30, rep)
+
+
+def _busiest(u: pd.DataFrame, top: int) -> list[tuple[str, str]]:
+    """(link, direction) pairs of one run by bytes carried, largest first."""
+    total = u.groupby(["link", "direction"])["bits_per_s"].sum().sort_values(ascending=False)
+    return [tuple(k) for k in total.index[:top]]
+
+
+def link_throughput_plot(utilisation: pd.DataFrame):
+    """One panel per shown run: the busiest links (by bytes) named and coloured, each with its configured
+    rate as a dashed line; the other links thin and grey. Returns (figure, note on the runs shown)."""
+    plt = _plt()
+    shown, note = link_panel_runs(utilisation)
+    cols = 2 if len(shown) > 1 else 1
+    rows = math.ceil(len(shown) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 3.2 * rows), squeeze=False)
+    for ax, (cell, rep) in zip(axes.flat, shown):
+        u = utilisation[(utilisation["cell"].astype(str) == cell) & (utilisation["rep"].astype(str) == rep)].copy()
+        u["t"] = u["bin"] - u["bin"].min()
+        busiest = _busiest(u, TOP_LINKS)
+        for (link, direction), g in u.groupby(["link", "direction"], sort=True):
+            if (link, direction) not in busiest:
+                ax.plot(g["t"], g["bits_per_s"] / 1e3, color="0.75", linewidth=0.6)
+        for i, (link, direction) in enumerate(busiest):
+            g = u[(u["link"] == link) & (u["direction"] == direction)].sort_values("t")
+            colour = f"C{i}"
+            ax.plot(g["t"], g["bits_per_s"] / 1e3, color=colour, linewidth=1.2, label=f"{link} {direction}")
+            rate = _num(g["rate_bps"].dropna().iloc[0]) if "rate_bps" in g and g["rate_bps"].notna().any() else math.nan
+            if not math.isnan(rate):
+                ax.axhline(rate / 1e3, color=colour, linestyle="--", linewidth=0.9)
+        ax.set_title(f"{cell} rep {rep}", fontsize="medium")
+        ax.set_xlabel("seconds since start")
+        ax.set_ylabel("kbit/s (1 s bins)")
+        ax.grid(alpha=0.3)
+        if busiest:
+            ax.legend(fontsize="x-small", title=f"top {len(busiest)} by bytes; dashed: configured rate",
+                      title_fontsize="x-small")
+    for ax in list(axes.flat)[len(shown):]:
+        ax.set_visible(False)
+    return fig, note
 
 
 def _table(df: pd.DataFrame, table_id: str = "") -> str:
@@ -190,7 +286,9 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
     t = tables
     out.mkdir(parents=True, exist_ok=True)
     (out / "tables").mkdir(exist_ok=True)
-    named = {"runs": t.runs, "summary": t.summary, "delay_by_size": t.delays, "comparison": t.comparison,
+    cells = cell_table(t.summary, t.health)
+    named = {"headline": cells, "runs": t.runs, "summary": t.summary, "delay_by_size": t.delays,
+             "comparison": t.comparison,
              "latency_cdf": t.latency_cdf, "hops": t.hops, "health": t.health, "refusals": t.refusals,
              "resources": t.resources, "buffer_classes": t.buffer_classes, "links": t.links, "flows": t.flows,
              "utilisation": t.utilisation}
@@ -225,12 +323,11 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
         res_html = _img(png, "recipient pool occupancy") + _img(png2, "buffer use")
     net_html = ""
     if len(t.utilisation):
-        u = t.utilisation.copy()
-        u["t"] = u["bin"] - u.groupby(["cell", "rep"])["bin"].transform("min")
-        png = _save(series_plot(u, "t", "bits_per_s", ["cell", "rep", "link", "direction"], "seconds since start",
-                                "bit/s (1 s bins)", "Link throughput (configured rate in the links table)"),
-                    out, "link_throughput", formats)
-        net_html = _img(png, "link throughput")
+        fig, note = link_throughput_plot(t.utilisation)
+        png = _save(fig, out, "link_throughput", formats)
+        net_html = (f"<h3>Link throughput</h3><p>Shown: {html.escape(note)}. Per panel the {TOP_LINKS} links (and "
+                    "direction) that carried the most bytes are named, each with its configured rate "
+                    "(topology.json) dashed; the other links are grey.</p>" + _img(png, "link throughput"))
     top_flows = t.flows.sort_values("bytes", ascending=False).head(20) if len(t.flows) else t.flows
     pubsub_section = pubsub_html(t.pubsub, _table, lambda fig, name, alt: _img(_save(fig, out, name, formats), alt))
     pubsub_link = '<a href="#pubsub">pub/sub</a> · ' if pubsub_section else ""
@@ -238,21 +335,34 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
     pubsub_link += '<a href="#rates">rate control</a> · ' if rates_section else ""
 
     n_runs = len(t.runs)
+    headline = "".join(f'<p class="headline"><strong>{html.escape(x)}</strong></p>'
+                       for x in sentences(t.comparison))
     page = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>wanbed report: {html.escape(source)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0;font-size:90%}}
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}img{{max-width:100%}}</style></head><body>
-<h1>wanbed report</h1><p>Source: <code>{html.escape(source)}</code>; {n_runs} runs.
-Means are over repetitions; ci95 is the Student-t 95% half-width (– when n &lt; 2); n is the number of
-repetitions (runs) behind each mean. Tables are beside this file as CSV and in tables/ as Parquet;
-the packet table (when pcaps were captured) is in parquet/packets.</p>
-<p>Sections: <a href="#summary">summary</a> · <a href="#comparison">fragmenting vs non-fragmenting</a> ·
+<h1>wanbed report</h1><p>Source: <code>{html.escape(source)}</code>; {n_runs} runs.</p>
+{headline}
+<h2 id="cells">Headline metrics per cell and mode</h2>{_table(cell_table_display(cells), "headline-table")}
+<p>Each entry is "value [95% CI]" over the repetitions (n per row; [–]: no interval with n &lt; 2).
+Delays and throughputs are strictly positive and skewed, so their interval is Student-t on the logarithms
+of the per-repetition values, an interval for the geometric mean (exp(mean(log x) ± t·s/√n), always &gt; 0),
+and the value shown is that geometric mean; delivery probability and lost (which can be 0) use Student-t
+on the raw values around the arithmetic mean. lost is the loss checker's count per run; saturated runs:
+runs whose host was saturated. In every table <code>mean</code> is the arithmetic mean,
+<code>ci95_lo</code>/<code>ci95_hi</code> the interval, <code>ci_centre</code> the value it bounds,
+<code>ci_method</code> how it was computed and <code>ci95</code> = (hi − lo)/2 (the half-width for t on raw
+values). Tables are beside this file as CSV and in tables/ as Parquet; the packet table (when pcaps were
+captured) is in parquet/packets.</p>
+<p>Sections: <a href="#cells">headline</a> · <a href="#summary">summary</a> ·
+<a href="#comparison">fragmenting vs non-fragmenting</a> ·
 <a href="#sweeps">sweeps</a> · <a href="#delay">delay by size</a> · <a href="#delivery">delivery metrics</a> ·
 <a href="#health">run health</a> · <a href="#resources">resources</a> · <a href="#network">network</a> ·
 <a href="#routing">routing</a> · {pubsub_link}<a href="#runs">per run</a></p>
-<h2 id="summary">Summary per cell and mode</h2>{_table(t.summary, "summary-table")}
+<h2 id="summary">Summary per cell, mode and metric</h2>{_table(t.summary, "summary-table")}
 <h2 id="comparison">Fragmenting vs non-fragmenting</h2>
-<p>Cells whose parameters differ only in the mode, side by side; ratio = fragmenting mean / non-fragmenting mean.</p>
+<p>Cells whose parameters differ only in the mode, side by side; ratio = fragmenting mean / non-fragmenting mean;
+ci_separate: whether the two 95% CIs are disjoint (empty when either has none).</p>
 {_table(t.comparison, "comparison-table")}
 <h2 id="sweeps">Sweeps</h2>{"".join(sweep_html) or "<p><em>no swept numeric parameter</em></p>"}
 <h2 id="delay">Mean delay by size bucket</h2>
@@ -281,9 +391,15 @@ timing suspect.</p>
     return out / "report.html"
 
 
-def console_summary(summary: pd.DataFrame, health: pd.DataFrame | None = None, console: Console | None = None) -> None:
-    """One screen: mean per cell and mode with n, then any run-health problems."""
+def console_summary(summary: pd.DataFrame, health: pd.DataFrame | None = None, console: Console | None = None,
+                    comparison: pd.DataFrame | None = None) -> None:
+    """One screen: the headline sentence (as in the report), mean per cell and mode with n, then any
+    run-health problems."""
     console = console or Console()
+    for sentence in sentences(comparison):
+        console.print(f"[bold]{sentence}[/bold]", highlight=False)
+    if summary is None or summary.empty or "metric" not in summary:
+        return
     wide = summary.pivot_table(index=["cell", "mode"], columns="metric", values="mean", aggfunc="first")
     n = summary.groupby(["cell", "mode"])["n"].max()
     table = Table(title="wanbed: mean over repetitions")

@@ -76,3 +76,11 @@ def make_tree(root: Path, messages: int = 80, lose: dict | None = None, dup: dic
 def mean_ci2(a: float, b: float) -> tuple[float, float]:
     """Mean and 95% CI half-width of two values (t with 1 df = 12.706)."""
     return (a + b) / 2, 12.706 * statistics.stdev([a, b]) / math.sqrt(2)
+
+
+def log_ci2(a: float, b: float) -> tuple[float, float, float]:
+    """Geometric mean and 95% bounds of two positive values, t (1 df) on their logarithms."""
+    la, lb = math.log(a), math.log(b)
+    h = 12.706 * statistics.stdev([la, lb]) / math.sqrt(2)
+    c = (la + lb) / 2
+    return math.exp(c), math.exp(c - h), math.exp(c + h)

@@ -11,7 +11,7 @@ import pytest
 from spark_analysis.__main__ import main, report
 from node.errors import UserError
 
-from .runtree import MODES, make_tree, mean_ci2
+from .runtree import MODES, log_ci2, make_tree, mean_ci2
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -52,10 +52,18 @@ def test_summary_means_and_ci(built):
     for cell in MODES:
         for metric in ("delivered", "lost", "duplicates", "throughput_multi"):
             row = summary[(summary.cell == cell) & (summary.metric == metric)].iloc[0]
-            m, ci = mean_ci2(expected[(cell, "1")][metric], expected[(cell, "2")][metric])
+            a, b = expected[(cell, "1")][metric], expected[(cell, "2")][metric]
+            m, ci = mean_ci2(a, b)
             assert row["n"] == 2
             assert row["mean"] == pytest.approx(m, rel=1e-9)
-            assert row["ci95"] == pytest.approx(ci, rel=1e-9, abs=1e-12)
+            if metric == "throughput_multi":  # strictly positive: t on logs, bounds > 0
+                g, lo, hi = log_ci2(a, b)
+                assert row["ci_method"] == "t on logs" and 0 < row["ci95_lo"]
+                assert (row["ci_centre"], row["ci95_lo"], row["ci95_hi"]) == pytest.approx((g, lo, hi), rel=1e-9)
+                assert row["ci95"] == pytest.approx((hi - lo) / 2, rel=1e-9)
+            else:  # counts can be 0: t on raw values, ci95 the half-width as before
+                assert row["ci95"] == pytest.approx(ci, rel=1e-9, abs=1e-12)
+                assert row["ci95_lo"] == pytest.approx(m - ci, rel=1e-9, abs=1e-12)
 
 
 def test_delay_by_bucket(built):
@@ -64,10 +72,13 @@ def test_delay_by_bucket(built):
     assert set(delays["bucket"]) == {"1", "2-10", "11-20", "21-50", "51+"}
     assert len(delays) == 10
     for row in delays.itertuples():
-        m, ci = mean_ci2(expected[(row.cell, "1")]["delay"][row.bucket], expected[(row.cell, "2")]["delay"][row.bucket])
+        a, b = expected[(row.cell, "1")]["delay"][row.bucket], expected[(row.cell, "2")]["delay"][row.bucket]
+        m, _ = mean_ci2(a, b)
+        g, lo, hi = log_ci2(a, b)
         assert row.n == 2
         assert row.mean_delay_s == pytest.approx(m, rel=1e-9)
-        assert row.ci95 == pytest.approx(ci, rel=1e-9)
+        assert (row.ci_centre, row.ci95_lo, row.ci95_hi) == pytest.approx((g, lo, hi), rel=1e-9)
+        assert row.ci95_lo > 0
     # fragmenting was generated 1.5x slower per fragment: visible in the largest bucket
     big = delays[delays.bucket == "51+"].set_index("mode")["mean_delay_s"]
     assert big["fragmenting"] > big["non-fragmenting"]
@@ -76,8 +87,13 @@ def test_delay_by_bucket(built):
 def test_html_self_contained(built):
     _, out, page = built
     text = Path(page).read_text()
-    for section in ('id="summary"', 'id="delay"', 'id="runs"'):
+    for section in ('id="summary"', 'id="delay"', 'id="runs"', 'id="headline-table"'):
         assert section in text
+    # the headline comes before the per-metric summary, with the CI method named
+    assert text.index('class="headline"') < text.index('id="headline-table"') < text.index('id="summary"')
+    assert "Fragmenting delivered messages of 2+ fragments at" in text and "t on logs" in text
+    headline = pd.read_csv(out / "headline.csv")
+    assert set(headline["mode"]) == {"fragmenting", "non-fragmenting"} and (headline["throughput_multi_lo"] > 0).all()
     assert "data:image/png;base64,iVBOR" in text
     assert "<td>fragmenting</td>" in text and "<th>n</th>" in text
     assert (out / "delay_by_size.png").read_bytes().startswith(b"\x89PNG")
@@ -116,7 +132,7 @@ def test_no_runs_exits_2(tmp_path):
 
 
 def test_mean_ci_student_t():
-    from spark_analysis.compare import mean_ci, t975
+    from spark_analysis.stats import mean_ci, t975
 
     assert t975(1) == 12.706 and t975(4) == 2.776 and t975(1000) == 1.960
     m, ci, n = mean_ci([1.0, 2.0, 3.0])

@@ -1,0 +1,140 @@
+"""The report's first screen: the headline sentence (fragmenting vs non-fragmenting, with 95% CIs) and
+the table with one row per cell and mode and a column per headline metric."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from .stats import LOG_T, NO_CI, RAW_T, ci95, fmt_interval
+
+# (metric in the summary table, column title); lost and saturation come from the health table
+HEADLINE_METRICS = [("throughput_multi", "throughput 2+ frag (msg/s)"), ("latency_mean", "mean delay (s)"),
+                    ("delivery_prob", "delivery probability")]
+MAX_SENTENCES = 8
+
+
+def _num(v) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return f
+
+
+def cell_table(summary: pd.DataFrame, health: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per cell and mode: n, each headline metric's centre and 95% bounds, lost (the loss
+    checker's, per run in health; the records' count without it) and saturated runs / runs."""
+    cols = ["cell", "mode", "n"] + [f"{m}{s}" for m, _ in [*HEADLINE_METRICS, ("lost", "")]
+                                    for s in ("", "_lo", "_hi")] + ["saturated_runs"]
+    if summary is None or summary.empty or "metric" not in summary:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for (cell, mode), g in summary.groupby(["cell", "mode"], sort=True):
+        by_metric = g.set_index("metric")
+        row: dict = {"cell": cell, "mode": mode, "n": int(g["n"].max())}
+        for metric, _ in [*HEADLINE_METRICS, ("lost", "")]:
+            r = by_metric.loc[metric] if metric in by_metric.index else None
+            centre = "ci_centre" if r is not None and "ci_centre" in r else "mean"
+            row[metric] = _num(r[centre]) if r is not None else math.nan
+            row[f"{metric}_lo"] = _num(r.get("ci95_lo")) if r is not None else math.nan
+            row[f"{metric}_hi"] = _num(r.get("ci95_hi")) if r is not None else math.nan
+        row["saturated_runs"] = "–"
+        h = _health_rows(health, cell, mode)
+        if h is not None and len(h):
+            if "lost" in h:  # the loss checker's count beats the records' (spools read at teardown)
+                iv = ci95(h["lost"].tolist())
+                if iv.n:
+                    row.update({"lost": iv.mean, "lost_lo": iv.lo, "lost_hi": iv.hi})
+            if "saturated" in h:
+                row["saturated_runs"] = f"{_count_true(h['saturated'])}/{len(h)}"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _count_true(values: pd.Series) -> int:
+    """Runs flagged True (None/NaN: unknown, not counted)."""
+    return sum(1 for v in values if v is not None and v == v and bool(v))
+
+
+def _health_rows(health: pd.DataFrame | None, cell: str, mode: str) -> pd.DataFrame | None:
+    if health is None or health.empty or "cell" not in health:
+        return None
+    sel = health[health["cell"] == cell]
+    return sel[sel["mode"] == mode] if "mode" in sel else sel
+
+
+def cell_table_display(table: pd.DataFrame) -> pd.DataFrame:
+    """The cell table as text: "centre [lo, hi]" per metric."""
+    out = table[["cell", "mode", "n"]].copy()
+    for metric, title in [*HEADLINE_METRICS, ("lost", "lost (runs' mean)")]:
+        out[title] = [fmt_interval(c, lo, hi) for c, lo, hi in
+                      zip(table[metric], table[f"{metric}_lo"], table[f"{metric}_hi"])]
+    out["saturated runs"] = table["saturated_runs"]
+    return out
+
+
+def _side(metric_rows: dict, label: str, metric: str, unit: str) -> str:
+    """One mode's "centre unit [lo, hi]" for a metric."""
+    r = metric_rows.get(metric)
+    if r is None:
+        return "–"
+    text = fmt_interval(r[f"{label}_ci_centre"], r[f"{label}_ci95_lo"], r[f"{label}_ci95_hi"])
+    return text.replace(" [", f" {unit} [", 1) if text != "–" else text
+
+
+def _word(r: pd.Series | None) -> str:
+    sep = None if r is None else r.get("ci_separate")
+    if sep is None or (isinstance(sep, float) and math.isnan(sep)):
+        return "cannot be compared (no CI with n < 2)"
+    return "separate" if bool(sep) else "overlap"
+
+
+def _verdict(thr: pd.Series | None, lat: pd.Series | None) -> str:
+    """Whether the modes' intervals separate, said once when throughput and delay agree."""
+    a, b = _word(thr), _word(lat)
+    if a == b:
+        return f"the intervals {a} for both throughput and delay"
+    return f"the throughput intervals {a} and the delay intervals {b}"
+
+
+def _methods(rows: list[pd.Series]) -> str:
+    found = {r[f"{s}_ci_method"] for r in rows for s in ("frag", "nonfrag") if f"{s}_ci_method" in r}
+    found.discard(NO_CI)
+    if found == {LOG_T}:
+        return "geometric means; 95% CI, t on logs"
+    if found == {RAW_T}:
+        return "means; 95% CI, t on raw values (a value was not > 0)"
+    if found:
+        return "geometric means, 95% CI t on logs; means, t on raw values where a value was not > 0"
+    return "no CI"
+
+
+def _n_text(r: pd.Series) -> str:
+    fn, nn = int(r["frag_n"]), int(r["nonfrag_n"])
+    return f"n = {fn} repetitions per mode" if fn == nn else f"n = {fn} fragmenting, {nn} non-fragmenting repetitions"
+
+
+def sentences(comparison: pd.DataFrame) -> list[str]:
+    """One sentence per setting (the cells' parameters other than the mode) where both modes were run."""
+    if comparison is None or comparison.empty or "setting" not in comparison:
+        return []
+    settings = list(dict.fromkeys(comparison["setting"]))
+    out = []
+    for setting in settings[:MAX_SENTENCES]:
+        rows = {r["metric"]: r for _, r in comparison[comparison["setting"] == setting].iterrows()}
+        thr, lat = rows.get("throughput_multi"), rows.get("latency_mean")
+        if thr is None and lat is None:
+            continue
+        ref = thr if thr is not None else lat
+        prefix = f"At {setting}: f" if len(settings) > 1 else "F"
+        out.append(
+            f"{prefix}ragmenting delivered messages of 2+ fragments at"
+            f" {_side(rows, 'frag', 'throughput_multi', 'msg/s')}"
+            f" vs {_side(rows, 'nonfrag', 'throughput_multi', 'msg/s')} non-fragmenting, and the mean delay"
+            f" (all messages) was {_side(rows, 'frag', 'latency_mean', 's')} vs"
+            f" {_side(rows, 'nonfrag', 'latency_mean', 's')} ({_n_text(ref)}; "
+            f"{_methods([r for r in (thr, lat) if r is not None])}); {_verdict(thr, lat)}.")
+    if len(settings) > MAX_SENTENCES:
+        out.append(f"... and {len(settings) - MAX_SENTENCES} more settings (see the comparison table).")
+    return out

@@ -1,0 +1,115 @@
+"""95% confidence intervals over repetitions: the one place the report's intervals are computed.
+
+Strictly positive, skewed quantities (delays, throughputs) get Student-t on the logarithms of the
+per-repetition values: an interval for the geometric mean, exp(mean(log x) ± t·s/√n), whose bounds are
+always > 0 (t on the raw values drops below zero with n = 2). Quantities that can be 0 or negative get
+Student-t on the raw values. With n < 2 there is no interval."""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+# two-sided 95% Student t quantiles (0.975) by degrees of freedom
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+         10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110,
+         18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+
+LOG_T = "t on logs"   # interval for the geometric mean
+RAW_T = "t"           # interval for the arithmetic mean
+NO_CI = ""            # n < 2
+
+# metrics whose per-run values are strictly positive when defined: delays and throughputs
+POSITIVE_METRICS = frozenset({"throughput_multi", "latency_mean", "latency_p50", "mean_delay_s"})
+
+
+def t975(df: int) -> float:
+    """0.975 quantile of Student's t; a df between table rows takes the next larger row (conservative)."""
+    if df in _T975:
+        return _T975[df]
+    larger = [k for k in _T975 if k > df]
+    return _T975[min(larger)] if larger else 1.960
+
+
+@dataclass(frozen=True)
+class Interval:
+    """mean: arithmetic mean; centre: what the interval bounds (geometric mean for t on logs);
+    lo/hi: NaN when n < 2; method: LOG_T, RAW_T or NO_CI."""
+    mean: float
+    centre: float
+    lo: float
+    hi: float
+    n: int
+    method: str
+
+    @property
+    def half_width(self) -> float:
+        """(hi - lo) / 2: the symmetric half-width for t on raw values (the older `ci95` column)."""
+        return (self.hi - self.lo) / 2
+
+    def separates_from(self, other: Interval) -> bool | None:
+        """True when the two intervals do not overlap, None when either has none."""
+        if math.isnan(self.lo) or math.isnan(other.lo):
+            return None
+        return self.hi < other.lo or other.hi < self.lo
+
+
+def clean(values: Iterable) -> list[float]:
+    """The values as floats, without None and NaN."""
+    out = []
+    for v in values:
+        if v is None:
+            continue
+        f = float(v)
+        if not math.isnan(f):
+            out.append(f)
+    return out
+
+
+def _t_interval(vals: list[float]) -> tuple[float, float, float]:
+    n = len(vals)
+    m = sum(vals) / n
+    sd = math.sqrt(sum((v - m) ** 2 for v in vals) / (n - 1))
+    h = t975(n - 1) * sd / math.sqrt(n)
+    return m, m - h, m + h
+
+
+def ci95(values: Iterable, positive: bool = False) -> Interval:
+    """95% CI of the values (None/NaN dropped). positive=True: t on logs when every value is > 0
+    (a zero or negative value falls back to t on raw values: logs do not exist there)."""
+    vals = clean(values)
+    n = len(vals)
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan, math.nan, 0, NO_CI)
+    mean = sum(vals) / n
+    if positive and all(v > 0 for v in vals):
+        gmean = math.exp(sum(math.log(v) for v in vals) / n)
+        if n < 2:
+            return Interval(mean, gmean, math.nan, math.nan, n, NO_CI)
+        c, lo, hi = _t_interval([math.log(v) for v in vals])
+        return Interval(mean, math.exp(c), math.exp(lo), math.exp(hi), n, LOG_T)
+    if n < 2:
+        return Interval(mean, mean, math.nan, math.nan, n, NO_CI)
+    _, lo, hi = _t_interval(vals)
+    return Interval(mean, mean, lo, hi, n, RAW_T)
+
+
+def metric_ci(metric: str, values: Iterable) -> Interval:
+    """ci95 with the method the metric's range calls for."""
+    return ci95(values, positive=metric in POSITIVE_METRICS)
+
+
+def mean_ci(values: Iterable) -> tuple[float, float, int]:
+    """Mean, Student-t 95% half-width on raw values (NaN when n < 2) and n (the older interface)."""
+    iv = ci95(values)
+    return iv.mean, iv.half_width, iv.n
+
+
+def fmt_interval(centre: float, lo: float, hi: float, digits: int = 3) -> str:
+    """"centre [lo, hi]", "centre" without an interval, "–" without a value."""
+    if centre is None or math.isnan(centre):
+        return "–"
+    text = f"{centre:.{digits}g}"
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+        return f"{text} [–]"
+    return f"{text} [{lo:.{digits}g}, {hi:.{digits}g}]"

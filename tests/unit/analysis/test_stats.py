@@ -1,0 +1,106 @@
+"""The report's 95% intervals (spark_analysis/stats.py) and the headline built on them."""
+from __future__ import annotations
+
+import math
+import random
+
+import pandas as pd
+import pytest
+
+from spark_analysis.headline import cell_table, cell_table_display, sentences
+from spark_analysis.stats import LOG_T, NO_CI, RAW_T, ci95, fmt_interval, mean_ci, metric_ci, t975
+
+
+def test_t_quantiles() -> None:
+    assert t975(1) == 12.706 and t975(4) == 2.776 and t975(21) == 2.060 and t975(1000) == 1.960
+
+
+def test_positive_values_never_give_a_bound_at_or_below_zero() -> None:
+    rng = random.Random(5)
+    for _ in range(500):
+        n = rng.randint(2, 6)
+        vals = [rng.lognormvariate(0, 2) for _ in range(n)]
+        iv = ci95(vals, positive=True)
+        assert iv.method == LOG_T and 0 < iv.lo <= iv.centre <= iv.hi
+    # the case the raw t interval got wrong: two spread delays
+    raw, logs = ci95([0.2, 5.0]), ci95([0.2, 5.0], positive=True)
+    assert raw.lo < 0 < logs.lo
+
+
+def test_one_value_gives_no_interval() -> None:
+    for positive in (True, False):
+        iv = ci95([3.0, None, math.nan], positive=positive)
+        assert iv.n == 1 and iv.mean == 3.0 and iv.centre == pytest.approx(3.0)
+        assert math.isnan(iv.lo) and math.isnan(iv.hi) and iv.method == NO_CI
+    empty = ci95([])
+    assert empty.n == 0 and math.isnan(empty.mean)
+
+
+def test_known_numbers() -> None:
+    # t on logs of 1 and 100: log mean ln 10, s = ln(100)/sqrt(2), half-width 12.706 * s / sqrt(2)
+    iv = ci95([1.0, 100.0], positive=True)
+    h = 12.706 * math.log(100) / 2
+    assert iv.centre == pytest.approx(10.0) and iv.mean == pytest.approx(50.5)
+    assert iv.lo == pytest.approx(10 * math.exp(-h)) and iv.hi == pytest.approx(10 * math.exp(h))
+    # raw t of 1, 2, 3: mean 2, s = 1, half-width 4.303 / sqrt(3)
+    raw = ci95([1.0, 2.0, 3.0])
+    assert raw.method == RAW_T and raw.half_width == pytest.approx(4.303 / math.sqrt(3))
+    assert (raw.lo, raw.hi) == pytest.approx((2 - 4.303 / math.sqrt(3), 2 + 4.303 / math.sqrt(3)))
+    assert mean_ci([1.0, 2.0, 3.0]) == pytest.approx((2.0, 4.303 / math.sqrt(3), 3))
+
+
+def test_zero_or_negative_falls_back_to_raw_t() -> None:
+    assert ci95([0.0, 1.0], positive=True).method == RAW_T
+    assert metric_ci("lost", [0, 2]).method == RAW_T
+    assert metric_ci("latency_mean", [1.0, 2.0]).method == LOG_T
+    assert metric_ci("throughput_multi", [0.5, 0.7]).method == LOG_T
+
+
+def test_separation() -> None:
+    a, b, c = ci95([1.0, 1.1], True), ci95([10.0, 10.5], True), ci95([1.0, 20.0], True)
+    assert a.separates_from(b) is True and a.separates_from(c) is False
+    assert a.separates_from(ci95([2.0])) is None
+
+
+def test_fmt_interval() -> None:
+    assert fmt_interval(1.23456, 1.0, 2.0) == "1.23 [1, 2]"
+    assert fmt_interval(1.0, math.nan, math.nan) == "1 [–]"
+    assert fmt_interval(math.nan, 0, 1) == "–"
+
+
+def _summary() -> pd.DataFrame:
+    rows = []
+    for cell, mode, thr, lat in (("f", "fragmenting", [2.0, 2.2], [1.0, 1.1]),
+                                 ("n", "non-fragmenting", [0.5, 0.55], [1.0, 3.0])):
+        for metric, vals in (("throughput_multi", thr), ("latency_mean", lat), ("delivery_prob", [1.0, 0.9]),
+                             ("lost", [0, 0])):
+            iv = metric_ci(metric, vals)
+            rows.append({"cell": cell, "mode": mode, "metric": metric, "mean": iv.mean, "ci95": iv.half_width,
+                         "ci95_lo": iv.lo, "ci95_hi": iv.hi, "ci_centre": iv.centre, "ci_method": iv.method,
+                         "n": iv.n})
+    return pd.DataFrame(rows)
+
+
+def test_headline_sentence_and_cell_table() -> None:
+    from spark_analysis.compare import comparison
+    from spark_analysis.layout import Run
+    from pathlib import Path
+
+    summary = _summary()
+    runs = [Run(Path("a"), "f", "1", {"nodes.all.mode": "fragmenting"}),
+            Run(Path("b"), "n", "1", {"nodes.all.mode": "non-fragmenting"})]
+    comp = comparison(summary, runs)
+    text = sentences(comp)
+    assert len(text) == 1
+    s = text[0]
+    assert s.startswith("Fragmenting delivered messages of 2+ fragments at 2.1 msg/s [")
+    assert "n = 2 repetitions per mode" in s and "t on logs" in s
+    assert "the throughput intervals separate and the delay intervals overlap" in s
+    health = pd.DataFrame([{"cell": "f", "mode": "fragmenting", "lost": 0, "saturated": False},
+                           {"cell": "f", "mode": "fragmenting", "lost": 2, "saturated": True}])
+    cells = cell_table(summary, health)
+    assert list(cells["cell"]) == ["f", "n"] and cells.loc[0, "saturated_runs"] == "1/2"
+    assert cells.loc[0, "lost"] == 1.0 and cells.loc[0, "throughput_multi_lo"] > 0
+    shown = cell_table_display(cells)
+    assert shown.loc[0, "throughput 2+ frag (msg/s)"].startswith("2.1 [")
+    assert sentences(pd.DataFrame()) == [] and cell_table(pd.DataFrame()).empty
