@@ -90,6 +90,7 @@ def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
         records.read(spark, runs, "event")
         host = records.read(spark, runs, "host")
         per_run, delay = compare.per_run(subs, dels, metrics)
+        per_run = compare.add_summary_metrics(per_run, runs)
     if per_run.empty and not pubsub.any_records(runs):
         raise UserError("no submission or delivery records (nor publications) found under the given directory.")
     with progress.step("delivery metrics and comparisons", spark):

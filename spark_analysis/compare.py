@@ -13,6 +13,10 @@ BUCKETS = [(1, 1, "1"), (2, 10, "2-10"), (11, 20, "11-20"), (21, 50, "21-50"), (
 BUCKET_ORDER = [b[2] for b in BUCKETS]
 RUN_METRICS = ["submitted", "accepted", "delivered", "lost", "duplicates", "throughput_multi", "delivery_prob",
                "overhead_ratio", "latency_mean", "latency_p50", "hops_mean"]
+# per-run metrics the testbed's summary.json computes (the records alone do not know the workload window):
+# throughput_2plus_Bps = bytes of messages of 2+ fragments delivered within the workload window per model
+# second, the thesis' "throughput of large transfers" (Brachman 1989, Figs 6.3-6.10)
+SUMMARY_METRICS = {"throughput_2plus_Bps": ("throughput", "model_bytes_per_s_2plus")}
 # ci95 = (hi - lo) / 2; ci_centre = the value [ci95_lo, ci95_hi] bounds (geometric mean for t on logs)
 CI_COLUMNS = ["ci95", "ci95_lo", "ci95_hi", "ci_centre", "ci_method"]
 
@@ -97,6 +101,21 @@ def per_run(subs: DataFrame, dels: DataFrame, metrics: DataFrame | None = None) 
                 .agg(F.avg("delay").alias("mean_delay_s"), F.count(F.lit(1)).alias("messages")))
     delay_pd = _to_pandas(delay_pd)
     return runs_pd, delay_pd
+
+
+def add_summary_metrics(per_run_pd: pd.DataFrame, runs: list) -> pd.DataFrame:
+    """SUMMARY_METRICS taken from each run's summary.json (a column only when some run has the value)."""
+    by_run = {(r.cell, r.rep): r.summary or {} for r in runs}
+    out = per_run_pd.copy()
+    for metric, (section, key) in SUMMARY_METRICS.items():
+        values = []
+        for cell, rep in zip(out["cell"], out["rep"]):
+            sec = by_run.get((cell, str(rep)), {}).get(section)
+            v = sec.get(key) if isinstance(sec, dict) else None
+            values.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan)
+        if any(not math.isnan(v) for v in values):
+            out[metric] = values
+    return out
 
 
 def unique_deliveries(dels: DataFrame) -> DataFrame:
@@ -211,10 +230,11 @@ def health(runs: list, per_run_pd: pd.DataFrame, refused: pd.DataFrame, host: Da
     return pd.DataFrame(rows)
 
 
-def comparison(summary: pd.DataFrame, runs: list, metrics: tuple[str, ...] = ("throughput_multi", "latency_mean",
-                                                                              "delivery_prob")) -> pd.DataFrame:
+def comparison(summary: pd.DataFrame, runs: list, metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
     """Fragmenting vs non-fragmenting per setting: cells whose parameters differ only in the mode are
     paired; each metric's means (n beside) and the ratio fragmenting / non-fragmenting."""
+    if metrics is None:
+        metrics = tuple(dict.fromkeys((sweep_metric(summary), "throughput_multi", "latency_mean", "delivery_prob")))
     params = {r.cell: {k: v for k, v in r.params.items() if k != "nodes.all.mode"} for r in runs}
     cell_mode = summary[["cell", "mode"]].drop_duplicates()
     cell_mode = cell_mode.assign(setting=[_setting(params.get(c, {}), c) for c in cell_mode["cell"]])
@@ -261,9 +281,18 @@ def _setting(params: dict, cell: str) -> str:
     return ",".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(params.items()))
 
 
-def sweeps(summary: pd.DataFrame, runs: list, metric: str = "throughput_multi") -> dict[str, pd.DataFrame]:
-    """Per swept numeric parameter (other than the mode): metric mean/ci/n by value and mode
-    (the thesis' figures: throughput vs RBSAD, transmission time, fragment size, interarrival)."""
+def sweep_metric(summary: pd.DataFrame) -> str:
+    """The metric the sweeps plot: the thesis' bytes/s of 2+ fragment messages when the runs' summaries
+    have it, else the records' messages/s."""
+    return "throughput_2plus_Bps" if (summary["metric"] == "throughput_2plus_Bps").any() else "throughput_multi"
+
+
+def sweeps(summary: pd.DataFrame, runs: list, metric: str | None = None) -> dict[str, pd.DataFrame]:
+    """Per swept numeric parameter (other than the mode): metric mean/ci/n by value and series
+    (the thesis' figures: throughput vs RBSAD, transmission time, fragment size, interarrival). A series
+    is the mode plus the values of the other swept keys, so a grid over two keys gives one line per
+    (mode, other value) instead of mixing them."""
+    metric = metric or sweep_metric(summary)
     params = {r.cell: r.params for r in runs}
     keys = sorted({k for p in params.values() for k in p if k != "nodes.all.mode"})
     out = {}
@@ -277,8 +306,12 @@ def sweeps(summary: pd.DataFrame, runs: list, metric: str = "throughput_multi") 
             continue
         sel = summary[(summary["metric"] == metric) & summary["cell"].isin(num)].copy()
         sel["value"] = sel["cell"].map(num)
-        out[key] = (sel[["value", "mode", "cell", "mean", *CI_COLUMNS, "n"]].sort_values(["mode", "value"])
-                    .reset_index(drop=True))
+        others = [k for k in keys if k != key and len({str(p.get(k)) for p in params.values()}) > 1]
+        sel["series"] = [", ".join([str(mode), *(f"{k.split('.')[-1]}={params.get(cell, {}).get(k)}" for k in others)])
+                         for mode, cell in zip(sel["mode"], sel["cell"])]
+        sel["metric"] = metric
+        out[key] = (sel[["value", "series", "mode", "cell", "metric", "mean", *CI_COLUMNS, "n"]]
+                    .sort_values(["series", "value"]).reset_index(drop=True))
     return out
 
 
@@ -293,7 +326,7 @@ def summarize(runs: pd.DataFrame, delay: pd.DataFrame) -> tuple[pd.DataFrame, pd
     """Mean, CI and n over repetitions: (per cell/mode/metric, per cell/mode/bucket)."""
     rows = []
     for (cell, mode), g in runs.groupby(["cell", "mode"], sort=True):
-        for metric in RUN_METRICS:
+        for metric in [*RUN_METRICS, *(m for m in SUMMARY_METRICS if m in runs.columns)]:
             iv = metric_ci(metric, g[metric].tolist())
             rows.append({"cell": cell, "mode": mode, "metric": metric, "mean": iv.mean, **_ci_cols(iv), "n": iv.n})
     summary = pd.DataFrame(rows, columns=["cell", "mode", "metric", "mean", *CI_COLUMNS, "n"])

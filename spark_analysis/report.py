@@ -148,9 +148,14 @@ def delay_plot_png(delays: pd.DataFrame) -> bytes:
 def sweep_plot(key: str, table: pd.DataFrame, metric: str):
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
-    for mode, g in table.groupby("mode", sort=True):
+    by = "series" if "series" in table.columns else "mode"
+    for series, g in table.groupby(by, sort=True):
         y, err = interval_bars(g)
-        ax.errorbar(g["value"], y, yerr=err, marker="o", capsize=3, label=mode, color=MODE_COLOURS.get(mode))
+        mode = g["mode"].iloc[0]
+        single = table[by].nunique() == table["mode"].nunique()     # one series per mode: colour by mode
+        ax.errorbar(g["value"], y, yerr=err, marker="o", capsize=3, label=series,
+                    color=MODE_COLOURS.get(mode) if single else None,
+                    linestyle="-" if mode == "fragmenting" else "--")
     ax.set_xlabel(key)
     ax.set_ylabel(f"{metric}\n{_ci_label(table)}")
     ax.set_title(f"{metric} vs {key.split('.')[-1]}")
@@ -307,8 +312,11 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
     delay_png = _save(delay_plot(t.delays), out, "delay_by_size", formats)
     sweep_html = []
     for key, df in t.sweeps.items():
-        png = _save(sweep_plot(key, df, "throughput_multi"), out, f"sweep_{key.split('.')[-1]}", formats)
-        sweep_html.append(f"<h3>throughput of 2+ fragment messages vs {html.escape(key)}</h3>"
+        metric = str(df["metric"].iloc[0]) if len(df) else "throughput_multi"
+        png = _save(sweep_plot(key, df, metric), out, f"sweep_{key.split('.')[-1]}", formats)
+        unit = ("bytes per model second, delivered within the workload window" if metric == "throughput_2plus_Bps"
+                else "messages per second")
+        sweep_html.append(f"<h3>throughput of 2+ fragment messages ({unit}) vs {html.escape(key)}</h3>"
                           f"{_img(png, key)}{_table(df)}")
     cdf_html = ""
     if len(t.latency_cdf):

@@ -20,7 +20,7 @@ RAW_T = "t"           # interval for the arithmetic mean
 NO_CI = ""            # n < 2
 
 # metrics whose per-run values are strictly positive when defined: delays and throughputs
-POSITIVE_METRICS = frozenset({"throughput_multi", "latency_mean", "latency_p50", "mean_delay_s"})
+POSITIVE_METRICS = frozenset({"throughput_multi", "throughput_2plus_Bps", "latency_mean", "latency_p50", "mean_delay_s"})
 
 
 def t975(df: int) -> float:
