@@ -452,6 +452,7 @@ def table_rows(plans: list[RepPlan]) -> list[dict[str, str]]:
             "offered": _fmt(s.get("offered")), "accepted": _fmt(s.get("accepted")),
             "delivered": _fmt(s.get("delivered")), "lost": _fmt(s.get("lost")),
             "late": _fmt(s.get("late")), "dup": _fmt(s.get("duplicates")),
+            "stalled": "STALLED" if s.get("stalled") else ("no" if "stalled" in s else "-"),
             "thr2+/h": _fmt(thr.get("per_model_hour") if thr else None),
             "delay_s": _fmt(overall.get("mean_model_s", overall.get("mean")) if isinstance(overall, dict) else None, 2),
             "cpu_max": _fmt(sat.get("max_cpu") if sat else None, 0),
