@@ -209,6 +209,8 @@ def health(runs: list, per_run_pd: pd.DataFrame, refused: pd.DataFrame, host: Da
                "complete": s.get("complete"),
                "lost": s["lost"] if isinstance(s.get("lost"), int) else undelivered,
                "late": s.get("late"), "undelivered": undelivered,
+               # nothing delivered for stall_after while copies were held (a deadlock: late, not lost)
+               "stalled": s.get("stalled"),
                "duplicates": int(rec["duplicates"]) if rec is not None else None,
                "summary_duplicates": s.get("duplicates"),
                "refused": "; ".join(f"{r.reason or '?'}: {r.refused}" for r in ref.itertuples()) if len(ref) else "",
@@ -223,6 +225,9 @@ def health(runs: list, per_run_pd: pd.DataFrame, refused: pd.DataFrame, host: Da
                 problems.append(f"{k}={row[k]}")
         if saturated:
             problems.append("host saturated")
+        if s.get("stalled"):
+            info = s.get("stall") if isinstance(s.get("stall"), dict) else {}
+            problems.append(f"STALLED from model time {info.get('since_model_s')} s with {info.get('held')} copies held")
         if s and s.get("complete") is False:
             problems.append(f"incomplete ({s.get('reason', '')})")
         row["problems"] = ", ".join(problems)

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 from node.errors import UserError
 from testbed import accounting
-from testbed.accounting import pubsub, rates
+from testbed.accounting import pubsub, rates, stall
 from testbed.experiment import nodeconfig, summary, timescale, workload
 from testbed.experiment.daemons import NodeDaemons
 from testbed.experiment.driver import WorkloadDriver
@@ -103,6 +103,9 @@ class _CellRun:
         self.consumer: RootConsumer | None = None
         self.drain: dict[str, Any] | None = None
         self.delivered = 0
+        # when the nodes' delivered total last changed (monotonic): the drain stops once the network is stalled
+        self.last_delivery: float | None = None
+        self._last_total = -1
 
     def phase(self, name: str) -> None:
         log.info("%s rep %d: %s", self.cell, self.rep, name)
@@ -133,17 +136,22 @@ class _CellRun:
         verdict = accounting.check_run(self.rep_dir)
         result = summary.write_summary(self.rep_dir, self.model, complete=complete, reason=reason, drain=self.drain,
                                        verdict=verdict)
-        self._announce(verdict, result.get("pubsub"), result.get("rate_control"))
+        self._announce(verdict, result.get("pubsub"), result.get("rate_control"), result.get("stall"))
         if complete:
             (self.rep_dir / COMPLETE_MARKER).write_text(f"{time.time()}\n")
         if error is not None:
             raise error
         return CellResult(complete, reason, result, verdict)
 
-    def _announce(self, verdict: accounting.Verdict, pubs: dict | None, rate: dict | None = None) -> None:
+    def _announce(self, verdict: accounting.Verdict, pubs: dict | None, rate: dict | None = None,
+                  stalled: dict | None = None) -> None:
         """The checker's verdict on the console (and in runner.log through the progress display)."""
         try:
-            self.progress.event(accounting.verdict_line(accounting.label(self.rep_dir), verdict, self.model.max_late))
+            line = accounting.verdict_line(accounting.label(self.rep_dir), verdict, self.model.max_late)
+            # a deadlock holds its copies (late), it loses none: the verdict says stalled
+            self.progress.event(f"{line} — STALLED" if stalled and stalled.get("stalled") else line)
+            if stalled and stalled.get("stalled"):
+                self.progress.event(f"  {stall.text(stalled)}")
             for line in accounting.verdict_details(verdict):
                 self.progress.event(f"  {line}")
             if pubs:
@@ -204,6 +212,7 @@ class _CellRun:
                                      reachable=self.daemons.reachable, tokens=tokens)
         self.timeline = Timeline(self.network, self.daemons, wall.faults, on_event=self.progress.event)
         t0 = time.monotonic()
+        self.last_delivery = t0
         self.driver.start(t0)
         self.timeline.start(t0)
         try:
@@ -218,8 +227,11 @@ class _CellRun:
                                   publish_unreachable=self.driver.publish_unreachable)
 
         self.phase("drain")
-        self.drain = self._drain(wall.workload.drain)
-        if not self.drain["empty"]:
+        self.drain = self._drain(wall.workload.drain, wall.workload.stall_after)
+        if self.drain.get("stalled"):
+            self.progress.event(f"drain ended after {self.drain['seconds']:.1f} s: STALLED, nothing delivered for "
+                                f"{wall.workload.stall_after:.1f} wall s while messages are held")
+        elif not self.drain["empty"]:
             self.progress.event(f"drain ended after {self.drain['seconds']:.1f} s with messages still held: "
                                 f"{self.drain['remaining']}")
         self.phase("collect")
@@ -251,10 +263,17 @@ class _CellRun:
                     total += int(c.stats().get("delivered", 0))
             except UserError:
                 pass
+        self._saw_delivered(total)
+
+    def _saw_delivered(self, total: int) -> None:
+        if total != self._last_total:
+            self._last_total = total
+            self.last_delivery = time.monotonic()
         self.delivered = max(self.delivered, total)
 
-    def _drain(self, bound: float) -> dict[str, Any]:
-        """Poll every node until all spools are empty or `bound` wall seconds passed.
+    def _drain(self, bound: float, stall_after: float = float("inf")) -> dict[str, Any]:
+        """Poll every node until all spools are empty, `bound` wall seconds passed, or nothing was delivered
+        for `stall_after` wall seconds while messages are held (stalled: waiting longer changes nothing).
 
         The nodes are asked one after the other, so a message can move from a node not asked yet to one
         asked already and be seen nowhere. "Empty" therefore counts only when a second round, a moment
@@ -262,6 +281,7 @@ class _CellRun:
         assert self.daemons is not None
         t0 = time.monotonic()
         remaining: dict[str, Any] = {}
+        stalled = False
         seen_empty: int | None = None        # the traffic counters of the last round that found nothing
         while True:
             remaining = {}
@@ -288,9 +308,11 @@ class _CellRun:
                 remaining.update(self.subscribers.backlog(lambda n: self.daemons.client(n, timeout=5.0)))
             elapsed = time.monotonic() - t0
             submitted = self.driver.submitted if self.driver else 0
-            self.delivered = max(self.delivered, delivered)
+            self._saw_delivered(delivered)
             self.progress.tick(elapsed, bound, submitted, self.delivered)
-            if (not remaining and seen_empty == activity) or elapsed >= bound:
+            stalled = bool(remaining) and self.last_delivery is not None and \
+                time.monotonic() - self.last_delivery >= stall_after
+            if (not remaining and seen_empty == activity) or elapsed >= bound or stalled:
                 break
             seen_empty = activity if not remaining else None
             pause = CONFIRM if not remaining else TICK
@@ -298,7 +320,7 @@ class _CellRun:
                 raise _Stopped()
         in_flight = sum(v for v in remaining.values() if isinstance(v, int))
         return {"empty": not remaining, "remaining": remaining, "in_flight": in_flight,
-                "seconds": round(time.monotonic() - t0, 3), "bound": bound}
+                "seconds": round(time.monotonic() - t0, 3), "bound": bound, "stalled": stalled}
 
     def _teardown(self) -> None:
         """Stop everything this cell started, in order; never raises, and a further Ctrl-C cannot cut it short."""

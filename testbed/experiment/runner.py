@@ -452,6 +452,7 @@ def table_rows(plans: list[RepPlan]) -> list[dict[str, str]]:
             "offered": _fmt(s.get("offered")), "accepted": _fmt(s.get("accepted")),
             "delivered": _fmt(s.get("delivered")), "lost": _fmt(s.get("lost")),
             "late": _fmt(s.get("late")), "dup": _fmt(s.get("duplicates")),
+            "stalled": "STALLED" if s.get("stalled") else ("no" if "stalled" in s else "-"),
             "thr2+/h": _fmt(thr.get("per_model_hour") if thr else None),
             "thr2+B/s": _fmt(thr.get("model_bytes_per_s_2plus") if thr else None, 0),
             "delay_s": _fmt(overall.get("mean_model_s", overall.get("mean")) if isinstance(overall, dict) else None, 2),

@@ -23,6 +23,9 @@ The loss figures come from the independent checker (testbed/accounting,
               a spool at teardown; `late_where` counts them per node and state
               (a copy held at two nodes counts at both)
 - undelivered = late + lost
+- stalled / stall = nothing delivered for workload.stall_after (model s) up to the end of the run while
+              copies were held (testbed/accounting/stall.py): a store-and-forward deadlock; its copies
+              are late (held), not lost
 - in_flight_at_end = what the drain saw still held (the nodes' Stats, which
               undercount: a copy can be held at several nodes); informational
 - accounting = the checker's verdict: every class, the first pairs of each,
@@ -54,7 +57,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from testbed.accounting import Verdict, check_run, pubsub, rates
+from testbed.accounting import Verdict, check_run, pubsub, rates, stall
 from testbed.accounting.check import node_directories
 from testbed.accounting.records import MAX_PROBLEM_SAMPLES, RecordReader, conforms, reason_group
 from testbed.accounting.text import where_text
@@ -157,6 +160,7 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
         throughput["model_bytes_per_s_2plus"] = round(large_bytes / scenario.duration, 3)
 
     overflowed, rate_control = rates.account(rep_dir, reader, scenario, submissions)
+    stall_info = _stall(first.values(), ends, host_records, drain, wall_duration, scale, scenario, verdict)
 
     missing = [name for name in ("scenario.yaml", "topology.json", "events.jsonl", "host.jsonl")
                if not (rep_dir / name).exists()]
@@ -185,6 +189,8 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
         "lost": verdict.lost,
         "late": verdict.late,
         "late_where": late_where(verdict.late_pairs),
+        "stalled": stall_info["stalled"] if stall_info else False,
+        "stall": stall_info,
         "unexpected_deliveries": len(verdict.unexpected_deliveries),
         "accounting": verdict.to_dict(max_late=scenario.max_late),
         "drain": drain,
@@ -245,6 +251,8 @@ def check(summary: dict) -> list[str]:
         what = f"{held} messages were still held in spools" if isinstance(held, int) and held > 0 else \
             "some nodes could not be drained"
         problems.append(f"{what} when the drain bound ended (late, not counted in the losses)")
+    if summary.get("stalled") and isinstance(summary.get("stall"), dict):
+        problems.append(stall.text(summary["stall"]))
     if isinstance(late, int) and late > 0:
         where = where_text(summary.get("late_where") or {})
         bound = acc.get("max_late")
@@ -269,6 +277,25 @@ def check(summary: dict) -> list[str]:
 
 
 # ---- helpers -------------------------------------------------------------------------------
+
+def _stall(deliveries: Any, ends: list[dict[str, Any]], host_records: list[dict[str, Any]],
+           drain: dict | None, wall_duration: float, scale: float, scenario: Scenario,
+           verdict: Verdict) -> dict[str, Any] | None:
+    """testbed/accounting/stall.py on this run: the workload starts `wall_duration` before its
+    "workload_end" event and the run ends with the drain (else the host monitor's last sample);
+    None without a workload_end event (nothing to measure from)."""
+    if not ends:
+        return None
+    workload_end = float(ends[-1]["ts"])
+    seconds = drain.get("seconds") if isinstance(drain, dict) else None
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+        end = workload_end + float(seconds)
+    else:
+        end = max([workload_end, *(float(r["ts"]) for r in host_records)])
+    return stall.stall((float(r["deliver_ts"]) for r in deliveries), workload_end - wall_duration, end,
+                       scenario.workload.stall_after * scale, verdict.late, late_where(verdict.late_pairs), scale)
+
+
 
 def _bucket(fragments: int) -> str:
     for name, low, high in BUCKETS:

@@ -9,7 +9,7 @@ Sizes, probabilities and counts are untouched.
 
 What is converted (issue 7, "applied consistently to link rates, interarrivals,
 RBSAD, removal intervals and durations"):
-- duration, workload.warmup, workload.drain
+- duration, workload.warmup, workload.drain, workload.stall_after
 - each generator's start/stop, interarrival mean/sd and its schedule periods
   (from/to/mean/sd)
 - fault `at` times and link_set delay/jitter/rate parameters
@@ -61,6 +61,7 @@ def to_wall(scenario: Scenario) -> Scenario:
     wall.duration = scenario.duration * k
     wall.workload.warmup = scenario.workload.warmup * k
     wall.workload.drain = scenario.workload.drain * k
+    wall.workload.stall_after = scenario.workload.stall_after * k
     for g in wall.workload.generators:
         _scale_generator(g, k)
     for f in wall.faults:

@@ -157,6 +157,8 @@ class SubscriptionSpec:
 class WorkloadSpec:
     warmup: float = 0.0                  # model seconds before generators start
     drain: float = 60.0                  # max model seconds to wait for in-flight messages
+    # model seconds without a delivery while copies are held = stalled (summary.json `stalled`; the drain stops)
+    stall_after: float = 3600.0
     generators: list[Generator] = field(default_factory=list)
 
 

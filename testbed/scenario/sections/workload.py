@@ -56,10 +56,12 @@ def size_file_stat_problem(path: Path, st: os.stat_result) -> str | None:
 def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
     names = topo.node_names()
     path: KeyPath = ("workload",)
-    m = c.mapping(path, raw, ("warmup", "drain", "generators"))
+    m = c.mapping(path, raw, ("warmup", "drain", "stall_after", "generators"))
     w = WorkloadSpec()
     w.warmup = c.unit(path + ("warmup",), m.get("warmup", w.warmup), units.parse_duration)
     w.drain = c.unit(path + ("drain",), m.get("drain", w.drain), units.parse_duration)
+    w.stall_after = c.unit(path + ("stall_after",), m.get("stall_after", w.stall_after), units.parse_duration,
+                           positive=True)
     for i, g in enumerate(c.sequence(path + ("generators",), m.get("generators"))):
         w.generators.append(_generator(c, path + ("generators", i), g, names))
     s.workload = w
@@ -185,7 +187,7 @@ def _generator_plain(g: Generator) -> dict[str, Any]:
 
 
 def _plain(s: Scenario) -> dict[str, Any]:
-    return {"warmup": s.workload.warmup, "drain": s.workload.drain,
+    return {"warmup": s.workload.warmup, "drain": s.workload.drain, "stall_after": s.workload.stall_after,
             "generators": [_generator_plain(g) for g in s.workload.generators]}
 
 

@@ -273,3 +273,20 @@ def test_check_names_copies_held_at_the_end(run_dir: Path) -> None:
     s = summary.summarize(run_dir, scen(), complete=True, drain={"empty": False, "in_flight": 0,
                                                                  "remaining": {"n3": "daemon killed"}})
     assert any("2 message copies still held in spools" in p for p in summary.check(s))   # not the drain's guess
+
+
+@pytest.mark.parametrize("drain_s,stalled", [(400.0, True), (100.0, False)])
+def test_stalled_when_silent_for_stall_after_with_copies_held(run_dir: Path, drain_s: float, stalled: bool) -> None:
+    """Deliveries end at T0+10 wall s; the workload ends at T0+5; stall_after is 3600 model s = 360 wall s.
+    m6 is held at n2 (late), so the run is stalled once the drain ran long enough without a delivery."""
+    write_lines(run_dir / "events.jsonl", [{"ts": T0 + 5, "node": "testbed", "event": "workload_end", "target": "all"}])
+    s = summary.summarize(run_dir, scen(), complete=True, drain={"empty": False, "in_flight": 1, "seconds": drain_s})
+    assert s["stalled"] is stalled and s["stall"]["stalled"] is stalled
+    assert s["stall"]["held"] == s["late"] == 1 and s["lost"] == 1
+    assert s["stall"]["stall_after_model_s"] == 3600.0
+    assert any("STALLED" in p for p in summary.check(s)) is stalled
+
+
+def test_no_workload_end_no_stall_verdict(run_dir: Path) -> None:
+    s = summary.summarize(run_dir, scen(), complete=False)
+    assert s["stalled"] is False and s["stall"] is None
