@@ -159,6 +159,9 @@ class WorkloadSpec:
     drain: float = 60.0                  # max model seconds to wait for in-flight messages
     # model seconds without a delivery while copies are held = stalled (summary.json `stalled`; the drain stops)
     stall_after: float = 3600.0
+    # model seconds after the generators start before the throughput window opens: a loaded warm-up, so the
+    # window measures a network that is already carrying traffic, not one filling up from empty
+    measure_from: float = 0.0
     generators: list[Generator] = field(default_factory=list)
 
 

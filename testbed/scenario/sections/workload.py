@@ -56,12 +56,16 @@ def size_file_stat_problem(path: Path, st: os.stat_result) -> str | None:
 def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
     names = topo.node_names()
     path: KeyPath = ("workload",)
-    m = c.mapping(path, raw, ("warmup", "drain", "stall_after", "generators"))
+    m = c.mapping(path, raw, ("warmup", "drain", "stall_after", "measure_from", "generators"))
     w = WorkloadSpec()
     w.warmup = c.unit(path + ("warmup",), m.get("warmup", w.warmup), units.parse_duration)
     w.drain = c.unit(path + ("drain",), m.get("drain", w.drain), units.parse_duration)
     w.stall_after = c.unit(path + ("stall_after",), m.get("stall_after", w.stall_after), units.parse_duration,
                            positive=True)
+    w.measure_from = c.unit(path + ("measure_from",), m.get("measure_from", w.measure_from), units.parse_duration)
+    if s.duration > 0 and w.measure_from >= s.duration:
+        c.fail(path + ("measure_from",), f"{w.measure_from:g} s leaves no throughput window: it must be "
+                                         f"shorter than the duration ({s.duration:g} s)")
     for i, g in enumerate(c.sequence(path + ("generators",), m.get("generators"))):
         w.generators.append(_generator(c, path + ("generators", i), g, names))
     s.workload = w
@@ -188,6 +192,7 @@ def _generator_plain(g: Generator) -> dict[str, Any]:
 
 def _plain(s: Scenario) -> dict[str, Any]:
     return {"warmup": s.workload.warmup, "drain": s.workload.drain, "stall_after": s.workload.stall_after,
+            "measure_from": s.workload.measure_from,
             "generators": [_generator_plain(g) for g in s.workload.generators]}
 
 

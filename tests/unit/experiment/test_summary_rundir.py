@@ -237,6 +237,13 @@ def test_driver_counters_and_workload_window(run_dir: Path) -> None:
     # the thesis' bytes/s: m2 5000 + m3 50000 to each of two recipients + m4 200000, not the late 9000
     assert t["bytes_2plus_during_workload"] == 305_000
     assert t["model_bytes_per_s_2plus"] == pytest.approx(305_000 / 3600, abs=1e-3)
+    # a loaded warm-up: the window opens 1800 model s (180 wall s) after the generators start, i.e. at
+    # T0 + 20, after m1..m4 (delivered by T0 + 10) and before "late" (T0 + 501, outside the workload)
+    loaded = scen()
+    loaded.workload.measure_from = 1800
+    later = summary.summarize(run_dir, loaded, complete=True, drain={"empty": True, "in_flight": 0})
+    assert later["throughput"]["bytes_2plus_during_workload"] == 0
+    assert later["throughput"]["measured_model_s"] == 1800
     assert s["unexpected_deliveries"] == 1                   # "late" was never submitted in this directory
 
 

@@ -145,6 +145,8 @@ BAD = [
      "topology.links[0].b", 'unknown node "c"'),
     ("name: x\nquick:\n  durashun: 1s\n", 3, "quick.durashun", "unknown scenario key"),
     ("name: x\nseed: 1.5\n", 2, "seed", "expected a whole number"),
+    ("name: x\nduration: 100s\nworkload:\n  measure_from: 100s\n", 4, "workload.measure_from",
+     "leaves no throughput window"),
     ("name: x\nsysctls: {kernel.pid_max: 9}\n", 2, "sysctls", "only network-namespace sysctls"),
     ("name: x\nsysctls: {net.ipv4.tcp_ecn: [1]}\n", 2, "sysctls", "expected a number or a short string"),
     ("name: x\nsysctls: {net.ipv4.tcp_ecn: '1; reboot'}\n", 2, "sysctls", "expected a number or a short string"),
