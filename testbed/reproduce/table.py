@@ -61,8 +61,9 @@ def points(summary_csv: Path, params: dict[str, dict[str, Any]], plot: Plot) -> 
         mean = as_float(r.get("mean"))
         lo, hi = _bounds(r, mean)
         series = ", ".join(f"{k.split('.')[-1]}={p.get(k)}" for k in plot.series) or "all"
+        n = as_float(r.get("n"))
         out.append(Point(x=p.get(plot.x), series=series, mean=mean, ci_lo=lo, ci_hi=hi,
-                         n=int(as_float(r.get("n")) or 0) if not math.isnan(as_float(r.get("n"))) else 0, cell=cell))
+                         n=0 if math.isnan(n) else int(n), cell=cell))
     numeric = all(is_number(pt.x) for pt in out)
     out.sort(key=lambda pt: (pt.series, as_float(pt.x) if numeric else str(pt.x)))
     return out
