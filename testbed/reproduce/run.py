@@ -54,6 +54,11 @@ def reproduce(repro: Reproduction, out: Path, reps: int | None, quick: bool, pro
     """Run, report, figure; returns the run's exit status (0, 1 problems in some rep, 130 interrupted)."""
     check_metric(repro)
     sets = set_arguments(repro, quick)
+    try:
+        runner.plan(str(repro.scenario), out, reps, quick, sets)     # every cell valid, before anything runs
+    except UserError as exc:
+        # the error speaks of --set; the value came from the reproduction file
+        raise UserError(f"{repro.source} (set:, sweep:, quick:): {exc}") from None
     print(f"testbed reproduce {repro.name}: {repro.title}", file=stream)
     rc = runner.run_experiment(str(repro.scenario), out, reps, True, quick, sets, progress, stream=stream)
     if rc == EXIT_INTERRUPTED or rc >= 128:

@@ -109,3 +109,12 @@ def test_table_reads_either_ci_form(tmp_path: Path, ci_columns: str) -> None:
         table.points(tmp_path / "summary.csv", {}, spec.Plot(x="a", y="nope"))
     one = [p for p in pts if p.n == 1]
     assert all(math.isnan(p.ci_lo) for p in one)
+
+
+def test_a_bad_set_value_names_the_file_before_anything_runs(good: Path, tmp_path: Path) -> None:
+    import io
+
+    good.write_text(good.read_text().replace("set: {duration: 100s}", "set: {durationn: 100s}"))
+    with pytest.raises(UserError, match=r"paper-1\.2\.yaml.*durationn"):
+        run.reproduce(spec.load(good), tmp_path / "out", None, False, progress=None, stream=io.StringIO())
+    assert not (tmp_path / "out").exists()
