@@ -14,12 +14,13 @@ APT_PACKAGES := iproute2 iputils-ping tcpdump iperf3 iptables ethtool procps \
 PROTOS      := $(wildcard proto/*.proto)
 STUBS_STAMP := node/rpc/__init__.py
 
-.PHONY: setup system-packages python-env stubs test test-unit run bench clean help
+.PHONY: setup system-packages python-env stubs test test-unit run reproduce bench clean help
 
 help:
 	@echo "make setup   install system packages, .venv and generated stubs (idempotent)"
 	@echo "make test    setup, then the whole test suite (unit, integration as root, e2e)"
 	@echo "make run     setup, then the quickstart scenario end to end and its report"
+	@echo "make reproduce FIG=NAME  setup, then one paper figure end to end (reproductions/NAME.yaml, resumable)"
 	@echo "make bench   setup, then the benchmarks in bench/ (prints measured / bound = ratio)"
 	@echo "make clean   remove build output and anything a crashed testbed left behind"
 
@@ -62,6 +63,11 @@ test-unit: setup
 run: setup
 	$(TESTBED) run scenarios/quickstart.yaml --out runs/quickstart
 	$(PY) -m spark_analysis report runs/quickstart --out reports/quickstart
+
+# FIG=NAME of reproductions/NAME.yaml; QUICK=1 for the smoke run (`make reproduce FIG=brachman-6.4 QUICK=1`)
+reproduce: setup
+	@[ -n "$(FIG)" ] || { echo "make reproduce: give FIG=NAME (one of: $$($(TESTBED) reproduce --list | cut -d' ' -f1 | tr '\n' ' '))"; exit 2; }
+	$(TESTBED) reproduce "$(FIG)" $(if $(QUICK),--quick)
 
 bench: setup
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) "$$b"; done

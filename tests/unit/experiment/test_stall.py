@@ -43,3 +43,21 @@ def test_model_seconds_are_wall_over_time_scale() -> None:
 def test_deliveries_after_the_end_and_before_the_start_do_not_count() -> None:
     s = stall.stall([90.0, 200.0], start=100.0, end=130.0, stall_after=20.0, held=1)
     assert s["stalled"] is True and s["since_model_s"] == 0.0
+
+
+def test_the_final_table_and_its_warnings_show_a_stall(tmp_path) -> None:
+    """A stalled rep is late, not failing: the table says STALLED and a warning says why."""
+    import io
+
+    from test_accounting_check import plan_with
+    from testbed.experiment import runner
+
+    info = stall.stall([], start=0.0, end=30.0, stall_after=10.0, held=16, held_where=WHERE)
+    doc = {"complete": True, "lost": 0, "duplicates": 0, "late": 16, "accounting": {"ok": True},
+           "stalled": True, "stall": info}
+    buf = io.StringIO()
+    assert runner.print_table([plan_with(doc, tmp_path)], buf) is False
+    header, row = buf.getvalue().splitlines()[:2]
+    assert "stalled" in header and "STALLED" in row
+    assert any(line.startswith("warning: c/1: STALLED") for line in buf.getvalue().splitlines())
+    assert runner.table_rows([plan_with({"complete": True}, tmp_path)])[0]["stalled"] == "-"     # older summary

@@ -1,0 +1,98 @@
+"""`testbed reproduce NAME`: the scenario with the figure's overrides, resumable, then the report and the figure.
+
+    run:    runner.run_experiment into OUT (default runs/reproduce/NAME, NAME-quick with --quick) with
+            --resume semantics: complete repetitions are skipped, so an interrupted figure continues
+    report: the Spark report of OUT into OUT/report (no packet captures: a figure needs none)
+    figure: OUT/report/summary.csv by plot.x and plot.series -> NAME.csv and NAME.png in the figure folder
+            (OUT/figure with --quick, so a smoke run never replaces the committed figure)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from node.errors import UserError
+from testbed.experiment import runner, sweep
+from testbed.experiment.progress import Progress
+from testbed.reproduce import plot, table
+from testbed.reproduce.spec import REPO, Reproduction
+
+EXIT_INTERRUPTED = runner.EXIT_INTERRUPTED
+
+
+def default_out(repro: Reproduction, quick: bool) -> Path:
+    return REPO / "runs" / "reproduce" / (f"{repro.name}-quick" if quick else repro.name)
+
+
+def set_arguments(repro: Reproduction, quick: bool) -> list[str]:
+    """The figure's overrides as --set strings. A full run: `set:` then `sweep:`. With --quick the scenario's
+    own quick: section wins over `set:` for the keys it names, the figure's sweep is left out (the scenario's
+    quick sweep, or the figure's quick: section, decides), and the figure's quick: overrides come last."""
+    if not quick:
+        extra = {"sweep": repro.sweep} if repro.sweep is not None else {}
+        return sweep.set_arguments({**repro.sets, **extra})
+    quick_keys = set(_scenario_quick(repro.scenario))
+    sets = {k: v for k, v in repro.sets.items() if k not in quick_keys}
+    return sweep.set_arguments({**sets, **repro.quick})
+
+
+def check_metric(repro: Reproduction) -> None:
+    """plot.y must be a metric of the report's summary table: say so before hours of runs, not after."""
+    try:
+        from spark_analysis.compare import RUN_METRICS
+    except ImportError:
+        return      # no analysis installed: the report step will say so
+    if repro.plot.y not in RUN_METRICS:
+        raise UserError(f"{repro.source}: plot.y: {repro.plot.y!r} is not a metric of the report's summary table "
+                        f"(metrics: {', '.join(RUN_METRICS)}).")
+
+
+def reproduce(repro: Reproduction, out: Path, reps: int | None, quick: bool, progress: Progress,
+              stream: TextIO) -> int:
+    """Run, report, figure; returns the run's exit status (0, 1 problems in some rep, 130 interrupted)."""
+    check_metric(repro)
+    sets = set_arguments(repro, quick)
+    try:
+        runner.plan(str(repro.scenario), out, reps, quick, sets)     # every cell valid, before anything runs
+    except UserError as exc:
+        # the error speaks of --set; the value came from the reproduction file
+        raise UserError(f"{repro.source} (set:, sweep:, quick:): {exc}") from None
+    print(f"testbed reproduce {repro.name}: {repro.title}", file=stream)
+    rc = runner.run_experiment(str(repro.scenario), out, reps, True, quick, sets, progress, stream=stream)
+    if rc == EXIT_INTERRUPTED or rc >= 128:
+        return rc
+    figure_dir = out / "figure" if quick else repro.figure_dir
+    csv_path, png_path = write_figure(repro, out, figure_dir)
+    print(f"figure: {png_path}\ntable:  {csv_path}", file=stream)
+    if repro.paper is not None:
+        print("paper:  " + yaml.safe_dump(repro.paper, default_flow_style=True, width=200).strip(), file=stream)
+    return rc
+
+
+def write_figure(repro: Reproduction, out: Path, figure_dir: Path) -> tuple[Path, Path]:
+    """The Spark report of `out`, then the figure's CSV and PNG from its summary table."""
+    from spark_analysis.__main__ import report
+
+    report(str(out), out=str(out / "report"), pcaps=False, quiet=False)
+    pts = table.points(out / "report" / "summary.csv", table.cell_params(out / runner.EXPERIMENT_FILE), repro.plot)
+    csv_path, png_path = figure_dir / f"{repro.name}.csv", figure_dir / f"{repro.name}.png"
+    table.write_csv(pts, csv_path)
+    plot.write_png(pts, repro.plot, repro.title, png_path)
+    return csv_path, png_path
+
+
+def _scenario_quick(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return {}       # the scenario loader reports it properly
+    q = data.get("quick") if isinstance(data, dict) else None
+    return q if isinstance(q, dict) else {}
+
+
+def describe(repro: Reproduction) -> str:
+    """One line for --list."""
+    return f"{repro.name:<24} {repro.title}"
+

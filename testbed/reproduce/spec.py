@@ -1,0 +1,161 @@
+"""A reproduction file: one figure of a paper, as a scenario plus overrides, a sweep and a plot.
+
+    reproductions/<name>.yaml
+      title:    one line naming the paper and the figure
+      scenario: the scenario file, relative to this file
+      set:      {dotted.key: value}: overrides, validated like --set
+      sweep:    {grid: {key: [values]}, reps: N}: replaces the scenario's sweep
+      plot:     {x: swept key, y: metric of the report's summary table, series: [swept keys]}
+      quick:    {dotted.key: value}: overrides for --quick only (on top of the scenario's quick: section)
+      figure_dir: where the PNG and CSV go, relative to this file
+                  (default docs/reproductions/<paper>/<name>, <paper> = the name up to its first "-")
+      paper:    free-form: the paper's numbers or shape, printed beside ours
+
+Every problem is one UserError sentence naming the file and the key.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from node.errors import UserError
+
+REPO = Path(__file__).resolve().parents[2]
+FOLDER = REPO / "reproductions"
+KEYS = ("title", "scenario", "set", "sweep", "plot", "quick", "figure_dir", "paper")
+PLOT_KEYS = ("x", "y", "series")
+SWEEP_KEYS = ("grid", "reps")
+
+
+@dataclass
+class Plot:
+    x: str
+    y: str
+    series: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Reproduction:
+    name: str
+    source: Path
+    title: str
+    scenario: Path
+    sets: dict[str, Any]
+    sweep: dict[str, Any] | None
+    plot: Plot
+    quick: dict[str, Any]
+    figure_dir: Path
+    paper: Any = None
+
+
+def names(folder: Path = FOLDER) -> list[str]:
+    """The reproductions shipped in `folder`, by name."""
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def find(name: str, folder: Path = FOLDER) -> Path:
+    """NAME (a file in `folder`) or a path to a reproduction file."""
+    direct = Path(name)
+    if direct.suffix in (".yaml", ".yml") and direct.is_file():
+        return direct
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(names(folder)) or "none"
+        raise UserError(f"unknown reproduction {name!r} (known: {known}; see testbed reproduce --list).")
+    return path
+
+
+def load(path: Path) -> Reproduction:
+    """Read and check one reproduction file (the scenario's own keys are checked when it is planned)."""
+    path = Path(path)
+    where = str(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise UserError(f"{where}: cannot read it ({exc.strerror or exc}).") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{where}:{line} not valid YAML ({getattr(exc, 'problem', None) or exc}).") from None
+    top = _mapping(where, "", data, KEYS)
+    for key in ("title", "scenario", "plot"):
+        if key not in top:
+            raise UserError(f"{where}: missing key {key!r}.")
+    title = _text(where, "title", top["title"])
+    scenario = (path.parent / _text(where, "scenario", top["scenario"])).resolve()
+    if not scenario.is_file():
+        raise UserError(f"{where}: scenario: {scenario} does not exist.")
+    sets = _dotted(where, "set", top.get("set"))
+    sweep = _sweep(where, top.get("sweep"))
+    plot = _plot(where, top["plot"], sweep)
+    quick = _dotted(where, "quick", top.get("quick"))
+    if "figure_dir" in top:
+        figure_dir = (path.parent / _text(where, "figure_dir", top["figure_dir"])).resolve()
+    else:
+        figure_dir = REPO / "docs" / "reproductions" / path.stem.split("-")[0] / path.stem
+    return Reproduction(name=path.stem, source=path, title=title, scenario=scenario, sets=sets, sweep=sweep,
+                        plot=plot, quick=quick, figure_dir=figure_dir, paper=top.get("paper"))
+
+
+def _mapping(where: str, key: str, value: Any, allowed: tuple[str, ...]) -> dict[str, Any]:
+    label = f"{key}: " if key else ""
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: {label}expected a mapping, got {type(value).__name__}.")
+    unknown = [str(k) for k in value if k not in allowed]
+    if unknown:
+        raise UserError(f"{where}: {label}unknown key {unknown[0]!r} (expected: {', '.join(allowed)}).")
+    return value
+
+
+def _text(where: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{where}: {key}: expected a non-empty string.")
+    return value
+
+
+def _dotted(where: str, key: str, value: Any) -> dict[str, Any]:
+    """{dotted.key: value} overrides; the scenario loader checks the keys and values themselves."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: {key}: expected a mapping of dotted keys to values.")
+    for k in value:
+        if not isinstance(k, str) or not k or any(not part for part in k.split(".")):
+            raise UserError(f"{where}: {key}: {k!r} is not a dotted key like workload.drain.")
+    return dict(value)
+
+
+def _sweep(where: str, value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    m = _mapping(where, "sweep", value, SWEEP_KEYS)
+    grid = m.get("grid")
+    if not isinstance(grid, dict) or not grid:
+        raise UserError(f"{where}: sweep.grid: expected a mapping of swept keys to lists of values.")
+    for k, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise UserError(f"{where}: sweep.grid.{k}: expected a non-empty list of values.")
+    reps = m.get("reps", 1)
+    if not isinstance(reps, int) or isinstance(reps, bool) or reps < 1:
+        raise UserError(f"{where}: sweep.reps: expected a whole number of at least 1, got {reps!r}.")
+    return {"grid": dict(grid), "reps": reps}
+
+
+def _plot(where: str, value: Any, sweep: dict[str, Any] | None) -> Plot:
+    m = _mapping(where, "plot", value, PLOT_KEYS)
+    x = _text(where, "plot.x", m.get("x"))
+    y = _text(where, "plot.y", m.get("y"))
+    series = m.get("series", [])
+    if isinstance(series, str):
+        series = [series]
+    if not isinstance(series, list) or not all(isinstance(s, str) and s for s in series):
+        raise UserError(f"{where}: plot.series: expected a list of swept keys.")
+    if sweep is not None:
+        for key in [x, *series]:
+            if key not in sweep["grid"]:
+                raise UserError(f"{where}: plot: {key!r} is not a key of sweep.grid "
+                                f"({', '.join(sweep['grid'])}).")
+    return Plot(x=x, y=y, series=list(series))

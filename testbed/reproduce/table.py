@@ -1,0 +1,98 @@
+"""The figure's table: the report's per-cell summary (report/summary.csv) by the plot's x and series.
+
+The report keeps one row per cell, mode and metric with the mean over repetitions, its 95% confidence
+interval and n. The CI is read as whatever the report gives: a half-width column `ci95`, or the bounds
+`ci95_lo` / `ci95_hi`. Each cell's parameters (its swept values) come from experiment.json.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from node.errors import UserError
+from testbed.reproduce.spec import Plot
+
+COLUMNS = ("x", "series", "mean", "ci_lo", "ci_hi", "n", "cell")
+
+
+@dataclass
+class Point:
+    x: Any
+    series: str
+    mean: float
+    ci_lo: float
+    ci_hi: float
+    n: int
+    cell: str
+
+    def row(self) -> list[Any]:
+        return [self.x, self.series, self.mean, self.ci_lo, self.ci_hi, self.n, self.cell]
+
+
+def cell_params(experiment_json: Path) -> dict[str, dict[str, Any]]:
+    """cell name -> its parameters (the swept values, the mode in force)."""
+    try:
+        doc = json.loads(Path(experiment_json).read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {experiment_json}: {exc}.") from None
+    return {c["id"]: dict(c.get("params") or {}) for c in doc.get("cells", []) if isinstance(c, dict) and "id" in c}
+
+
+def points(summary_csv: Path, params: dict[str, dict[str, Any]], plot: Plot) -> list[Point]:
+    """One point per cell that has the metric plot.y, sorted by series then x."""
+    try:
+        with open(summary_csv, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as exc:
+        raise UserError(f"cannot read the report's table {summary_csv}: {exc.strerror or exc}.") from None
+    metrics = sorted({r.get("metric", "") for r in rows})
+    if plot.y not in metrics:
+        raise UserError(f"plot.y {plot.y!r} is not a metric of {summary_csv} (metrics: {', '.join(metrics)}).")
+    out: list[Point] = []
+    for r in rows:
+        cell = r.get("cell", "")
+        if r.get("metric") != plot.y or cell not in params:
+            continue
+        p = params[cell]
+        mean = as_float(r.get("mean"))
+        lo, hi = _bounds(r, mean)
+        series = ", ".join(f"{k.split('.')[-1]}={p.get(k)}" for k in plot.series) or "all"
+        n = as_float(r.get("n"))
+        out.append(Point(x=p.get(plot.x), series=series, mean=mean, ci_lo=lo, ci_hi=hi,
+                         n=0 if math.isnan(n) else int(n), cell=cell))
+    numeric = all(is_number(pt.x) for pt in out)
+    out.sort(key=lambda pt: (pt.series, as_float(pt.x) if numeric else str(pt.x)))
+    return out
+
+
+def write_csv(pts: list[Point], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(COLUMNS)
+        for pt in pts:
+            w.writerow(pt.row())
+
+
+def _bounds(row: dict[str, str], mean: float) -> tuple[float, float]:
+    """The CI as bounds, from ci95_lo/ci95_hi when the report has them, else mean -/+ the ci95 half-width."""
+    lo, hi = as_float(row.get("ci95_lo")), as_float(row.get("ci95_hi"))
+    if not (math.isnan(lo) or math.isnan(hi)):
+        return lo, hi
+    half = as_float(row.get("ci95"))
+    return mean - half, mean + half       # NaN with one repetition: no interval
+
+
+def as_float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and not math.isnan(as_float(value))

@@ -1,0 +1,120 @@
+"""testbed/reproduce: the reproduction file loader, its --set arguments, and the figure table."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from node.errors import UserError
+from testbed.reproduce import run, spec, table
+
+pytestmark = pytest.mark.timeout(30)
+
+GOOD = """
+title: "a figure"
+scenario: {scenario}
+set: {{duration: 100s}}
+sweep: {{grid: {{nodes.all.mode: [fragmenting, non-fragmenting], nodes.all.resources.rbsad: [0, 400]}}, reps: 2}}
+plot: {{x: nodes.all.resources.rbsad, y: throughput_multi, series: [nodes.all.mode]}}
+quick: {{sweep: {{grid: {{nodes.all.resources.rbsad: [0]}}, reps: 1}}}}
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "paper-1.2.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def good(tmp_path: Path) -> Path:
+    return write(tmp_path, GOOD.format(scenario=spec.REPO / "scenarios" / "brachman-biring.yaml"))
+
+
+def test_shipped_reproductions_load_and_plan() -> None:
+    assert "brachman-6.4" in spec.names()
+    for name in spec.names():
+        r = spec.load(spec.find(name))
+        assert r.scenario.is_file() and r.plot.x in (r.sweep or {}).get("grid", {r.plot.x: 0})
+        run.check_metric(r)
+    r = spec.load(spec.find("brachman-6.4"))
+    assert r.figure_dir == spec.REPO / "docs" / "reproductions" / "brachman" / "brachman-6.4"
+    assert r.sweep is not None and r.sweep["reps"] == 3 and len(r.sweep["grid"]) == 3
+
+
+def test_good_file_and_its_set_arguments(good: Path) -> None:
+    r = spec.load(good)
+    assert (r.name, r.title, r.plot.series) == ("paper-1.2", "a figure", ["nodes.all.mode"])
+    assert r.figure_dir == spec.REPO / "docs" / "reproductions" / "paper" / "paper-1.2"
+    full = run.set_arguments(r, quick=False)
+    assert full[0] == 'duration="100s"' and full[1].startswith('sweep={"grid"')
+    # --quick: the scenario's quick: names duration (it wins), the figure's sweep gives way to its quick:
+    assert run.set_arguments(r, quick=True) == \
+        ['sweep={"grid": {"nodes.all.resources.rbsad": [0]}, "reps": 1}']
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda t: t + "colour: red\n", "unknown key 'colour'"),
+    (lambda t: t.replace('title: "a figure"\n', ""), "missing key 'title'"),
+    (lambda t: t.replace("y: throughput_multi", "y: 3"), "plot.y: expected a non-empty string"),
+    (lambda t: t.replace("x: nodes.all.resources.rbsad", "x: duration"), "'duration' is not a key of sweep.grid"),
+    (lambda t: t.replace("reps: 2", "reps: 0"), "sweep.reps"),
+    (lambda t: t.replace("set: {duration: 100s}", "set: [duration]"), "set: expected a mapping"),
+    (lambda t: t + "  bad: [\n", "not valid YAML"),
+    (lambda t: t.replace("scenario: ", "scenario: /nonexistent"), "does not exist"),
+])
+def test_bad_files_are_one_sentence(good: Path, edit, message: str) -> None:
+    good.write_text(edit(good.read_text()))
+    with pytest.raises(UserError) as info:
+        spec.load(good)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_unknown_name_lists_the_known_ones(tmp_path: Path) -> None:
+    write(tmp_path, "title: x\n", "known-1.yaml")
+    with pytest.raises(UserError, match="known: known-1"):
+        spec.find("nope", tmp_path)
+
+
+def test_unknown_metric_is_refused_before_running(good: Path) -> None:
+    good.write_text(good.read_text().replace("y: throughput_multi", "y: happiness"))
+    with pytest.raises(UserError, match="happiness"):
+        run.check_metric(spec.load(good))
+
+
+@pytest.mark.parametrize("ci_columns", ["half", "bounds"])
+def test_table_reads_either_ci_form(tmp_path: Path, ci_columns: str) -> None:
+    cells = [{"id": f"c{m}{v}", "params": {"nodes.all.mode": m, "nodes.all.resources.rbsad": v}}
+             for m in ("frag", "non") for v in (400, 0)]
+    (tmp_path / "experiment.json").write_text(json.dumps({"cells": cells}))
+    head = "cell,mode,metric,mean,ci95,n" if ci_columns == "half" else "cell,mode,metric,mean,ci95_lo,ci95_hi,n"
+    lines = [head]
+    for c in cells:
+        ci = "2.0" if ci_columns == "half" else "8.0,12.0"
+        lines.append(f"{c['id']},m,throughput_multi,10.0,{ci},3")
+        lines.append(f"{c['id']},m,latency_mean,1.0,{ci},3")
+    lines.append("cfrag0,m,throughput_multi,,,,1" if ci_columns == "bounds" else "other,m,throughput_multi,1,,1")
+    (tmp_path / "summary.csv").write_text("\n".join(lines) + "\n")
+    plot = spec.Plot(x="nodes.all.resources.rbsad", y="throughput_multi", series=["nodes.all.mode"])
+    pts = table.points(tmp_path / "summary.csv", table.cell_params(tmp_path / "experiment.json"), plot)
+    keys = [(p.series, p.x) for p in pts]
+    assert keys == sorted(keys) and {k[0] for k in keys} == {"mode=frag", "mode=non"}     # by series, then x
+    full = [p for p in pts if p.n == 3]
+    assert len(full) == 4 and all((p.ci_lo, p.ci_hi) == (8.0, 12.0) for p in full)     # either form: bounds
+    table.write_csv(pts, tmp_path / "fig.csv")
+    assert (tmp_path / "fig.csv").read_text().splitlines()[0] == ",".join(table.COLUMNS)
+    with pytest.raises(UserError, match="not a metric"):
+        table.points(tmp_path / "summary.csv", {}, spec.Plot(x="a", y="nope"))
+    one = [p for p in pts if p.n == 1]
+    assert all(math.isnan(p.ci_lo) for p in one)
+
+
+def test_a_bad_set_value_names_the_file_before_anything_runs(good: Path, tmp_path: Path) -> None:
+    import io
+
+    good.write_text(good.read_text().replace("set: {duration: 100s}", "set: {durationn: 100s}"))
+    with pytest.raises(UserError, match=r"paper-1\.2\.yaml.*durationn"):
+        run.reproduce(spec.load(good), tmp_path / "out", None, False, progress=None, stream=io.StringIO())
+    assert not (tmp_path / "out").exists()
