@@ -27,7 +27,9 @@ def write_png(pts: list[Point], plot: Plot, title: str, path: Path) -> None:
     if not numeric:
         ax.set_xticks(range(len(categories)), categories)
     ax.set_xlabel(plot.x)
-    ax.set_ylabel(f"{plot.y} (mean, 95% CI)")
+    methods = {pt.method for pt in pts if pt.method}
+    centre = "geometric mean, 95% CI t on logs" if methods == {"t on logs"} else "mean, 95% CI"
+    ax.set_ylabel(f"{plot.y}\n({centre})")
     ax.set_title(title, fontsize="small", wrap=True)
     ax.grid(alpha=0.3)
     if pts:

@@ -41,12 +41,13 @@ def set_arguments(repro: Reproduction, quick: bool) -> list[str]:
 def check_metric(repro: Reproduction) -> None:
     """plot.y must be a metric of the report's summary table: say so before hours of runs, not after."""
     try:
-        from spark_analysis.compare import RUN_METRICS
+        from spark_analysis.compare import RUN_METRICS, SUMMARY_METRICS
     except ImportError:
         return      # no analysis installed: the report step will say so
-    if repro.plot.y not in RUN_METRICS:
+    metrics = [*RUN_METRICS, *SUMMARY_METRICS]
+    if repro.plot.y not in metrics:
         raise UserError(f"{repro.source}: plot.y: {repro.plot.y!r} is not a metric of the report's summary table "
-                        f"(metrics: {', '.join(RUN_METRICS)}).")
+                        f"(metrics: {', '.join(metrics)}).")
 
 
 def reproduce(repro: Reproduction, out: Path, reps: int | None, quick: bool, progress: Progress,

@@ -16,7 +16,8 @@ from typing import Any
 from node.errors import UserError
 from testbed.reproduce.spec import Plot
 
-COLUMNS = ("x", "series", "mean", "ci_lo", "ci_hi", "n", "cell")
+# value: what the CI bounds (the report's ci_centre: the geometric mean for t on logs), else the mean
+COLUMNS = ("x", "series", "value", "ci_lo", "ci_hi", "n", "ci_method", "cell")
 
 
 @dataclass
@@ -28,9 +29,11 @@ class Point:
     ci_hi: float
     n: int
     cell: str
+    method: str = ""
 
     def row(self) -> list[Any]:
-        return [self.x, self.series, self.mean, self.ci_lo, self.ci_hi, self.n, self.cell]
+        return [self.x, self.series, _round(self.mean), _round(self.ci_lo), _round(self.ci_hi), self.n,
+                self.method, self.cell]
 
 
 def cell_params(experiment_json: Path) -> dict[str, dict[str, Any]]:
@@ -58,12 +61,13 @@ def points(summary_csv: Path, params: dict[str, dict[str, Any]], plot: Plot) -> 
         if r.get("metric") != plot.y or cell not in params:
             continue
         p = params[cell]
-        mean = as_float(r.get("mean"))
+        centre = as_float(r.get("ci_centre"))
+        mean = centre if not math.isnan(centre) else as_float(r.get("mean"))
         lo, hi = _bounds(r, mean)
         series = ", ".join(f"{k.split('.')[-1]}={p.get(k)}" for k in plot.series) or "all"
         n = as_float(r.get("n"))
         out.append(Point(x=p.get(plot.x), series=series, mean=mean, ci_lo=lo, ci_hi=hi,
-                         n=0 if math.isnan(n) else int(n), cell=cell))
+                         n=0 if math.isnan(n) else int(n), cell=cell, method=r.get("ci_method") or ""))
     numeric = all(is_number(pt.x) for pt in out)
     out.sort(key=lambda pt: (pt.series, as_float(pt.x) if numeric else str(pt.x)))
     return out
@@ -85,6 +89,11 @@ def _bounds(row: dict[str, str], mean: float) -> tuple[float, float]:
         return lo, hi
     half = as_float(row.get("ci95"))
     return mean - half, mean + half       # NaN with one repetition: no interval
+
+
+def _round(value: float) -> float:
+    """Four significant digits: the CSV is read by people, and the CIs are far wider than that."""
+    return value if math.isnan(value) or value == 0 else float(f"{value:.4g}")
 
 
 def as_float(value: Any) -> float:

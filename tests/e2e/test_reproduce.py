@@ -36,7 +36,7 @@ def test_tiny_figure_quick_end_to_end() -> None:
         assert png.read_bytes()[:4] == b"\x89PNG"
         rows = list(csv.DictReader(table.open()))
         assert [r["x"] for r in rows] == ["fragmenting", "non-fragmenting"]
-        assert all(float(r["mean"]) >= 0 and r["n"] == "1" for r in rows)
+        assert all(float(r["value"]) >= 0 and r["n"] == "1" for r in rows)
         assert "paper:" in first.stdout and str(png) in first.stdout
         assert (out / "report" / "report.html").is_file()
     finally:
