@@ -5,7 +5,7 @@ import math
 from pathlib import Path
 
 from testbed.reproduce.spec import Plot
-from testbed.reproduce.table import Point, as_float, is_number
+from testbed.reproduce.table import Point, as_float, is_number, natural_key
 
 
 def write_png(pts: list[Point], plot: Plot, title: str, path: Path) -> None:
@@ -14,7 +14,7 @@ def write_png(pts: list[Point], plot: Plot, title: str, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     numeric = all(is_number(pt.x) for pt in pts)
-    categories = list(dict.fromkeys(str(pt.x) for pt in pts))
+    categories = [str(x) for x in sorted(dict.fromkeys(pt.x for pt in pts), key=natural_key)]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for series in dict.fromkeys(pt.series for pt in pts):
         own = [pt for pt in pts if pt.series == series]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,9 +69,15 @@ def points(summary_csv: Path, params: dict[str, dict[str, Any]], plot: Plot) -> 
         n = as_float(r.get("n"))
         out.append(Point(x=p.get(plot.x), series=series, mean=mean, ci_lo=lo, ci_hi=hi,
                          n=0 if math.isnan(n) else int(n), cell=cell, method=r.get("ci_method") or ""))
-    numeric = all(is_number(pt.x) for pt in out)
-    out.sort(key=lambda pt: (pt.series, as_float(pt.x) if numeric else str(pt.x)))
+    out.sort(key=lambda pt: (pt.series, natural_key(pt.x)))
     return out
+
+
+def natural_key(x: Any) -> tuple[float, str]:
+    """Sort "2667bit" before "16000bit": by the leading number when there is one, then by the text."""
+    text = str(x)
+    m = re.match(r"\s*[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?", text)
+    return (float(m.group(0)) if m else math.inf, text)
 
 
 def write_csv(pts: list[Point], path: Path) -> None:

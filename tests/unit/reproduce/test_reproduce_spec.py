@@ -118,3 +118,10 @@ def test_a_bad_set_value_names_the_file_before_anything_runs(good: Path, tmp_pat
     with pytest.raises(UserError, match=r"paper-1\.2\.yaml.*durationn"):
         run.reproduce(spec.load(good), tmp_path / "out", None, False, progress=None, stream=io.StringIO())
     assert not (tmp_path / "out").exists()
+
+
+def test_points_sort_unit_suffixed_x_by_their_number() -> None:
+    from testbed.reproduce.table import natural_key
+    xs = ["16000bit", "2667bit", "8000bit", "4000bit"]
+    assert sorted(xs, key=natural_key) == ["2667bit", "4000bit", "8000bit", "16000bit"]
+    assert sorted([400, 0, 1600], key=natural_key) == [0, 400, 1600]
