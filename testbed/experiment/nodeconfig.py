@@ -33,6 +33,7 @@ from node import config as node_config
 from node.config import ProbeLinkConfig
 from node.errors import UserError
 from testbed import secrets
+from testbed.experiment import holdtime
 from testbed.network import Network
 from testbed.scenario.spec import RoutingSpec, Scenario
 from testbed.topology import overlay, routing
@@ -92,6 +93,7 @@ def node_configs(scenario: Scenario, network: Network, rep_dir: Path) -> dict[st
     mta = overlay.mta_topology(network.topology, scenario.nodes)
     table = routing.next_hops(mta, routing_policy(scenario), scenario.seed)
     dynamic = dynamic_routing(scenario, network.topology, mta)
+    sessions = holdtime.session_settings(scenario, network.topology, mta.node_names())
     out: dict[str, dict] = {}
     for name in mta.node_names():
         neighbours = {peer: neighbour_address(network, name, peer) for peer in mta.neighbours(name)}
@@ -108,6 +110,8 @@ def node_configs(scenario: Scenario, network: Network, rep_dir: Path) -> dict[st
         }
         if name in dynamic:
             wiring["routing"] = dynamic[name]
+        if name in sessions:       # slow links: a whole batch must cross within the hold time
+            wiring["session"] = sessions[name]
         rate = rate_config(scenario, name)
         if rate:
             wiring["rate"] = rate
