@@ -132,7 +132,7 @@ class ResourceManager:
         self.removal = RemovalProcess(r.removal_interval, seed=seed) if r.removal_interval > 0 else None
         self.streams: dict[tuple[str, str], HopStream] = {}
         self.charges: dict[tuple[str, str], MessageCharge] = {}
-        self.gates: dict[tuple[str, str], float] = {}
+        self.gates: dict[tuple[str, str], list[float]] = {}   # message -> [RBSAD gate opens at (0 = no wait), last asked]
         self.out_credits: dict[str, dict[tuple[str, str], int]] = collections.defaultdict(dict)
         self.refusals: collections.Counter[str] = collections.Counter()
         self.refused_peers: set[str] = set()
@@ -442,13 +442,18 @@ class ResourceManager:
         """When a piece for the recipient MTA may leave this (next-to-last) MTA: monotonic time, 0 = now."""
         if self.cfg.resources.rbsad <= 0 or p.kind == "ndr":
             return 0.0
-        at = self.gates.get(p.mkey)
-        if at is None:
+        # One draw per message, kept while any of its pieces still passes: a "no wait" must be remembered
+        # as well as a wait, or the next fragment (or a retry) draws again and a long message is almost
+        # sure to be held somewhere in the middle of its stream (the thesis: probability 0.1 per message).
+        now = time.monotonic()
+        gate = self.gates.get(p.mkey)
+        if gate is None:
             wait = self.rbsad.sample()
-            at = self.gates[p.mkey] = time.monotonic() + wait if wait > 0 else 0.0
+            gate = self.gates[p.mkey] = [now + wait if wait > 0 else 0.0, now]
             if wait > 0:
                 log.debug("RBSAD: %s waits %.2f s before %s", p.msg_id, wait, p.dst)
-        return at
+        gate[1] = now
+        return gate[0]
 
     # -- housekeeping ------------------------------------------------------------------------------
     def sweep(self, idle: float, stream_idle: float) -> None:
@@ -463,8 +468,8 @@ class ResourceManager:
             if st.held == 0 and now - st.last > stream_idle:
                 log.info("stream %s/%s idle for %.0f s: closed", mkey[0], mkey[1], now - st.last)
                 self._close(mkey)
-        for mkey, at in list(self.gates.items()):
-            if at < now - idle:
+        for mkey, (at, used) in list(self.gates.items()):
+            if used < now - idle and at < now:          # the message left long ago
                 del self.gates[mkey]
 
     def recover(self, p: Piece) -> None:

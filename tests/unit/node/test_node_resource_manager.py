@@ -168,6 +168,23 @@ def test_rbsad_gate_only_at_the_next_to_last_mta_and_once_per_message() -> None:
     assert off.gate(p) == 0.0
 
 
+def test_rbsad_no_wait_is_remembered_so_a_long_message_draws_once() -> None:
+    """A message that drew "no wait" must not draw again for its later fragments (a sweep used to forget a
+    no-wait decision at once, so a 65-fragment stream drew about once per half second and was nearly always
+    held in the middle: ~6x the thesis' probability 0.1 per message)."""
+    rm, _ = manager(rbsad=5.0, rbsad_probability=0.5)
+    draws_before = rm.rbsad.draws
+    waits = []
+    for i in range(40):
+        rm.sweep(idle=60.0, stream_idle=60.0)                 # the engine sweeps every 0.5 s between fragments
+        waits.append(rm.gate(piece("long", "d", off=i * F, hops=1)))
+    assert rm.rbsad.draws == draws_before + 1
+    assert len(set(waits)) == 1
+    rm.sweep(idle=0.0, stream_idle=60.0)                      # gone for longer than idle (and the wait is over)
+    if waits[0] == 0.0:
+        assert ("long", "d") not in {k[:2] for k in rm.gates}
+
+
 def test_recovery_counts_what_is_stored_even_above_the_limits() -> None:
     rm, _ = manager(transit_buffers=4, class_min=1)
     for i in range(3):
