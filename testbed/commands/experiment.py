@@ -29,13 +29,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError(f"--reps must be at least 1, got {args.reps}.")
     sets = scenario_sets(args)
     out = Path(args.out) if args.out else _default_out(args.scenario, sets, args.quick)
-    progress = console.make_progress(sys.stdout)
-    try:
+    with console.progress_on(sys.stdout) as progress:
         return runner.run_experiment(args.scenario, out, args.reps, args.resume, args.quick, sets, progress)
-    finally:
-        close = getattr(progress, "close", None)
-        if callable(close):
-            close()
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -25,13 +25,8 @@ def _reproduce(args: argparse.Namespace) -> int:
         raise UserError(f"--reps must be at least 1, got {args.reps}.")
     repro = spec.load(spec.find(args.name))
     out = Path(args.out) if args.out else run.default_out(repro, args.quick)
-    progress = console.make_progress(sys.stdout)
-    try:
+    with console.progress_on(sys.stdout) as progress:
         return run.reproduce(repro, out, args.reps, args.quick, progress, sys.stdout)
-    finally:
-        close = getattr(progress, "close", None)
-        if callable(close):
-            close()
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, Iterator, TextIO
 
 from testbed.experiment.progress import Progress
 
@@ -144,3 +145,15 @@ def make_progress(stream: TextIO | None = None) -> Progress:
         except Exception:     # a terminal rich cannot drive: plain lines still tell the story
             pass
     return PlainProgress(stream)
+
+
+@contextmanager
+def progress_on(stream: TextIO | None = None) -> Iterator[Progress]:
+    """make_progress for the length of a command, closed (a rich display stopped) however it ends."""
+    progress = make_progress(stream)
+    try:
+        yield progress
+    finally:
+        close = getattr(progress, "close", None)
+        if callable(close):
+            close()

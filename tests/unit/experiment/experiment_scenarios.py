@@ -24,5 +24,17 @@ def write_scenario(path: Path, data: dict) -> Scenario:
     return load(path)
 
 
+def node_configs_of(text: str) -> dict[str, dict]:
+    """The node configs the testbed would write for a scenario text (wall units; the network is never
+    started: only its address plan is read)."""
+    from testbed.experiment import nodeconfig, timescale
+    from testbed.network import Network
+    from testbed.topology import addressing, generators
+
+    scenario = timescale.to_wall(load_text(text))
+    topo = generators.from_scenario(scenario)
+    return nodeconfig.node_configs(scenario, Network(topo, addressing.plan(topo)), Path("/nonexistent"))
+
+
 def names(n: int) -> list[str]:
     return [f"n{i}" for i in range(1, n + 1)]

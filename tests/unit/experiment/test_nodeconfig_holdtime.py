@@ -1,13 +1,11 @@
 """Session hold times on slow links: a whole batch (and a whole non-fragmenting message) must cross the
 slowest link within the hold time, or the receiver ends the session mid-transfer and the transfer restarts
 for ever (the livelock seen on Fig. 6.4's ring at 40 kbit/s)."""
-from pathlib import Path
-
+from experiment_scenarios import node_configs_of as configs
 from node import config as node_config
-from testbed.experiment import holdtime, nodeconfig, timescale
-from testbed.network import Network
+from testbed.experiment import holdtime, timescale
 from testbed.scenario import load_text
-from testbed.topology import addressing, generators
+from testbed.topology import generators
 
 BRACHMAN = """topology: {generator: ring, params: {n: 4}}
 time_scale: 0.1
@@ -17,13 +15,6 @@ workload:
   generators:
     - {nodes: all, size: {dist: thesis, fragment_size: 1000}}
 """
-
-
-def configs(text: str) -> dict[str, dict]:
-    scenario = timescale.to_wall(load_text(text))
-    topo = generators.from_scenario(scenario)
-    net = Network(topo, addressing.plan(topo))          # never started: only the address plan is read
-    return nodeconfig.node_configs(scenario, net, Path("/nonexistent"))
 
 
 def test_non_fragmenting_on_a_slow_link_covers_the_largest_message_three_times() -> None:

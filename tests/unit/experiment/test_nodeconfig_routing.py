@@ -1,24 +1,15 @@
 """Node configs with the `dynamic` routing policy: a routing section per node, the shortest-path table kept as
 the start-up fallback, per-link probe settings at both ends, and per-node rules (static policies too)."""
-from pathlib import Path
-
 import pytest
 
+from experiment_scenarios import node_configs_of as configs
 from node import config as node_config
 from node.errors import UserError
-from testbed.experiment import nodeconfig, timescale
-from testbed.network import Network
+from testbed.experiment import timescale
 from testbed.scenario import load_text
-from testbed.topology import addressing, generators, routing
+from testbed.topology import generators, routing
 
 RING = "topology: {generator: ring, params: {n: 5}}\nseed: 3\n"
-
-
-def configs(text: str) -> dict[str, dict]:
-    scenario = timescale.to_wall(load_text(text))
-    topo = generators.from_scenario(scenario)
-    net = Network(topo, addressing.plan(topo))          # never started: only the address plan is read
-    return nodeconfig.node_configs(scenario, net, Path("/nonexistent"))
 
 
 def test_dynamic_gets_mode_nodes_and_the_shortest_table() -> None:
