@@ -106,6 +106,10 @@ class ResourcesConfig:
     class_min: int = 2
     adjust_every: int = 50               # buffer releases between expression-5.1 recomputations
     stream_allocation: int = 1           # max buffers per message stream per hop
+    # fragments a message stream is served per round-robin turn of its link (its share against a
+    # single-fragment message); 0 = half its allocation, the thesis' link scheduler (6.2.2), which Figs 6.8
+    # and 6.9 vary
+    stream_quantum: int = 1
     recipient_pool: int = 200            # fragment units
     recipient_single_share: float = 0.25
     removal_interval: float = 1.0        # seconds (mean); 0 = only real mailbox reads
@@ -121,7 +125,7 @@ class ResourcesConfig:
                     "stream_allocation", "recipient_pool", "hybrid_window"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"resources.{key} must be at least 1.")
-        for key in ("removal_interval", "rbsad", "user_hard_quota", "user_soft_limit"):
+        for key in ("removal_interval", "rbsad", "user_hard_quota", "user_soft_limit", "stream_quantum"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"resources.{key} must not be negative.")
         if self.reservation_timeout <= 0:

@@ -141,8 +141,18 @@ class ResourceManager:
 
     def make_queue(self, peer: str, wake: Callable[[], None]) -> TransferQueue:
         """Messages share the link by prioritised round robin (non-fragmenting: one FIFO per destination)."""
+        share = self.stream_share if self.cfg.resources.stream_quantum != 1 else None
         return TransferQueue(wake, fifo_per_destination=not self.fragmenting, is_stream=self.is_stream,
-                             gate=lambda p: self.gate(p) if p.dst == peer else 0.0)   # next-to-last MTA: RBSAD
+                             gate=lambda p: self.gate(p) if p.dst == peer else 0.0,   # next-to-last MTA: RBSAD
+                             share=share)
+
+    def stream_share(self, p: Piece) -> int:
+        """Fragments a message is served per round on its link: `stream_quantum` for a stream, or half the
+        stream's allocation with 0 (the thesis' streams sent half their allocation at a time); 1 otherwise."""
+        if not self.is_stream(p):
+            return 1
+        q = self.cfg.resources.stream_quantum
+        return q if q > 0 else max(1, min(p.fragments, self.cfg.resources.stream_allocation) // 2)
 
     def has_credits(self, peer: str) -> bool:
         return bool(self.out_credits.get(peer))

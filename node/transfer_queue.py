@@ -8,7 +8,9 @@ waiting transfer's pass stays put while the others' advance -- nobody starves,
 which is what aging is for in a strict-priority scheme).
 
 A transfer is one message (fragmenting: messages are multiplexed fragment by
-fragment, so a small message never waits for a big one) or, in the
+fragment, so a small message never waits for a big one; a message stream may
+weigh more, `share`, so it gets that many fragments per round as the thesis'
+streams sent half their allocation at a time) or, in the
 non-fragmenting comparator, one FIFO per (priority, destination): messages for
 the same recipient MTA go first-come first-served (thesis 6.2.3).
 
@@ -64,8 +66,10 @@ class TransferQueue:
 
     def __init__(self, wake: Callable[[], None], fifo_per_destination: bool,
                  is_stream: Callable[[Piece], bool] | None, gate: Callable[[Piece], float] | None = None,
-                 key: Callable[[Piece], Hashable] | None = None) -> None:
+                 key: Callable[[Piece], Hashable] | None = None,
+                 share: Callable[[Piece], int] | None = None) -> None:
         self._wake = wake
+        self._share = share         # fragments per round a transfer gets (times its priority); None: 1
         # which pieces form one transfer: `key` when given (the pass-through policy: one FIFO per priority),
         # else a message, or (prio, destination) for the non-fragmenting comparator
         self._key = key or ((lambda p: (p.prio, p.dst)) if fifo_per_destination else (lambda p: p.mkey))
@@ -103,7 +107,8 @@ class TransferQueue:
         t = self._transfers.get(key)
         if t is None:
             start = max(self._vtime, self._idle_pass.pop(key, self._vtime))
-            t = self._transfers[key] = _Transfer(key, max(1, p.prio), pass_=start)
+            weight = max(1, p.prio) * (max(1, self._share(p)) if self._share is not None else 1)
+            t = self._transfers[key] = _Transfer(key, weight, pass_=start)
         (t.queue.appendleft if front else t.queue.append)(p)
         if self._streams and self._is_stream(p) and p.mkey not in self.credits:
             self.credits[p.mkey] = 1          # the set-up credit: the first fragment opens the stream

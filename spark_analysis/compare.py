@@ -9,7 +9,9 @@ from pyspark.sql import functions as F
 
 from .stats import Interval, metric_ci
 
-BUCKETS = [(1, 1, "1"), (2, 10, "2-10"), (11, 20, "11-20"), (21, 50, "21-50"), (51, None, "51+")]
+# message sizes in fragments, as the thesis' Fig. 6.8 groups them (1, 2-10, 11-20, ... 91-100), then 101+
+BUCKETS = [(1, 1, "1"), (2, 10, "2-10"), *((lo, lo + 9, f"{lo}-{lo + 9}") for lo in range(11, 100, 10)),
+           (101, None, "101+")]
 BUCKET_ORDER = [b[2] for b in BUCKETS]
 RUN_METRICS = ["submitted", "accepted", "delivered", "lost", "duplicates", "throughput_multi", "delivery_prob",
                "overhead_ratio", "latency_mean", "latency_p50", "hops_mean"]

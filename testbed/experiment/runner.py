@@ -96,6 +96,8 @@ def plan(path: str, out: Path, reps: int | None, quick: bool, sets: list[str]) -
             scenario = loader.load(path, overrides=[*plain_sets, *overrides, f"seed={seed}"], quick=quick)
             plans.append(RepPlan(cell=cell, rep=rep, seed=seed, dir=out / cell.name / str(rep), scenario=scenario))
         check_node_settings(plans[-1].scenario)      # the reps of a cell differ only in their seed
+    if not plans:
+        raise UserError("every point of the sweep is excluded (sweep.exclude) once the --set values pin the grid.")
     return base, plans
 
 

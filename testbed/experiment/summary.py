@@ -120,13 +120,14 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
     scale = float(scenario.time_scale) if scenario.time_scale > 0 else 1.0
     fragment = _fragment_size(scenario)
     delays: dict[str, list[float]] = {name: [] for name, _, _ in BUCKETS}
-    multi = 0
+    large: list[dict[str, Any]] = []      # deliveries of messages of 2+ fragments: every throughput counts these
     for rec in first.values():
         frags = max(1, math.ceil(rec["size"] / fragment))
         if frags >= 2:
-            multi += 1
+            large.append(rec)
         wall = float(rec["deliver_ts"]) - float(rec["submit_ts"])
         delays[_bucket(frags)].append(wall)
+    multi = len(large)
     all_delays = [x for v in delays.values() for x in v]
     wall_duration = scenario.duration * scale
     throughput = {
@@ -146,9 +147,7 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
     if ends and wall_duration > 0:
         window_end = float(ends[-1]["ts"])
         window_start = window_end - wall_duration
-        during = sum(1 for rec in first.values()
-                     if max(1, math.ceil(rec["size"] / fragment)) >= 2
-                     and window_start <= float(rec["deliver_ts"]) <= window_end)
+        during = sum(1 for rec in large if window_start <= float(rec["deliver_ts"]) <= window_end)
         throughput["messages_2plus_during_workload"] = during
         throughput["per_model_hour_during_workload"] = round(during / (scenario.duration / 3600.0), 3)
         # the thesis' measure (Figs 6.3-6.10): bytes of messages of 2+ fragments delivered per model second
@@ -156,9 +155,8 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
         # loaded warm-up); a message still on its way at the window's end does not count
         measured = scenario.duration - scenario.workload.measure_from
         measure_start = window_end - measured * scale
-        large_bytes = sum(int(rec["size"]) for rec in first.values()
-                          if max(1, math.ceil(rec["size"] / fragment)) >= 2
-                          and measure_start <= float(rec["deliver_ts"]) <= window_end)
+        large_bytes = sum(int(rec["size"]) for rec in large
+                          if measure_start <= float(rec["deliver_ts"]) <= window_end)
         throughput["bytes_2plus_during_workload"] = large_bytes
         throughput["measured_model_s"] = measured
         throughput["model_bytes_per_s_2plus"] = round(large_bytes / measured, 3)

@@ -9,12 +9,12 @@ seed of another one.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from testbed.scenario.sections.sweep import grid_points
 from testbed.scenario.spec import Scenario
 
 DEFAULT_CELL = "default"
@@ -69,15 +69,14 @@ def cell_name(overrides: dict[str, Any]) -> str:
 
 
 def expand(scenario: Scenario) -> list[Cell]:
-    """Every combination of the grid's values, in the order the file lists keys and values."""
+    """Every combination of the grid's values, in the order the file lists keys and values, less the
+    points sweep.exclude names."""
     grid = scenario.sweep.grid
     if not grid:
         return [Cell(DEFAULT_CELL, {})]
-    keys = list(grid)
     cells: list[Cell] = []
     used: set[str] = set()
-    for combo in itertools.product(*(grid[k] for k in keys)):
-        overrides = dict(zip(keys, combo))
+    for overrides in grid_points(grid, scenario.sweep.exclude):
         name = cell_name(overrides)
         base, n = name, 2
         while name in used:     # two values that sanitize alike ("a b" and "a-b")

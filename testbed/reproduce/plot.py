@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from testbed.reproduce.spec import Plot
+from testbed.reproduce.spec import MESSAGE_SIZE, Plot
 from testbed.reproduce.table import Point, as_float, is_number, natural_key
 
 
@@ -26,7 +26,7 @@ def write_png(pts: list[Point], plot: Plot, title: str, path: Path) -> None:
         ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, label=series)
     if not numeric:
         ax.set_xticks(range(len(categories)), categories)
-    ax.set_xlabel(plot.x)
+    ax.set_xlabel("message size (fragments)" if plot.x == MESSAGE_SIZE else plot.x)
     methods = {pt.method for pt in pts if pt.method}
     centre = "geometric mean, 95% CI t on logs" if methods == {"t on logs"} else "mean, 95% CI"
     ax.set_ylabel(f"{plot.y}\n({centre})")

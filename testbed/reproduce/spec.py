@@ -4,8 +4,10 @@
       title:    one line naming the paper and the figure
       scenario: the scenario file, relative to this file
       set:      {dotted.key: value}: overrides, validated like --set
-      sweep:    {grid: {key: [values]}, reps: N}: replaces the scenario's sweep
-      plot:     {x: swept key, y: metric of the report's summary table, series: [swept keys]}
+      sweep:    {grid: {key: [values]}, reps: N, exclude: [{key: value}]}: replaces the scenario's sweep
+      plot:     {x: swept key, y: metric of the report's summary table, series: [swept keys]}, or
+                {x: message_size, y: mean_delay_s, series: [...]}: the report's delay per message-size
+                bucket (delay_by_size.csv), one line per series
       quick:    {dotted.key: value}: overrides for --quick only (on top of the scenario's quick: section)
       figure_dir: where the PNG and CSV go, relative to this file
                   (default docs/reproductions/<paper>/<name>, <paper> = the name up to its first "-")
@@ -27,7 +29,10 @@ REPO = Path(__file__).resolve().parents[2]
 FOLDER = REPO / "reproductions"
 KEYS = ("title", "scenario", "set", "sweep", "plot", "quick", "figure_dir", "paper")
 PLOT_KEYS = ("x", "y", "series")
-SWEEP_KEYS = ("grid", "reps")
+SWEEP_KEYS = ("grid", "reps", "exclude")
+# plot.x that is not a swept key: the report's message-size buckets, with the mean delay per bucket as y
+MESSAGE_SIZE = "message_size"
+BY_SIZE_Y = "mean_delay_s"
 
 
 @dataclass
@@ -141,7 +146,10 @@ def _sweep(where: str, value: Any) -> dict[str, Any] | None:
     reps = m.get("reps", 1)
     if not isinstance(reps, int) or isinstance(reps, bool) or reps < 1:
         raise UserError(f"{where}: sweep.reps: expected a whole number of at least 1, got {reps!r}.")
-    return {"grid": dict(grid), "reps": reps}
+    out = {"grid": dict(grid), "reps": reps}
+    if m.get("exclude") is not None:
+        out["exclude"] = m["exclude"]       # the scenario loader checks its entries
+    return out
 
 
 def _plot(where: str, value: Any, sweep: dict[str, Any] | None) -> Plot:
@@ -153,8 +161,10 @@ def _plot(where: str, value: Any, sweep: dict[str, Any] | None) -> Plot:
         series = [series]
     if not isinstance(series, list) or not all(isinstance(s, str) and s for s in series):
         raise UserError(f"{where}: plot.series: expected a list of swept keys.")
+    if x == MESSAGE_SIZE and y != BY_SIZE_Y:
+        raise UserError(f"{where}: plot.y: with x {MESSAGE_SIZE} the figure plots {BY_SIZE_Y}, not {y!r}.")
     if sweep is not None:
-        for key in [x, *series]:
+        for key in [*([] if x == MESSAGE_SIZE else [x]), *series]:
             if key not in sweep["grid"]:
                 raise UserError(f"{where}: plot: {key!r} is not a key of sweep.grid "
                                 f"({', '.join(sweep['grid'])}).")

@@ -1,4 +1,5 @@
-"""The figure's table: the report's per-cell summary (report/summary.csv) by the plot's x and series.
+"""The figure's table: the report's per-cell summary (report/summary.csv) by the plot's x and series, or,
+for x = message_size, the report's mean delay per message-size bucket (report/delay_by_size.csv).
 
 The report keeps one row per cell, mode and metric with the mean over repetitions, its 95% confidence
 interval and n. The CI is read as whatever the report gives: a half-width column `ci95`, or the bounds
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from node.errors import UserError
-from testbed.reproduce.spec import Plot
+from testbed.reproduce.spec import MESSAGE_SIZE, Plot
 
 # value: what the CI bounds (the report's ci_centre: the geometric mean for t on logs), else the mean
 COLUMNS = ("x", "series", "value", "ci_lo", "ci_hi", "n", "ci_method", "cell")
@@ -46,28 +47,36 @@ def cell_params(experiment_json: Path) -> dict[str, dict[str, Any]]:
     return {c["id"]: dict(c.get("params") or {}) for c in doc.get("cells", []) if isinstance(c, dict) and "id" in c}
 
 
-def points(summary_csv: Path, params: dict[str, dict[str, Any]], plot: Plot) -> list[Point]:
-    """One point per cell that has the metric plot.y, sorted by series then x."""
+def report_table(plot: Plot) -> str:
+    """The report's CSV the figure reads."""
+    return "delay_by_size.csv" if plot.x == MESSAGE_SIZE else "summary.csv"
+
+
+def points(table_csv: Path, params: dict[str, dict[str, Any]], plot: Plot) -> list[Point]:
+    """One point per cell that has the metric plot.y (per cell and size bucket for x = message_size),
+    sorted by series then x."""
     try:
-        with open(summary_csv, newline="") as f:
+        with open(table_csv, newline="") as f:
             rows = list(csv.DictReader(f))
     except OSError as exc:
-        raise UserError(f"cannot read the report's table {summary_csv}: {exc.strerror or exc}.") from None
-    metrics = sorted({r.get("metric", "") for r in rows})
-    if plot.y not in metrics:
-        raise UserError(f"plot.y {plot.y!r} is not a metric of {summary_csv} (metrics: {', '.join(metrics)}).")
+        raise UserError(f"cannot read the report's table {table_csv}: {exc.strerror or exc}.") from None
+    by_size = plot.x == MESSAGE_SIZE
+    if not by_size:
+        metrics = sorted({r.get("metric", "") for r in rows})
+        if plot.y not in metrics:
+            raise UserError(f"plot.y {plot.y!r} is not a metric of {table_csv} (metrics: {', '.join(metrics)}).")
     out: list[Point] = []
     for r in rows:
         cell = r.get("cell", "")
-        if r.get("metric") != plot.y or cell not in params:
+        if cell not in params or (not by_size and r.get("metric") != plot.y):
             continue
         p = params[cell]
         centre = as_float(r.get("ci_centre"))
-        mean = centre if not math.isnan(centre) else as_float(r.get("mean"))
+        mean = centre if not math.isnan(centre) else as_float(r.get(plot.y if by_size else "mean"))
         lo, hi = _bounds(r, mean)
         series = ", ".join(f"{k.split('.')[-1]}={p.get(k)}" for k in plot.series) or "all"
         n = as_float(r.get("n"))
-        out.append(Point(x=p.get(plot.x), series=series, mean=mean, ci_lo=lo, ci_hi=hi,
+        out.append(Point(x=r.get("bucket") if by_size else p.get(plot.x), series=series, mean=mean, ci_lo=lo, ci_hi=hi,
                          n=0 if math.isnan(n) else int(n), cell=cell, method=r.get("ci_method") or ""))
     out.sort(key=lambda pt: (pt.series, natural_key(pt.x)))
     return out

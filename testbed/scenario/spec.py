@@ -235,6 +235,9 @@ class RoutingSpec:
 class SweepSpec:
     grid: dict[str, list[Any]] = field(default_factory=dict)  # dotted scenario key -> values
     reps: int = 1
+    # grid points left out: a point matching every key: value of one entry is not run (e.g. the
+    # non-fragmenting mode under several stream allocations it ignores)
+    exclude: list[dict[str, Any]] = field(default_factory=list)
 
 
 # --- security --------------------------------------------------------------------

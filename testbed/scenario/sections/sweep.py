@@ -3,6 +3,7 @@ The loader also checks that every grid value gives a valid scenario."""
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any
 
 from testbed.scenario.checks import Check
@@ -14,7 +15,7 @@ UNSWEPT = ("sweep", "quick", "name")      # keys a grid cannot vary
 
 
 def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
-    m = c.mapping(("sweep",), raw, ("grid", "reps"))
+    m = c.mapping(("sweep",), raw, ("grid", "reps", "exclude"))
     s.sweep = SweepSpec(reps=c.integer(("sweep", "reps"), m.get("reps", 1), 1, 10000))
     for key, values in c.mapping(("sweep", "grid"), m.get("grid")).items():
         vals = c.sequence(("sweep", "grid", key), values)
@@ -23,6 +24,44 @@ def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
         if key.split(".")[0] in UNSWEPT:
             c.fail(("sweep", "grid", key), f"cannot sweep over {key}")
         s.sweep.grid[key] = list(vals)
+    for i, entry in enumerate(c.sequence(("sweep", "exclude"), m.get("exclude", []))):
+        s.sweep.exclude.append(_exclusion(c, ("sweep", "exclude", i), entry, s.sweep.grid))
+    if s.sweep.grid and s.sweep.exclude and not any(
+            not _excluded(combo, s.sweep.exclude) for combo in _points(s.sweep.grid)):
+        c.fail(("sweep", "exclude"), "leaves no grid point to run")
 
 
-SWEEP = Section("sweep", check=_check, plain=lambda s: {"grid": copy.deepcopy(s.sweep.grid), "reps": s.sweep.reps})
+def _exclusion(c: Check, path: tuple, entry: Any, grid: dict[str, list[Any]]) -> dict[str, Any]:
+    """One exclude entry: keys of the grid, each with one of its values (else it could never match)."""
+    m = c.mapping(path, entry)
+    if not m:
+        c.fail(path, "expected a mapping of swept keys to one of their values")
+    for key, value in m.items():
+        if key not in grid:
+            c.fail((*path, key), f"not a key of sweep.grid ({', '.join(grid) or 'the grid is empty'})")
+        if value not in grid[key]:
+            c.fail((*path, key), f"{value!r} is not one of the grid's values {grid[key]!r}")
+    return dict(m)
+
+
+def _points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+
+
+def _excluded(point: dict[str, Any], exclude: list[dict[str, Any]]) -> bool:
+    return any(all(point.get(k) == v for k, v in entry.items()) for entry in exclude)
+
+
+def grid_points(grid: dict[str, list[Any]], exclude: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every combination of the grid's values in file order, without the excluded ones."""
+    return [p for p in _points(grid) if not _excluded(p, exclude)]
+
+
+def _plain(s: Scenario) -> dict[str, Any]:
+    out: dict[str, Any] = {"grid": copy.deepcopy(s.sweep.grid), "reps": s.sweep.reps}
+    if s.sweep.exclude:
+        out["exclude"] = copy.deepcopy(s.sweep.exclude)
+    return out
+
+
+SWEEP = Section("sweep", check=_check, plain=_plain)

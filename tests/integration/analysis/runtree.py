@@ -12,7 +12,12 @@ SIZES = [500, 1000, 5000, 10_000, 15_000, 30_000, 80_000]
 
 
 def bucket(nfrag: int) -> str:
-    return "1" if nfrag == 1 else "2-10" if nfrag <= 10 else "11-20" if nfrag <= 20 else "21-50" if nfrag <= 50 else "51+"
+    if nfrag <= 10:
+        return "1" if nfrag == 1 else "2-10"
+    if nfrag > 100:
+        return "101+"
+    lo = (nfrag - 1) // 10 * 10 + 1
+    return f"{lo}-{lo + 9}"
 
 
 def _write(path: Path, records: list[dict]) -> None:

@@ -69,7 +69,7 @@ def test_summary_means_and_ci(built):
 def test_delay_by_bucket(built):
     expected, out, _ = built
     delays = pd.read_csv(out / "delay_by_size.csv", dtype={"bucket": str})
-    assert set(delays["bucket"]) == {"1", "2-10", "11-20", "21-50", "51+"}
+    assert set(delays["bucket"]) == {"1", "2-10", "11-20", "21-30", "71-80"}
     assert len(delays) == 10
     for row in delays.itertuples():
         a, b = expected[(row.cell, "1")]["delay"][row.bucket], expected[(row.cell, "2")]["delay"][row.bucket]
@@ -80,7 +80,7 @@ def test_delay_by_bucket(built):
         assert (row.ci_centre, row.ci95_lo, row.ci95_hi) == pytest.approx((g, lo, hi), rel=1e-9)
         assert row.ci95_lo > 0
     # fragmenting was generated 1.5x slower per fragment: visible in the largest bucket
-    big = delays[delays.bucket == "51+"].set_index("mode")["mean_delay_s"]
+    big = delays[delays.bucket == "71-80"].set_index("mode")["mean_delay_s"]
     assert big["fragmenting"] > big["non-fragmenting"]
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 import os
 import re
 
+import pytest
+
 from testbed.experiment import sweep
-from testbed.scenario import load_text
+from testbed.scenario import ScenarioError, load_text
 
 BASE = """\
 name: sw
@@ -34,6 +36,25 @@ def test_grid_is_the_full_product_in_file_order():
     assert cells[-1].overrides == {"nodes.all.mode": "non-fragmenting", "nodes.all.rbsad": 1600}
     assert cells[1].name == "mode-fragmenting_rbsad-400"
     assert len({c.name for c in cells}) == 6
+
+
+def test_exclude_leaves_out_the_matching_points():
+    s = scenario("sweep:\n  grid: {nodes.all.mode: [fragmenting, non-fragmenting], nodes.all.rbsad: [0, 400, 1600]}\n"
+                 "  exclude: [{nodes.all.mode: non-fragmenting, nodes.all.rbsad: 400}, {nodes.all.rbsad: 1600}]\n")
+    assert [tuple(c.overrides.values()) for c in sweep.expand(s)] == [
+        ("fragmenting", 0), ("fragmenting", 400), ("non-fragmenting", 0)]
+
+
+@pytest.mark.parametrize("exclude,message", [
+    ("[{nodes.all.colour: red}]", "not a key of sweep.grid"),
+    ("[{nodes.all.rbsad: 3}]", "is not one of the grid's values"),
+    ("[{}]", "expected a mapping of swept keys"),
+    ("[{nodes.all.rbsad: 0}, {nodes.all.rbsad: 400}]", "leaves no grid point"),
+])
+def test_bad_exclude_is_one_error(exclude: str, message: str):
+    with pytest.raises(ScenarioError) as info:
+        scenario(f"sweep:\n  grid: {{nodes.all.rbsad: [0, 400]}}\n  exclude: {exclude}\n")
+    assert message in str(info.value)
 
 
 def test_names_are_filesystem_safe_and_stable():

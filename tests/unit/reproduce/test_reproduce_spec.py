@@ -37,7 +37,8 @@ def test_shipped_reproductions_load_and_plan() -> None:
     assert "brachman-6.4" in spec.names()
     for name in spec.names():
         r = spec.load(spec.find(name))
-        assert r.scenario.is_file() and r.plot.x in (r.sweep or {}).get("grid", {r.plot.x: 0})
+        assert r.scenario.is_file()
+        assert r.plot.x == spec.MESSAGE_SIZE or r.plot.x in (r.sweep or {}).get("grid", {r.plot.x: 0})
         run.check_metric(r)
     r = spec.load(spec.find("brachman-6.4"))
     assert r.figure_dir == spec.REPO / "docs" / "reproductions" / "brachman" / "brachman-6.4"
@@ -61,6 +62,7 @@ def test_good_file_and_its_set_arguments(good: Path) -> None:
     (lambda t: t.replace("y: throughput_multi", "y: 3"), "plot.y: expected a non-empty string"),
     (lambda t: t.replace("x: nodes.all.resources.rbsad", "x: duration"), "'duration' is not a key of sweep.grid"),
     (lambda t: t.replace("reps: 2", "reps: 0"), "sweep.reps"),
+    (lambda t: t.replace("x: nodes.all.resources.rbsad", "x: message_size"), "plots mean_delay_s"),
     (lambda t: t.replace("set: {duration: 100s}", "set: [duration]"), "set: expected a mapping"),
     (lambda t: t + "  bad: [\n", "not valid YAML"),
     (lambda t: t.replace("scenario: ", "scenario: /nonexistent"), "does not exist"),
@@ -125,3 +127,22 @@ def test_points_sort_unit_suffixed_x_by_their_number() -> None:
     xs = ["16000bit", "2667bit", "8000bit", "4000bit"]
     assert sorted(xs, key=natural_key) == ["2667bit", "4000bit", "8000bit", "16000bit"]
     assert sorted([400, 0, 1600], key=natural_key) == [0, 400, 1600]
+
+
+def test_by_size_figure_reads_the_delay_table(tmp_path: Path, good: Path) -> None:
+    good.write_text(good.read_text().replace("x: nodes.all.resources.rbsad, y: throughput_multi",
+                                             "x: message_size, y: mean_delay_s"))
+    r = spec.load(good)
+    run.check_metric(r)
+    assert table.report_table(r.plot) == "delay_by_size.csv"
+    cells = [{"id": m, "params": {"nodes.all.mode": m}} for m in ("frag", "non")]
+    (tmp_path / "experiment.json").write_text(json.dumps({"cells": cells}))
+    lines = ["cell,mode,bucket,mean_delay_s,ci95,ci95_lo,ci95_hi,ci_centre,ci_method,n,messages"]
+    for c in ("frag", "non"):
+        for bucket, d in (("11-20", 30.0), ("1", 2.0), ("101+", 90.0), ("2-10", 9.0)):
+            lines.append(f"{c},m,{bucket},{d},1,{d - 1},{d + 1},{d - 0.5},t on logs,3,40")
+    (tmp_path / "delay_by_size.csv").write_text("\n".join(lines) + "\n")
+    pts = table.points(tmp_path / "delay_by_size.csv", table.cell_params(tmp_path / "experiment.json"), r.plot)
+    assert [p.x for p in pts if p.series == "mode=frag"] == ["1", "2-10", "11-20", "101+"]     # size order
+    first = pts[0]
+    assert (first.mean, first.ci_lo, first.ci_hi, first.n) == (1.5, 1.0, 3.0, 3)     # the CI's centre

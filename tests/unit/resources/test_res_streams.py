@@ -184,6 +184,21 @@ def test_credits_only_for_free_unpromised_slots_and_fragments_share_the_link_one
     assert q.pop() is None                             # no credit left for either stream
 
 
+@pytest.mark.parametrize("quantum,expect", [(1, 1), (3, 3), (0, 4)])     # 0: half the allocation of 8
+def test_stream_quantum_gives_a_stream_that_many_fragments_per_round(quantum: int, expect: int) -> None:
+    rm = manager(stream_allocation=8, transit_buffers=40, stream_quantum=quantum)
+    q = rm.make_queue("c", lambda: None)
+    for o in range(8):
+        q.push(frag("s", "d", o, 10, hops=1, src="a"))
+    q.credit(("s", "d"), 7)                            # the whole allocation granted
+    for name in ("x", "y", "z"):                       # single-fragment messages: one fragment a round
+        q.push(frag(name, "d", 0, 1, hops=1, src="a"))
+    order = [q.pop().msg_id for _ in range(11)]
+    first_round = order[:expect + 3]                   # stride scheduling: within a round the order interleaves
+    assert first_round.count("s") == expect and sorted(set(first_round) - {"s"}) == ["x", "y", "z"], order
+    assert order.count("s") == 8 and q.pop() is None
+
+
 def test_allocation_one_still_moves() -> None:
     rm = manager(stream_allocation=1, transit_buffers=40)
     frags = [frag("s", "d", o, 5, hops=1, src="a") for o in range(5)]
