@@ -37,13 +37,17 @@ def _check(args: argparse.Namespace) -> int:
         name = accounting.label(rep)
         if args.json:
             rows.append({"repetition": name, "dir": str(rep), **verdict.to_dict(max_late, limit=None),
-                         **({"pubsub": pubs} if pubs is not None else {})})
+                         **({"pubsub": pubs} if pubs is not None else {}),
+                         **({"stall": _stall_info(rep)} if _stall_info(rep) else {})})
             continue
         _say(accounting.verdict_line(name, verdict, max_late))
         for line in accounting.verdict_details(verdict):
             _say(f"  {line}")
         if pubs is not None:
             _say(f"  {pubsub.line(pubs)}")
+        stalled = _stall_sentence(rep)
+        if stalled:
+            _say(f"  {stalled}")
         rows.append({"ok": ok, **{k: getattr(verdict, k) for k in _COUNTS}})
     total = {k: sum(r[k] for r in rows) for k in _COUNTS}
     passed = sum(1 for r in rows if r["ok"])
@@ -58,6 +62,24 @@ def _check(args: argparse.Namespace) -> int:
 
 
 _COUNTS = ("accepted", "delivered", "reported", "late", "lost", "duplicate")
+
+
+def _stall_info(rep: Path) -> dict[str, Any] | None:
+    """The run's stall verdict from its summary.json (the runner computes it; the spools cannot tell when the
+    last delivery was): a stalled run's held copies are late, which the verdict alone does not explain."""
+    try:
+        summary = json.loads((rep / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    info = summary.get("stall") if isinstance(summary, dict) else None
+    return info if isinstance(info, dict) and info.get("stalled") else None
+
+
+def _stall_sentence(rep: Path) -> str:
+    from testbed.accounting import stall
+
+    info = _stall_info(rep)
+    return stall.text(info) if info else ""
 
 
 def _say(text: str) -> None:

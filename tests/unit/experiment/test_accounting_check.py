@@ -343,3 +343,19 @@ def test_late_where_orders_nodes_by_number() -> None:
     where = late_where({("a", "n1"): [Place("n10", "queued", 1), Place("n2", "queued", 1)],
                         ("b", "n1"): [Place("n2", "held", 1)]})
     assert list(where) == ["n2", "n10"] and where["n2"] == {"held": 1, "queued": 1}
+
+
+def test_cli_says_when_the_run_stalled(tmp_path: Path, capsys) -> None:
+    rep = clean_rep(tmp_path / "d" / "1")
+    write_lines(rep / "nodes" / "n1" / "submissions.jsonl", [sub("n1", "a", "n2", 100)])
+    write_spool(rep / "nodes" / "n3" / "spool.db", [piece("a", "n2")])
+    stall = {"stalled": True, "since_model_s": 4.0, "silent_model_s": 30.0, "stall_after_model_s": 20.0,
+             "held": 1, "held_where": {"n3": {"queued": 1}}}
+    (rep / "summary.json").write_text(json.dumps({"stalled": True, "stall": stall}))
+    code, out, _ = run_cli([str(rep)], capsys)
+    assert code == 0       # held, not lost: the verdict passes, the sentence says why copies are late
+    assert "  STALLED: nothing delivered for the last 30.0 model s" in out and "at n3" in out
+    code, out, _ = run_cli([str(rep), "--json"], capsys)
+    assert json.loads(out)["repetitions"][0]["stall"]["held"] == 1
+    (rep / "summary.json").write_text(json.dumps({"stalled": False, "stall": {**stall, "stalled": False}}))
+    assert "STALLED" not in run_cli([str(rep)], capsys)[1]
