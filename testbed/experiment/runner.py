@@ -145,6 +145,20 @@ def _experiment_doc(base: Scenario, path: str, plans: list[RepPlan], status: str
             "started": started, "updated": time.time(), "cells": list(cells.values())}
 
 
+def _earlier_wall_times(out: Path) -> dict[str, float]:
+    """rep dir -> wall seconds, from the experiment.json a resumed run finds (a skipped rep keeps its time)."""
+    try:
+        doc = json.loads((out / EXPERIMENT_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    walls: dict[str, float] = {}
+    for cell in doc.get("cells", []) if isinstance(doc, dict) else []:
+        for rep in cell.get("reps", []) if isinstance(cell, dict) else []:
+            if isinstance(rep, dict) and isinstance(rep.get("wall_s"), (int, float)):
+                walls[str(rep.get("dir"))] = float(rep["wall_s"])
+    return walls
+
+
 def _write_json(path: Path, doc: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1, default=str))
@@ -309,11 +323,13 @@ def run_experiment(path: str, out: Path, reps: int | None, resume: bool, quick: 
 
     log.info("experiment %s: %d cell(s) x %d rep(s) from %s%s%s", base.name, len({p.cell.name for p in plans}),
              max(p.rep for p in plans), path, " (quick)" if quick else "", f" with --set {' '.join(sets)}" if sets else "")
+    earlier = _earlier_wall_times(out) if resume else {}
     try:
         with _StopOnSignal(stop, progress) as sig:
             for p in plans:
                 if (p.dir / COMPLETE_MARKER).exists() and resume:
                     p.status, p.summary = "skipped", _read_summary(p.dir)
+                    p.wall_s = earlier.get(f"{p.cell.name}/{p.rep}")     # keep what the rep took when it ran
                     log.info("rep %s/%d skipped: already complete", p.cell.name, p.rep)
                     progress.event(f"{p.cell.name} rep {p.rep}: already complete, skipped")
                     continue

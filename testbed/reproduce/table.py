@@ -20,6 +20,10 @@ from testbed.reproduce.spec import MESSAGE_SIZE, Plot
 
 # value: what the CI bounds (the report's ci_centre: the geometric mean for t on logs), else the mean
 COLUMNS = ("x", "series", "value", "ci_lo", "ci_hi", "n", "ci_method", "cell")
+# reps.csv: one row per repetition, what a reader needs to trust a point (the value behind it, whether the
+# host was saturated or the run stalled, what it cost)
+REP_COLUMNS = ("cell", "rep", "seed", "status", "value", "accepted", "delivered", "late", "lost", "stalled",
+               "host_cpu_mean", "host_cpu_max", "saturated", "wall_s")
 
 
 @dataclass
@@ -121,3 +125,54 @@ def as_float(value: Any) -> float:
 
 def is_number(value: Any) -> bool:
     return not isinstance(value, bool) and not math.isnan(as_float(value))
+
+
+def rep_rows(out: Path, plot: Plot) -> list[dict[str, Any]]:
+    """One row per repetition of the experiment in `out` (REP_COLUMNS): its entry in experiment.json, its
+    summary.json and, unless the figure is by message size, its plot.y from the report's runs.csv."""
+    try:
+        doc = json.loads((out / "experiment.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {out / 'experiment.json'}: {exc}.") from None
+    values: dict[tuple[str, str], str] = {}
+    if plot.x != MESSAGE_SIZE:
+        try:
+            with open(out / "report" / "runs.csv", newline="") as f:
+                values = {(r.get("cell", ""), r.get("rep", "")): r.get(plot.y, "") for r in csv.DictReader(f)}
+        except OSError:
+            pass        # no report yet: the rows still say what each rep cost
+    rows: list[dict[str, Any]] = []
+    for cell in doc.get("cells", []):
+        for rep in cell.get("reps", []):
+            s = _summary(out / str(rep.get("dir", "")))
+            sat = s.get("saturation") if isinstance(s.get("saturation"), dict) else {}
+            wall = rep.get("wall_s")
+            rows.append({"cell": cell.get("id", ""), "rep": rep.get("rep", ""), "seed": rep.get("seed", ""),
+                         "status": rep.get("status", ""),
+                         "value": _cell_text(values.get((str(cell.get("id", "")), str(rep.get("rep", ""))), "")),
+                         **{k: s.get(k, "") for k in ("accepted", "delivered", "late", "lost", "stalled")},
+                         "host_cpu_mean": sat.get("mean_cpu", ""), "host_cpu_max": sat.get("max_cpu", ""),
+                         "saturated": sat.get("saturated", ""),
+                         "wall_s": round(wall, 1) if isinstance(wall, (int, float)) else ""})
+    return rows
+
+
+def write_reps(rows: list[dict[str, Any]], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=REP_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _summary(rep_dir: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads((rep_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _cell_text(value: str) -> Any:
+    number = as_float(value)
+    return "" if math.isnan(number) else _round(number)

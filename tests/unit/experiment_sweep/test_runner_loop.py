@@ -128,6 +128,7 @@ def test_set_on_a_swept_key_pins_that_cell(scen, tmp_path):
 def test_resume_skips_complete_reps_and_reruns_an_incomplete_one(scen, tmp_path):
     out = tmp_path / "r"
     assert run(scen, out, FakeCell(), quick=True, reps=2) == 0
+    walls = {(c["id"], r["rep"]): r["wall_s"] for c in doc(out)["cells"] for r in c["reps"]}
     victim = out / "mode-non-fragmenting" / "1"
     (victim / runner.COMPLETE_MARKER).unlink()
     (victim / "stale.jsonl").write_text("old records\n")
@@ -138,6 +139,8 @@ def test_resume_skips_complete_reps_and_reruns_an_incomplete_one(scen, tmp_path)
     statuses = {(c["id"], r["rep"]): r["status"] for c in doc(out)["cells"] for r in c["reps"]}
     assert statuses[("mode-non-fragmenting", 1)] == "complete"
     assert statuses[("mode-fragmenting", 1)] == "skipped"
+    skipped = {(c["id"], r["rep"]): r.get("wall_s") for c in doc(out)["cells"] for r in c["reps"]}
+    assert skipped[("mode-fragmenting", 1)] == walls[("mode-fragmenting", 1)]     # kept from the first run
     assert doc(out)["status"] == "complete"
     assert "rep mode-fragmenting/1 skipped: already complete" in (out / runner.RUNNER_LOG).read_text()
 

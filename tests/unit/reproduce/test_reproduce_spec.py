@@ -146,3 +146,27 @@ def test_by_size_figure_reads_the_delay_table(tmp_path: Path, good: Path) -> Non
     assert [p.x for p in pts if p.series == "mode=frag"] == ["1", "2-10", "11-20", "101+"]     # size order
     first = pts[0]
     assert (first.mean, first.ci_lo, first.ci_hi, first.n) == (1.5, 1.0, 3.0, 3)     # the CI's centre
+
+
+def test_reps_table_has_a_row_per_repetition(tmp_path: Path) -> None:
+    cells = [{"id": "c1", "params": {}, "reps": [{"rep": 1, "dir": "c1/1", "seed": 5, "status": "complete",
+                                                  "wall_s": 44.84},
+                                                 {"rep": 2, "dir": "c1/2", "seed": 6, "status": "failed"}]}]
+    (tmp_path / "experiment.json").write_text(json.dumps({"cells": cells}))
+    (tmp_path / "c1" / "1").mkdir(parents=True)
+    (tmp_path / "c1" / "1" / "summary.json").write_text(json.dumps(
+        {"accepted": 10, "delivered": 8, "late": 2, "lost": 0, "stalled": False,
+         "saturation": {"saturated": False, "mean_cpu": 40.5, "max_cpu": 81.0}}))
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "runs.csv").write_text("cell,rep,mode,throughput_2plus_Bps\nc1,1,m,123.456789\n")
+    plot = spec.Plot(x="k", y="throughput_2plus_Bps")
+    rows = table.rep_rows(tmp_path, plot)
+    assert rows[0] == {"cell": "c1", "rep": 1, "seed": 5, "status": "complete", "value": 123.5, "accepted": 10,
+                       "delivered": 8, "late": 2, "lost": 0, "stalled": False, "host_cpu_mean": 40.5,
+                       "host_cpu_max": 81.0, "saturated": False, "wall_s": 44.8}
+    assert rows[1]["status"] == "failed" and rows[1]["value"] == "" and rows[1]["wall_s"] == ""
+    table.write_reps(rows, tmp_path / "fig" / "reps.csv")
+    lines = (tmp_path / "fig" / "reps.csv").read_text().splitlines()
+    assert lines[0] == ",".join(table.REP_COLUMNS) and len(lines) == 3
+    by_size = table.rep_rows(tmp_path, spec.Plot(x=spec.MESSAGE_SIZE, y="mean_delay_s"))
+    assert by_size[0]["value"] == ""             # one delay per bucket, not per rep: no single value
