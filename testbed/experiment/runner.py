@@ -92,7 +92,7 @@ def plan(path: str, out: Path, reps: int | None, quick: bool, sets: list[str]) -
     for cell in sweep.expand(base):
         overrides = sweep.set_arguments(cell.overrides)
         for rep in range(1, n_reps + 1):
-            seed = sweep.derive_seed(base.seed, cell.name, rep)
+            seed = sweep.rep_seed(base, cell, rep)
             scenario = loader.load(path, overrides=[*plain_sets, *overrides, f"seed={seed}"], quick=quick)
             plans.append(RepPlan(cell=cell, rep=rep, seed=seed, dir=out / cell.name / str(rep), scenario=scenario))
         check_node_settings(plans[-1].scenario)      # the reps of a cell differ only in their seed
@@ -143,6 +143,16 @@ def _experiment_doc(base: Scenario, path: str, plans: list[RepPlan], status: str
     return {"scenario": base.name, "source": str(path), "quick": quick, "sets": list(sets), "seed": base.seed,
             "time_scale": base.time_scale, "reps": max((p.rep for p in plans), default=0), "status": status,
             "started": started, "updated": time.time(), "cells": list(cells.values())}
+
+
+def _same_seed(p: RepPlan) -> bool:
+    """A complete rep is kept on --resume only if it ran with the seed planned now (sweep.seeds or the
+    scenario's seed may have changed since); a rep without a readable seed is kept, as before."""
+    seed = _read_summary(p.dir).get("seed")
+    if isinstance(seed, int) and not isinstance(seed, bool) and seed != p.seed:
+        log.info("rep %s/%d ran with seed %d, planned now %d: it runs again", p.cell.name, p.rep, seed, p.seed)
+        return False
+    return True
 
 
 def _earlier_wall_times(out: Path) -> dict[str, float]:
@@ -327,7 +337,7 @@ def run_experiment(path: str, out: Path, reps: int | None, resume: bool, quick: 
     try:
         with _StopOnSignal(stop, progress) as sig:
             for p in plans:
-                if (p.dir / COMPLETE_MARKER).exists() and resume:
+                if (p.dir / COMPLETE_MARKER).exists() and resume and _same_seed(p):
                     p.status, p.summary = "skipped", _read_summary(p.dir)
                     p.wall_s = earlier.get(f"{p.cell.name}/{p.rep}")     # keep what the rep took when it ran
                     log.info("rep %s/%d skipped: already complete", p.cell.name, p.rep)

@@ -87,6 +87,11 @@ def expand(scenario: Scenario) -> list[Cell]:
     return cells
 
 
+def rep_seed(scenario: Scenario, cell: Cell, rep: int) -> int:
+    """The seed of one repetition: of its cell (sweep.seeds per_cell), or the same for every cell (per_rep)."""
+    return derive_seed(scenario.seed, cell.name if scenario.sweep.seeds == "per_cell" else "", rep)
+
+
 def derive_seed(base: int, cell: str, rep: int) -> int:
     """A stable seed for one repetition of one cell (0 .. 2**63-1, what the loader accepts)."""
     digest = hashlib.sha256(f"wanbed-seed:{base}:{cell}:{rep}".encode()).digest()

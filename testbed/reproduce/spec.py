@@ -4,7 +4,8 @@
       title:    one line naming the paper and the figure
       scenario: the scenario file, relative to this file
       set:      {dotted.key: value}: overrides, validated like --set
-      sweep:    {grid: {key: [values]}, reps: N, exclude: [{key: value}]}: replaces the scenario's sweep
+      sweep:    {grid: {key: [values]}, reps: N, exclude: [{key: value}], seeds: per_rep}: replaces the
+                scenario's sweep
       plot:     {x: swept key, y: metric of the report's summary table, series: [swept keys]}, or
                 {x: message_size, y: mean_delay_s, series: [...]}: the report's delay per message-size
                 bucket (delay_by_size.csv), one line per series
@@ -29,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 FOLDER = REPO / "reproductions"
 KEYS = ("title", "scenario", "set", "sweep", "plot", "quick", "figure_dir", "paper")
 PLOT_KEYS = ("x", "y", "series")
-SWEEP_KEYS = ("grid", "reps", "exclude")
+SWEEP_KEYS = ("grid", "reps", "exclude", "seeds")
 # plot.x that is not a swept key: the report's message-size buckets, with the mean delay per bucket as y
 MESSAGE_SIZE = "message_size"
 BY_SIZE_Y = "mean_delay_s"
@@ -147,8 +148,9 @@ def _sweep(where: str, value: Any) -> dict[str, Any] | None:
     if not isinstance(reps, int) or isinstance(reps, bool) or reps < 1:
         raise UserError(f"{where}: sweep.reps: expected a whole number of at least 1, got {reps!r}.")
     out = {"grid": dict(grid), "reps": reps}
-    if m.get("exclude") is not None:
-        out["exclude"] = m["exclude"]       # the scenario loader checks its entries
+    for key in ("exclude", "seeds"):        # the scenario loader checks them
+        if m.get(key) is not None:
+            out[key] = m[key]
     return out
 
 

@@ -238,6 +238,9 @@ class SweepSpec:
     # grid points left out: a point matching every key: value of one entry is not run (e.g. the
     # non-fragmenting mode under several stream allocations it ignores)
     exclude: list[dict[str, Any]] = field(default_factory=list)
+    # per_cell: each cell's repetitions get seeds of their own; per_rep: every cell of repetition k gets the
+    # same seed, so the same workload (common random numbers: modes compared on the same messages)
+    seeds: str = "per_cell"
 
 
 # --- security --------------------------------------------------------------------

@@ -12,11 +12,16 @@ from testbed.scenario.spec import Scenario, SweepSpec
 from testbed.topology.model import Topology
 
 UNSWEPT = ("sweep", "quick", "name")      # keys a grid cannot vary
+SEED_POLICIES = ("per_cell", "per_rep")
 
 
 def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
-    m = c.mapping(("sweep",), raw, ("grid", "reps", "exclude"))
+    m = c.mapping(("sweep",), raw, ("grid", "reps", "exclude", "seeds"))
     s.sweep = SweepSpec(reps=c.integer(("sweep", "reps"), m.get("reps", 1), 1, 10000))
+    seeds = m.get("seeds", "per_cell")
+    if seeds not in SEED_POLICIES:
+        c.fail(("sweep", "seeds"), f"expected one of {', '.join(SEED_POLICIES)}, got {seeds!r}")
+    s.sweep.seeds = seeds
     for key, values in c.mapping(("sweep", "grid"), m.get("grid")).items():
         vals = c.sequence(("sweep", "grid", key), values)
         if not vals:
@@ -61,6 +66,8 @@ def _plain(s: Scenario) -> dict[str, Any]:
     out: dict[str, Any] = {"grid": copy.deepcopy(s.sweep.grid), "reps": s.sweep.reps}
     if s.sweep.exclude:
         out["exclude"] = copy.deepcopy(s.sweep.exclude)
+    if s.sweep.seeds != "per_cell":
+        out["seeds"] = s.sweep.seeds
     return out
 
 

@@ -145,6 +145,18 @@ def test_resume_skips_complete_reps_and_reruns_an_incomplete_one(scen, tmp_path)
     assert "rep mode-fragmenting/1 skipped: already complete" in (out / runner.RUNNER_LOG).read_text()
 
 
+def test_resume_reruns_a_complete_rep_whose_seed_changed(scen, tmp_path):
+    out = tmp_path / "r"
+    assert run(scen, out, FakeCell(), quick=True, reps=1) == 0
+    victim = out / "mode-fragmenting" / "1"
+    summary = json.loads((victim / "summary.json").read_text()) if (victim / "summary.json").exists() else {}
+    (victim / "summary.json").write_text(json.dumps({**summary, "seed": 12345}))     # ran with another seed
+    again = FakeCell()
+    assert run(scen, out, again, quick=True, reps=1, resume=True) == 0
+    assert [rd for _, rd in again.calls] == [victim]
+    assert "ran with seed 12345" in (out / runner.RUNNER_LOG).read_text()
+
+
 def test_rerun_without_resume_keeps_the_previous_run_aside(scen, tmp_path):
     out = tmp_path / "again"
     assert run(scen, out, FakeCell(), quick=True, reps=1) == 0

@@ -57,6 +57,17 @@ def test_bad_exclude_is_one_error(exclude: str, message: str):
     assert message in str(info.value)
 
 
+def test_per_rep_seeds_give_every_cell_of_a_rep_the_same_seed():
+    grid = "sweep:\n  grid: {nodes.all.mode: [fragmenting, non-fragmenting]}\n"
+    per_cell, per_rep = scenario(grid), scenario(grid + "  seeds: per_rep\n")
+    a, b = sweep.expand(per_cell)
+    assert sweep.rep_seed(per_cell, a, 1) != sweep.rep_seed(per_cell, b, 1)      # the default, as before
+    assert sweep.rep_seed(per_cell, a, 1) == sweep.derive_seed(7, a.name, 1)
+    assert sweep.rep_seed(per_rep, a, 1) == sweep.rep_seed(per_rep, b, 1) != sweep.rep_seed(per_rep, a, 2)
+    with pytest.raises(ScenarioError, match="per_cell, per_rep"):
+        scenario(grid + "  seeds: sometimes\n")
+
+
 def test_names_are_filesystem_safe_and_stable():
     s = scenario('sweep:\n  grid: {link_defaults.delay: ["10 ms", 50ms], nodes.all.weird: ["a/b c", {x: 1}]}\n')
     names = [c.name for c in sweep.expand(s)]
