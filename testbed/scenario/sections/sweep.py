@@ -31,8 +31,7 @@ def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
         s.sweep.grid[key] = list(vals)
     for i, entry in enumerate(c.sequence(("sweep", "exclude"), m.get("exclude", []))):
         s.sweep.exclude.append(_exclusion(c, ("sweep", "exclude", i), entry, s.sweep.grid))
-    if s.sweep.grid and s.sweep.exclude and not any(
-            not _excluded(combo, s.sweep.exclude) for combo in _points(s.sweep.grid)):
+    if s.sweep.exclude and not grid_points(s.sweep.grid, s.sweep.exclude):
         c.fail(("sweep", "exclude"), "leaves no grid point to run")
 
 
