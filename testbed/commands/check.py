@@ -15,7 +15,7 @@ EXIT_FAILED = 1       # a repetition lost or duplicated copies, or had more late
 
 def _check(args: argparse.Namespace) -> int:
     from testbed import accounting
-    from testbed.accounting import pubsub
+    from testbed.accounting import pubsub, stall
 
     root = Path(args.run_dir)
     if args.max_late is not None and args.max_late < 0:
@@ -35,19 +35,19 @@ def _check(args: argparse.Namespace) -> int:
         ok = verdict.ok(max_late) and (pubs is None or pubs["ok"])
         all_ok = all_ok and ok
         name = accounting.label(rep)
+        stalled = _stall_info(rep)
         if args.json:
             rows.append({"repetition": name, "dir": str(rep), **verdict.to_dict(max_late, limit=None),
                          **({"pubsub": pubs} if pubs is not None else {}),
-                         **({"stall": _stall_info(rep)} if _stall_info(rep) else {})})
+                         **({"stall": stalled} if stalled else {})})
             continue
         _say(accounting.verdict_line(name, verdict, max_late))
         for line in accounting.verdict_details(verdict):
             _say(f"  {line}")
         if pubs is not None:
             _say(f"  {pubsub.line(pubs)}")
-        stalled = _stall_sentence(rep)
         if stalled:
-            _say(f"  {stalled}")
+            _say(f"  {stall.text(stalled)}")
         rows.append({"ok": ok, **{k: getattr(verdict, k) for k in _COUNTS}})
     total = {k: sum(r[k] for r in rows) for k in _COUNTS}
     passed = sum(1 for r in rows if r["ok"])
@@ -73,13 +73,6 @@ def _stall_info(rep: Path) -> dict[str, Any] | None:
         return None
     info = summary.get("stall") if isinstance(summary, dict) else None
     return info if isinstance(info, dict) and info.get("stalled") else None
-
-
-def _stall_sentence(rep: Path) -> str:
-    from testbed.accounting import stall
-
-    info = _stall_info(rep)
-    return stall.text(info) if info else ""
 
 
 def _say(text: str) -> None:
