@@ -102,6 +102,9 @@ class ResourcesConfig:
     enabled: bool = False                # see above: set by the loader when the section is present
     buffer_classes: bool = True          # false = single shared pool (store-and-forward deadlock possible)
     transit_buffers: int = 100           # per MTA, fragment units (non-fragmenting: largest-message units)
+    # buffers each transit class starts with, in fragment units for both modes (the thesis' 100, Table 6.1's
+    # text: enough for the largest message); 0 = transit_buffers split over the classes as above
+    class_buffers: int = 0
     input_pool: int = 50                 # class 0 (submissions), fragment units
     class_min: int = 2
     adjust_every: int = 50               # buffer releases between expression-5.1 recomputations
@@ -125,7 +128,8 @@ class ResourcesConfig:
                     "stream_allocation", "recipient_pool", "hybrid_window"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"resources.{key} must be at least 1.")
-        for key in ("removal_interval", "rbsad", "user_hard_quota", "user_soft_limit", "stream_quantum"):
+        for key in ("removal_interval", "rbsad", "user_hard_quota", "user_soft_limit", "stream_quantum",
+                    "class_buffers"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"resources.{key} must not be negative.")
         if self.reservation_timeout <= 0:

@@ -8,7 +8,9 @@ for the engine, piece by piece:
   is the input pool for submissions ("congested, try later" when full;
   single-fragment messages may use at most half of it). Units: one fragment
   (fragmenting) or one whole message (non-fragmenting: units of the largest
-  message). A hop that has no room answers "not now" (a Refuse frame with
+  message). With `class_buffers` every transit class starts with that many
+  buffers, and a non-fragmenting message takes one per fragment of its size,
+  queued first-come first-served per class (the thesis' comparator, 6.2.3). A hop that has no room answers "not now" (a Refuse frame with
   `retry_after`): the sender keeps its copy and offers it again later, so
   nothing accepted is ever lost. `buffer_classes: false` puts everything in
   one shared pool, which lets store-and-forward deadlock happen.
@@ -85,10 +87,11 @@ class HopStream:
 
 @dataclass
 class MessageCharge:
-    """One buffer for a whole message (non-fragmenting), freed when all its bytes are acked downstream."""
+    """A whole message's buffers (non-fragmenting), freed when all its bytes are acked downstream."""
     cls: int
     single: bool
     bytes_left: int
+    units: int = 1
 
 
 def network_size(cfg: NodeConfig) -> int:
@@ -108,13 +111,22 @@ class ResourceManager:
         self.fragmenting = cfg.mode == "fragmenting"
         self._wake = wake
         self.classes = max(2, network_size(cfg))      # hops 0..N-1: a simple route in N nodes has <= N-1 hops
+        # the thesis' comparator counts a message's bytes in fragment-sized buffers when classes are sized
+        # per class (so that each holds the largest message); otherwise one unit holds any message
+        self.byte_units = not self.fragmenting and r.class_buffers > 0
+        self.waiting: dict[str, tuple[int, int, float]] = {}  # FCFS waiter -> (class, units, last offered)
+        self.granted: dict[str, tuple[int, int, float]] = {}  # waiter -> (class, units, granted at)
         if r.buffer_classes:
             transit = self.classes - 1
-            per_class = max(r.class_min, r.transit_buffers // transit)
+            if r.class_buffers > 0:
+                per_class, free = r.class_buffers, 0
+            else:
+                per_class = max(r.class_min, r.transit_buffers // transit)
+                free = max(0, r.transit_buffers - per_class * transit)
             pool_cfg = BufferPoolConfig(
                 num_classes=self.classes, fragment_bytes=cfg.fragment_size, input_buffers=r.input_pool,
                 class_initial=per_class, class_minimum=min(r.class_min, per_class),
-                free_pool=max(0, r.transit_buffers - per_class * transit), readjust_every=r.adjust_every,
+                free_pool=free, readjust_every=r.adjust_every,
                 dynamic_adjustment=self.fragmenting)   # the comparator's classes are fixed (6.2.3)
         else:
             # one pool for everything, as big as input + transit together
@@ -169,6 +181,10 @@ class ResourceManager:
     def is_stream(self, p: Piece) -> bool:
         return self.fragmenting and p.fragments >= STREAM_MIN_FRAGMENTS
 
+    def units(self, total: int) -> int:
+        """Buffers a non-fragmenting message of `total` bytes takes in a class."""
+        return max(1, math.ceil(total / self.cfg.fragment_size)) if self.byte_units else 1
+
     def _cls(self, hops: int) -> int:
         if not self.pool.config.classes_enabled:
             return 0
@@ -205,7 +221,7 @@ class ResourceManager:
             return None
         size = next(iter(copies.values()))[0].total
         single = math.ceil(size / self.cfg.fragment_size) <= 1
-        need = min(fragments, self.cfg.resources.input_pool) if self.fragmenting else 1
+        need = min(fragments if self.fragmenting else self.units(size), self.cfg.resources.input_pool)
         taken: list[int] = []
         for _mkey in copies:
             if internal:            # a non-delivery report must never be refused for lack of buffers
@@ -221,7 +237,7 @@ class ResourceManager:
                 for p in ps[:need]:
                     p.charge = ("u", 0, single)
             else:
-                self.charges[mkey] = MessageCharge(0, single, ps[0].total)
+                self.charges[mkey] = MessageCharge(0, single, ps[0].total, need)
                 for p in ps:
                     p.charge = ("m", False)
         return None
@@ -236,11 +252,7 @@ class ResourceManager:
             if p.mkey in self.charges:
                 p.charge = ("m", False)
                 return None
-            if self.pool.try_acquire(cls, 1):
-                self.charges[p.mkey] = MessageCharge(cls, False, p.total)
-                p.charge = ("m", True)
-                return None
-            return self._refuse("class_full", f"no buffer of class {cls} free at {self.me}", peer)
+            return self._admit_message(peer, p, cls)
         if self.is_stream(p):
             st = self.streams.get(p.mkey)
             if st is None:
@@ -266,6 +278,32 @@ class ResourceManager:
             p.charge = ("u", cls, False)
             return None
         return self._refuse("class_full", f"no buffer of class {cls} free at {self.me}", peer)
+
+    def _admit_message(self, peer: str, p: Piece, cls: int) -> tuple[str, float] | None:
+        """A non-fragmenting message's first piece here: its whole size in class `cls`, first come first served."""
+        units = self.units(p.total)
+        if not self.byte_units:
+            if self.pool.try_acquire(cls, 1):
+                self.charges[p.mkey] = MessageCharge(cls, False, p.total)
+                p.charge = ("m", True)
+                return None
+            return self._refuse("class_full", f"no buffer of class {cls} free at {self.me}", peer)
+        if self.pool.config.classes_enabled and units > self.pool.limit(cls):
+            self.refusals["class_never_fits"] += 1     # the comparator's classes are fixed: it never will
+            return (f"a message of {units} fragments can never fit buffer class {cls} of {self.me} "
+                    f"({self.pool.limit(cls)} buffers; resources.class_buffers)", 0.0)
+        key = f"{p.msg_id}|{p.dst}"
+        now = time.monotonic()
+        got = self.granted.pop(key, None)
+        if got is None and self.pool.try_acquire(cls, units, waiter=key):
+            got = (cls, units, now)
+        if got is None:
+            self.waiting[key] = (cls, units, now)
+            return self._refuse("class_full", f"{units} buffers of class {cls} not free at {self.me} (FCFS)", peer)
+        self.waiting.pop(key, None)
+        self.charges[p.mkey] = MessageCharge(got[0], False, p.total, got[1])
+        p.charge = ("m", True)
+        return None
 
     def link_full(self, hop: str) -> str | None:
         """Never: the buffer classes bound what is stored here, and so every queue."""
@@ -338,7 +376,7 @@ class ResourceManager:
         elif c[0] == "m" and c[1]:
             mc = self.charges.pop(p.mkey, None)
             if mc is not None:
-                self._release(mc.cls, 1, mc.single, count=False)
+                self._release(mc.cls, mc.units, mc.single, count=False)
         elif c[0] == "r" and c[1]:
             self.release_mail(p.msg_id)
 
@@ -392,7 +430,7 @@ class ResourceManager:
             mc.bytes_left -= p.size
             if mc.bytes_left <= 0:
                 del self.charges[p.mkey]
-                self._release(mc.cls, 1, mc.single, count=True)
+                self._release(mc.cls, mc.units, mc.single, count=True)
 
     def dropped(self, p: Piece) -> None:
         """`p` will never be forwarded from here (expired, aborted, orphaned): free what it held."""
@@ -401,7 +439,7 @@ class ResourceManager:
             p.charge = None
             mc = self.charges.pop(p.mkey, None)
             if mc is not None:
-                self._release(mc.cls, 1, mc.single, count=False)
+                self._release(mc.cls, mc.units, mc.single, count=False)
             return
         if c is not None and c[0] == "r":
             p.charge = None
@@ -415,9 +453,14 @@ class ResourceManager:
 
     def _release(self, cls: int, n: int, single: bool, count: bool) -> None:
         try:
-            self.pool.release(cls, n, single_fragment=single, count_throughput=count)
+            granted = self.pool.release(cls, n, single_fragment=single, count_throughput=count)
         except ValueError as exc:        # accounting drift must never take the node down
             log.error("buffer release mismatch: %s", exc)
+            granted = []
+        now = time.monotonic()
+        for key in granted:     # the pool took them on the waiter's behalf; its next offer claims them
+            wcls, units, _ = self.waiting.pop(key)
+            self.granted[key] = (wcls, units, now)
         self._room()
 
     # -- recipient space ------------------------------------------------------------------------
@@ -481,6 +524,16 @@ class ResourceManager:
         for mkey, (at, used) in list(self.gates.items()):
             if used < now - idle and at < now:          # the message left long ago
                 del self.gates[mkey]
+        # a sender offers a refused message again within RETRY_CAP; one that stopped (it crashed, or the
+        # message expired there) must not hold the head of a class's FCFS queue, nor buffers granted to it
+        for key, (_cls, _n, last) in list(self.waiting.items()):
+            if now - last > idle:
+                self.pool.cancel_wait(key)
+                del self.waiting[key]
+        for key, (cls, n, at) in list(self.granted.items()):
+            if now - at > idle:
+                del self.granted[key]
+                self._release(cls, n, False, count=False)
 
     def recover(self, p: Piece) -> None:
         """Count a piece loaded from the spool after a restart (whatever the limits: it is already stored)."""
@@ -495,8 +548,9 @@ class ResourceManager:
             p.charge = ("u", cls, False)
         else:
             if p.mkey not in self.charges:
-                self.pool.force_acquire(cls, 1)
-                self.charges[p.mkey] = MessageCharge(cls, False, p.total)
+                units = self.units(p.total)
+                self.pool.force_acquire(cls, units)
+                self.charges[p.mkey] = MessageCharge(cls, False, p.total, units)
             p.charge = ("m", False)
 
     def snapshot(self) -> dict:
@@ -520,5 +574,6 @@ class ResourceManager:
                           "removed_fragments": self.removed_fragments},
             "rbsad": self.rbsad.snapshot(),
             "refusals": dict(sorted(self.refusals.items())),
+            "fcfs": {"waiting": len(self.waiting), "granted": len(self.granted)},
             "room_signals": self.rooms_signalled,
         }
