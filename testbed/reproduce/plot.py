@@ -8,7 +8,7 @@ from testbed.reproduce.spec import MESSAGE_SIZE, Plot
 from testbed.reproduce.table import Point, as_float, is_number, natural_key
 
 
-def write_png(pts: list[Point], plot: Plot, title: str, path: Path) -> None:
+def write_png(pts: list[Point], plot: Plot, title: str, path: Path, y_label: str | None = None) -> None:
     import matplotlib
     matplotlib.use("Agg")          # no display on the machine that runs the sweep
     import matplotlib.pyplot as plt
@@ -29,7 +29,7 @@ def write_png(pts: list[Point], plot: Plot, title: str, path: Path) -> None:
     ax.set_xlabel("message size (fragments)" if plot.x == MESSAGE_SIZE else plot.x)
     methods = {pt.method for pt in pts if pt.method}
     centre = "geometric mean, 95% CI t on logs" if methods == {"t on logs"} else "mean, 95% CI"
-    ax.set_ylabel(f"{plot.y}\n({centre})")
+    ax.set_ylabel(f"{y_label or plot.y}\n({centre})")
     ax.set_title(title, fontsize="small", wrap=True)
     ax.grid(alpha=0.3)
     if pts:

@@ -3,7 +3,8 @@
     run:    runner.run_experiment into OUT (default runs/reproduce/NAME, NAME-quick with --quick) with
             --resume semantics: complete repetitions are skipped, so an interrupted figure continues
     report: the Spark report of OUT into OUT/report (no packet captures: a figure needs none)
-    figure: OUT/report/summary.csv (delay_by_size.csv for x message_size) by plot.x and plot.series
+    figure: OUT/report/summary.csv (delay_by_size.csv for x message_size, its delays in model seconds) by
+            plot.x and plot.series
             -> NAME.csv and NAME.png in the figure folder (OUT/figure with --quick, so a smoke run never
             replaces the committed figure), and reps.csv there: one row per repetition (its value,
             accepted / delivered / late / lost, stalled, host CPU, saturated, wall time)
@@ -83,10 +84,14 @@ def write_figure(repro: Reproduction, out: Path, figure_dir: Path) -> tuple[Path
     report(str(out), out=str(out / "report"), pcaps=False, quiet=False)
     pts = table.points(out / "report" / table.report_table(repro.plot),
                        table.cell_params(out / runner.EXPERIMENT_FILE), repro.plot)
+    y_label = None
+    if repro.plot.x == MESSAGE_SIZE:        # the report's delays are wall seconds; the paper's model seconds
+        pts = table.in_model_seconds(pts, table.experiment_time_scale(out / runner.EXPERIMENT_FILE))
+        y_label = "mean delay (model s)"
     csv_path, png_path = figure_dir / f"{repro.name}.csv", figure_dir / f"{repro.name}.png"
     table.write_csv(pts, csv_path)
     table.write_reps(table.rep_rows(out, repro.plot), figure_dir / "reps.csv")
-    plot.write_png(pts, repro.plot, repro.title, png_path)
+    plot.write_png(pts, repro.plot, repro.title, png_path, y_label)
     return csv_path, png_path
 
 

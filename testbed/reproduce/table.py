@@ -11,7 +11,7 @@ import csv
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,24 @@ def points(table_csv: Path, params: dict[str, dict[str, Any]], plot: Plot) -> li
                          n=0 if math.isnan(n) else int(n), cell=cell, method=r.get("ci_method") or ""))
     out.sort(key=lambda pt: (pt.series, natural_key(pt.x)))
     return out
+
+
+def experiment_time_scale(experiment_json: Path) -> float:
+    """The experiment's time_scale (wall seconds per model second); 1 when it does not say."""
+    try:
+        value = as_float(json.loads(Path(experiment_json).read_text()).get("time_scale"))
+    except (OSError, ValueError, AttributeError):
+        return 1.0
+    return value if value > 0 else 1.0
+
+
+def in_model_seconds(pts: list[Point], time_scale: float) -> list[Point]:
+    """Delays the report measured in wall seconds, as model seconds: a figure of delays is read against the
+    paper's, whose clock is the model's."""
+    if time_scale == 1.0:
+        return pts
+    return [replace(pt, mean=pt.mean / time_scale, ci_lo=pt.ci_lo / time_scale, ci_hi=pt.ci_hi / time_scale)
+            for pt in pts]
 
 
 def natural_key(x: Any) -> tuple[float, str]:

@@ -146,6 +146,12 @@ def test_by_size_figure_reads_the_delay_table(tmp_path: Path, good: Path) -> Non
     assert [p.x for p in pts if p.series == "mode=frag"] == ["1", "2-10", "11-20", "101+"]     # size order
     first = pts[0]
     assert (first.mean, first.ci_lo, first.ci_hi, first.n) == (1.5, 1.0, 3.0, 3)     # the CI's centre
+    # the report's delays are wall seconds: the figure gives them in model seconds (time_scale 0.05 = x20)
+    (tmp_path / "experiment.json").write_text(json.dumps({"cells": cells, "time_scale": 0.05}))
+    model = table.in_model_seconds(pts, table.experiment_time_scale(tmp_path / "experiment.json"))
+    assert (model[0].mean, model[0].ci_lo, model[0].ci_hi, model[0].n) == (30.0, 20.0, 60.0, 3)
+    assert table.experiment_time_scale(tmp_path / "missing.json") == 1.0
+    assert table.in_model_seconds(pts, 1.0) is pts
 
 
 def test_reps_table_has_a_row_per_repetition(tmp_path: Path) -> None:
