@@ -7,7 +7,8 @@
             plot.x and plot.series
             -> NAME.csv and NAME.png in the figure folder (OUT/figure with --quick, so a smoke run never
             replaces the committed figure), and reps.csv there: one row per repetition (its value,
-            accepted / delivered / late / lost, stalled, host CPU, saturated, wall time)
+            accepted / delivered / late / lost, stalled, host CPU, saturated, wall time), and with
+            plot.ratio ratio.csv: the two cells' ratio repetition by repetition, with its CI
 """
 from __future__ import annotations
 
@@ -90,7 +91,11 @@ def write_figure(repro: Reproduction, out: Path, figure_dir: Path) -> tuple[Path
         y_label = "mean delay (model s)"
     csv_path, png_path = figure_dir / f"{repro.name}.csv", figure_dir / f"{repro.name}.png"
     table.write_csv(pts, csv_path)
-    table.write_reps(table.rep_rows(out, repro.plot), figure_dir / "reps.csv")
+    reps = table.rep_rows(out, repro.plot)
+    table.write_reps(reps, figure_dir / "reps.csv")
+    if repro.plot.ratio is not None:
+        table.write_ratios(table.ratios(reps, table.cell_params(out / runner.EXPERIMENT_FILE), repro.plot),
+                           figure_dir / "ratio.csv")
     plot.write_png(pts, repro.plot, repro.title, png_path, y_label)
     return csv_path, png_path
 

@@ -8,7 +8,9 @@
                 scenario's sweep
       plot:     {x: swept key, y: metric of the report's summary table, series: [swept keys]}, or
                 {x: message_size, y: mean_delay_s, series: [...]}: the report's delay per message-size
-                bucket (delay_by_size.csv), one line per series
+                bucket (delay_by_size.csv), one line per series;
+                plot.ratio {key: swept key, of: value, to: value} (needs sweep.seeds per_rep): the ratio
+                of y between the cells that differ only in that key, repetition by repetition (ratio.csv)
       quick:    {dotted.key: value}: overrides for --quick only (on top of the scenario's quick: section)
       figure_dir: where the PNG and CSV go, relative to this file
                   (default docs/reproductions/<paper>/<name>, <paper> = the name up to its first "-")
@@ -29,7 +31,8 @@ from node.errors import UserError
 REPO = Path(__file__).resolve().parents[2]
 FOLDER = REPO / "reproductions"
 KEYS = ("title", "scenario", "set", "sweep", "plot", "quick", "figure_dir", "paper")
-PLOT_KEYS = ("x", "y", "series")
+PLOT_KEYS = ("x", "y", "series", "ratio")
+RATIO_KEYS = ("key", "of", "to")
 SWEEP_KEYS = ("grid", "reps", "exclude", "seeds")
 # plot.x that is not a swept key: the report's message-size buckets, with the mean delay per bucket as y
 MESSAGE_SIZE = "message_size"
@@ -37,10 +40,19 @@ BY_SIZE_Y = "mean_delay_s"
 
 
 @dataclass
+class Ratio:
+    """y of the cells with key = of over y of the cells with key = to, paired by repetition."""
+    key: str
+    of: Any
+    to: Any
+
+
+@dataclass
 class Plot:
     x: str
     y: str
     series: list[str] = field(default_factory=list)
+    ratio: Ratio | None = None
 
 
 @dataclass
@@ -170,4 +182,20 @@ def _plot(where: str, value: Any, sweep: dict[str, Any] | None) -> Plot:
             if key not in sweep["grid"]:
                 raise UserError(f"{where}: plot: {key!r} is not a key of sweep.grid "
                                 f"({', '.join(sweep['grid'])}).")
-    return Plot(x=x, y=y, series=list(series))
+    return Plot(x=x, y=y, series=list(series), ratio=_ratio(where, m.get("ratio"), list(series), sweep))
+
+
+def _ratio(where: str, value: Any, series: list[str], sweep: dict[str, Any] | None) -> Ratio | None:
+    """plot.ratio: pairing by repetition means the same workload in both cells, so it needs seeds: per_rep."""
+    if value is None:
+        return None
+    m = _mapping(where, "plot.ratio", value, RATIO_KEYS)
+    key = _text(where, "plot.ratio.key", m.get("key"))
+    if key not in series:
+        raise UserError(f"{where}: plot.ratio.key: {key!r} is not one of plot.series ({', '.join(series)}).")
+    if sweep is None or sweep.get("seeds") != "per_rep":
+        raise UserError(f"{where}: plot.ratio: needs sweep.seeds: per_rep (the same workload in the cells it pairs).")
+    for side in ("of", "to"):
+        if m.get(side) not in sweep["grid"][key]:
+            raise UserError(f"{where}: plot.ratio.{side}: {m.get(side)!r} is not a value of sweep.grid.{key}.")
+    return Ratio(key=key, of=m["of"], to=m["to"])

@@ -175,6 +175,45 @@ def rep_rows(out: Path, plot: Plot) -> list[dict[str, Any]]:
     return rows
 
 
+RATIO_COLUMNS = ("x", "series", "ratio", "ci_lo", "ci_hi", "n", "ci_method", "per_rep", "of_cell", "to_cell")
+
+
+def ratios(rows: list[dict[str, Any]], params: dict[str, dict[str, Any]], plot: Plot) -> list[list[Any]]:
+    """plot.ratio per x and series: the ratio of the two cells' values repetition by repetition, its
+    geometric mean and 95% CI by t on logs (RATIO_COLUMNS)."""
+    from spark_analysis.stats import ci95
+
+    r = plot.ratio
+    if r is None:
+        return []
+    values = {(row["cell"], str(row["rep"])): row["value"] for row in rows if is_number(row.get("value"))}
+    out: list[list[Any]] = []
+    for cell, p in params.items():
+        if p.get(r.key) != r.of:
+            continue
+        twin = {**p, r.key: r.to}
+        other = next((c for c, q in params.items() if q == twin), None)
+        if other is None:
+            continue
+        reps = sorted((rep for c, rep in values if c == cell), key=natural_key)
+        per_rep = [values[(cell, rep)] / values[(other, rep)] for rep in reps
+                   if (other, rep) in values and values[(other, rep)] > 0]
+        iv = ci95(per_rep, positive=True)
+        series = ", ".join(f"{k.split('.')[-1]}={p.get(k)}" for k in plot.series if k != r.key) or "all"
+        out.append([p.get(plot.x), series, _round(iv.centre), _round(iv.lo), _round(iv.hi), iv.n, iv.method,
+                    " ".join(f"{v:.3g}" for v in per_rep), cell, other])
+    out.sort(key=lambda row: (row[1], natural_key(row[0])))
+    return out
+
+
+def write_ratios(table: list[list[Any]], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(RATIO_COLUMNS)
+        w.writerows(table)
+
+
 def write_reps(rows: list[dict[str, Any]], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:

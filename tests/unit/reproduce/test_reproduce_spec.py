@@ -176,3 +176,31 @@ def test_reps_table_has_a_row_per_repetition(tmp_path: Path) -> None:
     assert lines[0] == ",".join(table.REP_COLUMNS) and len(lines) == 3
     by_size = table.rep_rows(tmp_path, spec.Plot(x=spec.MESSAGE_SIZE, y="mean_delay_s"))
     assert by_size[0]["value"] == ""             # one delay per bucket, not per rep: no single value
+
+
+def test_ratio_pairs_the_cells_by_repetition(tmp_path: Path) -> None:
+    sweep = {"grid": {"mode": ["frag", "non"], "rate": [1, 2]}, "reps": 3, "seeds": "per_rep"}
+    plot = spec._plot("f.yaml", {"x": "rate", "y": "thr", "series": ["mode"],
+                                 "ratio": {"key": "mode", "of": "frag", "to": "non"}}, sweep)
+    params = {f"{m}-{r}": {"mode": m, "rate": r} for m in ("frag", "non") for r in (1, 2)}
+    values = {("frag-1", 1): 2.0, ("frag-1", 2): 4.0, ("frag-1", 3): 8.0,
+              ("non-1", 1): 1.0, ("non-1", 2): 2.0, ("non-1", 3): 4.0,     # always half: ratio 2 exactly
+              ("frag-2", 1): 1.0, ("non-2", 1): 4.0, ("non-2", 2): 1.0}   # one pair only
+    rows = [{"cell": c, "rep": r, "value": v} for (c, r), v in values.items()]
+    table.write_ratios(table.ratios(rows, params, plot), tmp_path / "ratio.csv")
+    lines = (tmp_path / "ratio.csv").read_text().splitlines()
+    assert lines[0] == ",".join(table.RATIO_COLUMNS)
+    assert lines[1].startswith("1,all,2.0,2.0,2.0,3,t on logs,2 2 2,frag-1,non-1")
+    assert lines[2].startswith("2,all,0.25,nan,nan,1,")     # one repetition: no interval
+
+
+@pytest.mark.parametrize("ratio,sweep_seeds,message", [
+    ({"key": "rate", "of": 1, "to": 2}, "per_rep", "not one of plot.series"),
+    ({"key": "mode", "of": "frag", "to": "non"}, "per_cell", "needs sweep.seeds: per_rep"),
+    ({"key": "mode", "of": "frag", "to": "x"}, "per_rep", "plot.ratio.to: 'x' is not a value"),
+    ({"key": "mode", "of": "frag", "too": "non"}, "per_rep", "unknown key 'too'"),
+])
+def test_bad_ratio_is_one_sentence(ratio: dict, sweep_seeds: str, message: str) -> None:
+    sweep = {"grid": {"mode": ["frag", "non"], "rate": [1, 2]}, "reps": 3, "seeds": sweep_seeds}
+    with pytest.raises(UserError, match=message):
+        spec._plot("f.yaml", {"x": "rate", "y": "thr", "series": ["mode"], "ratio": ratio}, sweep)
