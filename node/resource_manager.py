@@ -10,7 +10,8 @@ for the engine, piece by piece:
   (fragmenting) or one whole message (non-fragmenting: units of the largest
   message). With `class_buffers` every transit class starts with that many
   buffers, and a non-fragmenting message takes one per fragment of its size,
-  queued first-come first-served per class (the thesis' comparator, 6.2.3). A hop that has no room answers "not now" (a Refuse frame with
+  queued first-come first-served per class (the thesis' comparator, 6.2.3).
+  A hop that has no room answers "not now" (a Refuse frame with
   `retry_after`): the sender keeps its copy and offers it again later, so
   nothing accepted is ever lost. `buffer_classes: false` puts everything in
   one shared pool, which lets store-and-forward deadlock happen.
