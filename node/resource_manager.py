@@ -289,10 +289,13 @@ class ResourceManager:
                 p.charge = ("m", True)
                 return None
             return self._refuse("class_full", f"no buffer of class {cls} free at {self.me}", peer)
-        if self.pool.config.classes_enabled and units > self.pool.limit(cls):
-            self.refusals["class_never_fits"] += 1     # the comparator's classes are fixed: it never will
-            return (f"a message of {units} fragments can never fit buffer class {cls} of {self.me} "
-                    f"({self.pool.limit(cls)} buffers; resources.class_buffers)", 0.0)
+        classes = self.pool.config.classes_enabled
+        room = self.pool.limit(cls) if classes else self.pool.shared_capacity
+        if units > room:
+            self.refusals["class_never_fits"] += 1     # the comparator's pools are fixed: it never will
+            where = f"buffer class {cls}" if classes else "the shared buffer pool"
+            return (f"a message of {units} fragments can never fit {where} of {self.me} "
+                    f"({room} buffers; resources.class_buffers)", 0.0)
         key = f"{p.msg_id}|{p.dst}"
         now = time.monotonic()
         got = self.granted.pop(key, None)

@@ -77,6 +77,14 @@ def test_a_message_larger_than_its_class_is_refused_for_ever() -> None:
     assert rm.pool.usage(1) == 0 and rm.snapshot()["refusals"] == {"class_never_fits": 1}
 
 
+def test_without_classes_a_message_larger_than_the_shared_pool_is_refused_for_ever() -> None:
+    rm = manager(class_buffers=10, buffer_classes=False, input_pool=4, transit_buffers=6)   # one pool of 10
+    verdict = rm.admit("a", message("huge", 11))
+    assert verdict is not None and verdict[1] == 0.0 and "can never fit the shared buffer pool" in verdict[0]
+    assert rm.snapshot()["refusals"] == {"class_never_fits": 1}
+    assert rm.admit("a", message("fits", 10)) is None
+
+
 def test_a_sender_that_stops_offering_loses_its_place_and_its_grant() -> None:
     rm = manager(class_buffers=10)
     first = message("first", 8)
