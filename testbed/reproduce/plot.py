@@ -2,10 +2,34 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.reproduce.spec import MESSAGE_SIZE, Plot
 from testbed.reproduce.table import Point, as_float, is_number, natural_key
+
+
+@dataclass
+class Layout:
+    """Where each series' points go on the x axis, the axis' tick labels (None: numeric axis) and its label."""
+    xs: dict[str, list[float]]
+    ticks: list[str] | None
+    x_label: str
+    side_by_side: bool = False     # one x value: the series are the categories, no legend
+
+
+def layout(pts: list[Point], plot: Plot) -> Layout:
+    numeric = all(is_number(pt.x) for pt in pts)
+    categories = [str(x) for x in sorted(dict.fromkeys(pt.x for pt in pts), key=natural_key)]
+    names = list(dict.fromkeys(pt.series for pt in pts))
+    x_label = "message size (fragments)" if plot.x == MESSAGE_SIZE else plot.x
+    if len(categories) == 1 and len(names) > 1:
+        # a figure at one point: the series side by side, not stacked on one vertical line
+        return Layout({name: [float(i)] for i, name in enumerate(names)},
+                      [name.replace(", ", "\n") for name in names], f"{x_label} = {categories[0]}", side_by_side=True)
+    xs = {name: [as_float(pt.x) if numeric else float(categories.index(str(pt.x)))
+                 for pt in pts if pt.series == name] for name in names}
+    return Layout(xs, None if numeric else categories, x_label)
 
 
 def write_png(pts: list[Point], plot: Plot, title: str, path: Path, y_label: str | None = None) -> None:
@@ -13,26 +37,27 @@ def write_png(pts: list[Point], plot: Plot, title: str, path: Path, y_label: str
     matplotlib.use("Agg")          # no display on the machine that runs the sweep
     import matplotlib.pyplot as plt
 
-    numeric = all(is_number(pt.x) for pt in pts)
-    categories = [str(x) for x in sorted(dict.fromkeys(pt.x for pt in pts), key=natural_key)]
+    lay = layout(pts, plot)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for series in dict.fromkeys(pt.series for pt in pts):
+    for series, xs in lay.xs.items():
         own = [pt for pt in pts if pt.series == series]
-        xs = [as_float(pt.x) if numeric else categories.index(str(pt.x)) for pt in own]
         ys = [pt.mean for pt in own]
         # asymmetric error bars from the bounds; none where the CI is undefined (one repetition)
         low = [0.0 if math.isnan(pt.ci_lo) else max(0.0, pt.mean - pt.ci_lo) for pt in own]
         high = [0.0 if math.isnan(pt.ci_hi) else max(0.0, pt.ci_hi - pt.mean) for pt in own]
         ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, label=series)
-    if not numeric:
-        ax.set_xticks(range(len(categories)), categories)
-    ax.set_xlabel("message size (fragments)" if plot.x == MESSAGE_SIZE else plot.x)
+    if lay.side_by_side and lay.ticks is not None:
+        ax.set_xticks(range(len(lay.ticks)), lay.ticks, fontsize="x-small")
+        ax.set_xlim(-0.5, len(lay.ticks) - 0.5)
+    elif lay.ticks is not None:
+        ax.set_xticks(range(len(lay.ticks)), lay.ticks)
+    ax.set_xlabel(lay.x_label)
     methods = {pt.method for pt in pts if pt.method}
     centre = "geometric mean, 95% CI t on logs" if methods == {"t on logs"} else "mean, 95% CI"
     ax.set_ylabel(f"{y_label or plot.y}\n({centre})")
     ax.set_title(title, fontsize="small", wrap=True)
     ax.grid(alpha=0.3)
-    if pts:
+    if pts and not lay.side_by_side:
         ax.legend(fontsize="x-small")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
