@@ -8,6 +8,7 @@ killed node's own spool (the "recovered N pieces" line it logs when it starts ag
 """
 from __future__ import annotations
 
+import math
 import re
 import signal
 import time
@@ -15,6 +16,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 RECOVERED = re.compile(r"recovered (\d+) pieces \((\d+) queued, (\d+) partial messages, (\d+) held, (\d+) orphans\)")
+
+
+def binomial_interval(n: int, p: float, z: float = 4.0) -> tuple[float, float]:
+    """Counts of n Bernoulli(p) trials a correct shaper stays within: n p +- z sd. At z = 4 a correct
+    shaper fails about once in 16 000 runs (a 99% interval failed one CI run in a hundred per test),
+    while a wrong rate (half, double, both directions) still lands well outside at the n used."""
+    sd = math.sqrt(n * p * (1 - p))
+    return n * p - z * sd, n * p + z * sd
 
 
 def wait_until(pred: Callable[[], object], timeout: float, step: float = 0.1, what: str = "the condition") -> object:
