@@ -21,7 +21,7 @@ RECOVERED = re.compile(r"recovered (\d+) pieces \((\d+) queued, (\d+) partial me
 def binomial_interval(n: int, p: float, z: float = 4.0) -> tuple[float, float]:
     """Counts of n Bernoulli(p) trials a correct shaper stays within: n p +- z sd. At z = 4 a correct
     shaper fails about once in 16 000 runs (a 99% interval failed one CI run in a hundred per test),
-    while a wrong rate (half, double, both directions) still lands well outside at the n used."""
+    while double the rate (or loss in both directions) still lands outside at the n the tests use."""
     sd = math.sqrt(n * p * (1 - p))
     return n * p - z * sd, n * p + z * sd
 
