@@ -109,7 +109,7 @@ def _methods(rows: list[pd.Series]) -> str:
     if found == {RAW_T}:
         return "means; 95% CI, t on raw values (a value was not > 0)"
     if found:
-        return "geometric means, 95% CI t on logs; means, t on raw values where a value was not > 0"
+        return "geometric means, 95% CI t on logs; means, t on raw values (floored at 0) where a value was not > 0"
     return "no CI"
 
 

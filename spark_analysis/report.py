@@ -116,7 +116,7 @@ def _ci_label(df: pd.DataFrame) -> str:
         return "geometric mean over reps,\n95% CI (t on logs)"
     if methods == {RAW_T}:
         return "mean over reps, 95% CI (t)"
-    return "over reps, 95% CI (t on logs; t where a value ≤ 0)" if methods else "mean over reps"
+    return "over reps, 95% CI (t on logs; t where a value ≤ 0, floored at 0)" if methods else "mean over reps"
 
 
 def delay_plot(delays: pd.DataFrame):
@@ -356,7 +356,8 @@ td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}img{{max-width:10
 Delays and throughputs are strictly positive and skewed, so their interval is Student-t on the logarithms
 of the per-repetition values, an interval for the geometric mean (exp(mean(log x) ± t·s/√n), always &gt; 0),
 and the value shown is that geometric mean; delivery probability and lost (which can be 0) use Student-t
-on the raw values around the arithmetic mean. lost is the loss checker's count per run; saturated runs:
+on the raw values around the arithmetic mean (a throughput that was 0 in some repetition too, its lower
+bound raised to 0: "t, floored at 0"). lost is the loss checker's count per run; saturated runs:
 runs whose host was saturated. In every table <code>mean</code> is the arithmetic mean,
 <code>ci95_lo</code>/<code>ci95_hi</code> the interval, <code>ci_centre</code> the value it bounds,
 <code>ci_method</code> how it was computed and <code>ci95</code> = (hi − lo)/2 (the half-width for t on raw

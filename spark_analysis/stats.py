@@ -3,7 +3,10 @@
 Strictly positive, skewed quantities (delays, throughputs) get Student-t on the logarithms of the
 per-repetition values: an interval for the geometric mean, exp(mean(log x) ± t·s/√n), whose bounds are
 always > 0 (t on the raw values drops below zero with n = 2). Quantities that can be 0 or negative get
-Student-t on the raw values. With n < 2 there is no interval."""
+Student-t on the raw values. A throughput that was 0 in some repetition (nothing delivered in the window)
+has no logarithm: it gets t on the raw values with the lower bound raised to 0, the least the mean can be
+(cutting an interval to the values the quantity can take keeps its coverage). With n < 2 there is no
+interval."""
 from __future__ import annotations
 
 import math
@@ -17,6 +20,7 @@ _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
 
 LOG_T = "t on logs"   # interval for the geometric mean
 RAW_T = "t"           # interval for the arithmetic mean
+RAW_T_FLOOR = "t, floored at 0"   # the same for a quantity that cannot be negative, its lower bound cut at 0
 NO_CI = ""            # n < 2
 
 # metrics whose per-run values are strictly positive when defined: delays and throughputs
@@ -75,8 +79,9 @@ def _t_interval(vals: list[float]) -> tuple[float, float, float]:
 
 
 def ci95(values: Iterable, positive: bool = False) -> Interval:
-    """95% CI of the values (None/NaN dropped). positive=True: t on logs when every value is > 0
-    (a zero or negative value falls back to t on raw values: logs do not exist there)."""
+    """95% CI of the values (None/NaN dropped). positive=True: t on logs when every value is > 0;
+    with a zero among them (logs do not exist there) t on raw values, its lower bound raised to 0 when it
+    fell below: a quantity that cannot be negative."""
     vals = clean(values)
     n = len(vals)
     if n == 0:
@@ -91,6 +96,8 @@ def ci95(values: Iterable, positive: bool = False) -> Interval:
     if n < 2:
         return Interval(mean, mean, math.nan, math.nan, n, NO_CI)
     _, lo, hi = _t_interval(vals)
+    if positive and lo < 0 and all(v >= 0 for v in vals):
+        return Interval(mean, mean, 0.0, hi, n, RAW_T_FLOOR)
     return Interval(mean, mean, lo, hi, n, RAW_T)
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from spark_analysis.headline import cell_table, cell_table_display, sentences
-from spark_analysis.stats import LOG_T, NO_CI, RAW_T, ci95, fmt_interval, mean_ci, metric_ci, t975
+from spark_analysis.stats import LOG_T, NO_CI, RAW_T, RAW_T_FLOOR, ci95, fmt_interval, mean_ci, metric_ci, t975
 
 
 def test_t_quantiles() -> None:
@@ -50,10 +50,23 @@ def test_known_numbers() -> None:
 
 
 def test_zero_or_negative_falls_back_to_raw_t() -> None:
-    assert ci95([0.0, 1.0], positive=True).method == RAW_T
+    assert ci95([0.0, 1.0], positive=True).method == RAW_T_FLOOR
     assert metric_ci("lost", [0, 2]).method == RAW_T
     assert metric_ci("latency_mean", [1.0, 2.0]).method == LOG_T
     assert metric_ci("throughput_multi", [0.5, 0.7]).method == LOG_T
+
+
+def test_a_throughput_of_zero_in_some_repetitions_keeps_its_interval_at_or_above_zero() -> None:
+    # Fig. 6.10 at 800 s: 2+ fragment B/s of 34.55, 0, 0 (nothing large delivered in two windows); raw t gave
+    # [-38, 61]: the mean of a throughput cannot be below 0, so the bound is cut there and the method says so
+    iv = metric_ci("throughput_2plus_Bps", [34.55, 0.0, 0.0])
+    h = 4.303 * 34.55 / math.sqrt(3) / math.sqrt(3)      # s of (34.55, 0, 0) is 34.55 / sqrt(3)
+    assert iv.method == RAW_T_FLOOR and iv.centre == pytest.approx(34.55 / 3)
+    assert iv.lo == 0.0 and iv.hi == pytest.approx(34.55 / 3 + h)
+    # an interval that stays above 0 is left as it is; a metric not among the positive ones is never cut
+    many = ci95([0.0] + [10.0] * 7, positive=True)
+    assert many.method == RAW_T and many.lo > 0
+    assert metric_ci("lost", [0, 0, 6]).lo < 0 and metric_ci("lost", [0, 0, 6]).method == RAW_T
 
 
 def test_separation() -> None:
