@@ -357,7 +357,7 @@ Delays and throughputs are strictly positive and skewed, so their interval is St
 of the per-repetition values, an interval for the geometric mean (exp(mean(log x) ± t·s/√n), always &gt; 0),
 and the value shown is that geometric mean; delivery probability and lost (which can be 0) use Student-t
 on the raw values around the arithmetic mean (a throughput that was 0 in some repetition too, its lower
-bound raised to 0: "t, floored at 0"). lost is the loss checker's count per run; saturated runs:
+bound raised to 0: "t floored at 0"). lost is the loss checker's count per run; saturated runs:
 runs whose host was saturated. In every table <code>mean</code> is the arithmetic mean,
 <code>ci95_lo</code>/<code>ci95_hi</code> the interval, <code>ci_centre</code> the value it bounds,
 <code>ci_method</code> how it was computed and <code>ci95</code> = (hi − lo)/2 (the half-width for t on raw

@@ -20,7 +20,7 @@ _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
 
 LOG_T = "t on logs"   # interval for the geometric mean
 RAW_T = "t"           # interval for the arithmetic mean
-RAW_T_FLOOR = "t, floored at 0"   # the same for a quantity that cannot be negative, its lower bound cut at 0
+RAW_T_FLOOR = "t floored at 0"   # the same for a quantity that cannot be negative, its lower bound cut at 0
 NO_CI = ""            # n < 2
 
 # metrics whose per-run values are strictly positive when defined: delays and throughputs
