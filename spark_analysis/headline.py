@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from .stats import LOG_T, NO_CI, RAW_T, ci95, fmt_interval
+from .stats import LOG_T, NO_CI, RAW_T_FLOOR, ci95, fmt_interval
 
 # (metric in the summary table, column title); lost and saturation come from the health table
 HEADLINE_METRICS = [("throughput_2plus_Bps", "throughput 2+ frag (B/s in the window)"),
@@ -104,13 +104,14 @@ def _verdict(thr: pd.Series | None, lat: pd.Series | None) -> str:
 def _methods(rows: list[pd.Series]) -> str:
     found = {r[f"{s}_ci_method"] for r in rows for s in ("frag", "nonfrag") if f"{s}_ci_method" in r}
     found.discard(NO_CI)
+    if not found:
+        return "no CI"
     if found == {LOG_T}:
         return "geometric means; 95% CI, t on logs"
-    if found == {RAW_T}:
-        return "means; 95% CI, t on raw values (a value was not > 0)"
-    if found:
-        return "geometric means, 95% CI t on logs; means, t on raw values (floored at 0) where a value was not > 0"
-    return "no CI"
+    raw = "t on raw values" + (" floored at 0" if RAW_T_FLOOR in found else "")
+    if LOG_T not in found:
+        return f"means; 95% CI, {raw} (a value was not > 0)"
+    return f"geometric means, 95% CI t on logs; means, {raw} where a value was not > 0"
 
 
 def _n_text(r: pd.Series) -> str:

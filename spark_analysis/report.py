@@ -16,7 +16,7 @@ from rich.table import Table
 
 from .compare import BUCKET_ORDER
 from .headline import cell_table, cell_table_display, sentences
-from .stats import LOG_T, RAW_T
+from .stats import LOG_T, RAW_T_FLOOR
 from .pubsub import PubSubTables, section_html as pubsub_html
 from .rates import RateTables, section_html as rates_html
 from .routing import RoutingTables, section_html as routing_html
@@ -114,9 +114,12 @@ def _ci_label(df: pd.DataFrame) -> str:
     methods = set(df["ci_method"].dropna()) - {""} if "ci_method" in df else set()
     if methods == {LOG_T}:
         return "geometric mean over reps,\n95% CI (t on logs)"
-    if methods == {RAW_T}:
-        return "mean over reps, 95% CI (t)"
-    return "over reps, 95% CI (t on logs; t where a value ≤ 0, floored at 0)" if methods else "mean over reps"
+    if not methods:
+        return "mean over reps"
+    floor = ", floored at 0" if RAW_T_FLOOR in methods else ""
+    if LOG_T not in methods:
+        return f"mean over reps, 95% CI (t{floor})"
+    return f"over reps, 95% CI (t on logs; t where a value ≤ 0{floor})"
 
 
 def delay_plot(delays: pd.DataFrame):

@@ -69,6 +69,19 @@ def test_a_throughput_of_zero_in_some_repetitions_keeps_its_interval_at_or_above
     assert metric_ci("lost", [0, 0, 6]).lo < 0 and metric_ci("lost", [0, 0, 6]).method == RAW_T
 
 
+def test_the_wording_of_the_intervals_names_the_floor_only_where_one_was_cut() -> None:
+    from spark_analysis.headline import _methods
+    from spark_analysis.report import _ci_label
+    rows = lambda *m: [pd.Series({"frag_ci_method": m[0], "nonfrag_ci_method": m[1]})]
+    assert _methods(rows(LOG_T, LOG_T)) == "geometric means; 95% CI, t on logs"
+    assert _methods(rows(RAW_T, RAW_T)) == "means; 95% CI, t on raw values (a value was not > 0)"
+    assert "floored" not in _methods(rows(LOG_T, RAW_T))
+    assert "t on raw values floored at 0 where" in _methods(rows(LOG_T, RAW_T_FLOOR))
+    assert _methods(rows(NO_CI, NO_CI)) == "no CI"
+    assert _ci_label(pd.DataFrame({"ci_method": [RAW_T, RAW_T_FLOOR]})) == "mean over reps, 95% CI (t, floored at 0)"
+    assert _ci_label(pd.DataFrame({"ci_method": [LOG_T, RAW_T]})) == "over reps, 95% CI (t on logs; t where a value ≤ 0)"
+
+
 def test_separation() -> None:
     a, b, c = ci95([1.0, 1.1], True), ci95([10.0, 10.5], True), ci95([1.0, 20.0], True)
     assert a.separates_from(b) is True and a.separates_from(c) is False
