@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.localnet import LocalNet, NetnsLinks  # noqa: E402
 from node.mta import split  # noqa: E402
-from node.spool import Piece, Spool  # noqa: E402
+from node.piece import Piece
+from node.spool import Spool  # noqa: E402
 
 N = 30_000
 SIZE = 1000

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from node.config import DampingConfig  # noqa: E402
+from node.routing.config import DampingConfig  # noqa: E402
 from node.routing.damping import FlapDamper  # noqa: E402
 from node.routing.linkstate import Advert, LinkStateDB  # noqa: E402
 from node.routing.selector import RouteSelector  # noqa: E402

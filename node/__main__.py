@@ -16,11 +16,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", required=True, help="node configuration YAML (see node/config.py)")
     ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = ap.parse_args(argv)
-    from node import config
+    from node import registry
     from node.daemon import NodeDaemon
 
     try:
-        cfg = config.load(args.config)
+        cfg = registry.load_config(args.config)
         Path(cfg.records_dir).mkdir(parents=True, exist_ok=True)
         logging.basicConfig(filename=str(Path(cfg.records_dir) / "node.log"), level=args.log_level,
                             format=f"%(asctime)s {cfg.name} %(name)s %(levelname)s %(message)s")

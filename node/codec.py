@@ -7,19 +7,24 @@ consecutive fragments of one message copy with the header once.
 from __future__ import annotations
 
 import math
+from typing import Callable, Mapping
 
 from node.config import NodeConfig
 from node.names import is_message_id, is_node_name, is_user_name
-from node.broker.kinds import PUB_KIND, PUB_PREFIX
 from node.reports import REPORT_KIND, REPORTER
 from node.rpc import link_pb2
-from node.spool import Piece
+from node.piece import Piece
+
+# a subsystem's message kinds a neighbour may pass on: kind -> (msg_id, originator) -> accepted
+# (node/subsystem.py MessageKind.accept, collected by the engine's hooks)
+Accept = Mapping[str, Callable[[str, str], bool]]
+NO_KINDS: Accept = {}
 
 MAX_RUN = 65536            # fragments in one Run frame a receiver accepts (a sender puts at most max_frames)
 SEQ_MAX = (1 << 64) - 1    # sequence numbers are uint64 on the wire
 
 
-def _check_header(f: link_pb2.Fragment, cfg: NodeConfig) -> str | None:
+def _check_header(f: link_pb2.Fragment, cfg: NodeConfig, accept: Accept) -> str | None:
     """Validate the fields a fragment shares with the rest of its message copy; a string is the reason to refuse."""
     lim = cfg.limits
     if not is_message_id(f.msg_id):
@@ -44,9 +49,9 @@ def _check_header(f: link_pb2.Fragment, cfg: NodeConfig) -> str | None:
     if f.priority > lim.max_priority:
         return f"priority {f.priority} outside 0..{lim.max_priority}"
     if f.kind and not ((f.kind == REPORT_KIND and f.originator == REPORTER and f.msg_id.startswith("ndr."))
-                       or (f.kind == PUB_KIND and f.msg_id.startswith(PUB_PREFIX))):
+                       or (f.kind in accept and accept[f.kind](f.msg_id, f.originator))):
         # a neighbour may only pass on what nodes make: user mail, a report a node made (a forged report
-        # kind would suppress the reports about that message) or a broker's publication copy
+        # kind would suppress the reports about that message) or a subsystem's message (a broker's copy)
         return f"fragment of kind {f.kind!r} that a neighbour may not set"
     return None
 
@@ -59,9 +64,9 @@ def _check_range(off: int, n: int, total: int, cfg: NodeConfig) -> str | None:
     return None
 
 
-def piece_from_frame(f: link_pb2.Fragment, cfg: NodeConfig) -> Piece | str:
+def piece_from_frame(f: link_pb2.Fragment, cfg: NodeConfig, accept: Accept = NO_KINDS) -> Piece | str:
     """Validate a Fragment frame from a neighbour; a string is the reason to refuse it."""
-    reason = _check_header(f, cfg) or _check_range(f.offset, len(f.data), f.total_size, cfg)
+    reason = _check_header(f, cfg, accept) or _check_range(f.offset, len(f.data), f.total_size, cfg)
     if reason:
         return reason
     return Piece(f.msg_id, f.recipients[0].node, f.offset, f.total_size, f.hops, f.src, f.originator,
@@ -69,11 +74,11 @@ def piece_from_frame(f: link_pb2.Fragment, cfg: NodeConfig) -> Piece | str:
                  f.fragments or 1, bytes(f.data))
 
 
-def pieces_from_run(run: link_pb2.Run, cfg: NodeConfig) -> list[tuple[int, Piece | str]]:
+def pieces_from_run(run: link_pb2.Run, cfg: NodeConfig, accept: Accept = NO_KINDS) -> list[tuple[int, Piece | str]]:
     """(seq, piece or reason to refuse it) for every fragment of a Run frame; the header is checked once."""
     h = run.head
     data = run.data
-    reason = _check_header(h, cfg)
+    reason = _check_header(h, cfg, accept)
     if reason is None and len(data) > MAX_RUN:
         reason = f"a run of {len(data)} fragments exceeds the limit of {MAX_RUN}"
     if reason is None and h.seq + len(data) - 1 > SEQ_MAX:

@@ -40,19 +40,17 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
-from node.errors import UserError
-from node.names import NODE_NAME_RULE, is_node_name, is_user_name
+from node.errors import ConfigError
+from node.names import NODE_NAME_RULE, is_node_name
 
 MODES = ("fragmenting", "non-fragmenting")
 _ADDR = re.compile(r"^(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
 
 
-class ConfigError(UserError):
-    """The node configuration is invalid."""
 
 
 @dataclass
@@ -140,238 +138,6 @@ class ResourcesConfig:
 
 
 @dataclass
-class ProbeLinkConfig:
-    """Per-neighbour probe settings (routing.monitor.links.<neighbour>)."""
-    interval: float = 0.0          # seconds between probes on this link; 0 = the monitor's interval
-    probe: bool = True             # false: never probe this link (it keeps one quantum of cost)
-
-
-@dataclass
-class MonitorConfig:
-    """The link monitor (node/routing/monitor.py): UDP probes to every neighbour."""
-    enabled: bool | None = None    # None: on with routing.mode dynamic, off with static
-    interval: float = 1.0          # seconds between probes per link
-    window: int = 8                # latency samples the z-test looks at
-    z: float = 2.0                 # |x - mean| / sd above this is an outlier (none when sd = 0)
-    alpha: float = 0.5             # EMA weight of the newest window mean
-    loss_window: int = 32          # settled probes the loss fraction is taken over
-    timeout: float = 0.0           # seconds before an unanswered probe counts as lost; 0 = max(3 intervals, 1 s)
-    links: dict[str, ProbeLinkConfig] = field(default_factory=dict)
-
-    def validate(self, neighbours: dict[str, str]) -> None:
-        if self.interval <= 0 or self.timeout < 0:
-            raise ConfigError("routing.monitor.interval must be positive and timeout not negative.")
-        if self.window < 2 or self.loss_window < 1:
-            raise ConfigError("routing.monitor.window must be at least 2 and loss_window at least 1.")
-        if self.z <= 0 or not 0.0 < self.alpha <= 1.0:
-            raise ConfigError("routing.monitor.z must be positive and alpha in (0, 1].")
-        for peer, link in self.links.items():
-            if peer not in neighbours:
-                raise ConfigError(f"routing.monitor.links.{peer}: {peer!r} is not a neighbour.")
-            if link.interval < 0:
-                raise ConfigError(f"routing.monitor.links.{peer}.interval must not be negative.")
-
-    def interval_for(self, peer: str) -> float | None:
-        """Seconds between probes to `peer`, or None when that link is not probed."""
-        link = self.links.get(peer)
-        if link is not None and not link.probe:
-            return None
-        return link.interval if link is not None and link.interval > 0 else self.interval
-
-
-@dataclass
-class CostConfig:
-    """cost = a + b*latency_ms + c*loss + d*jitter_ms, rounded to `quantum`, published past `threshold`."""
-    a: float = 0.0
-    b: float = 1.0
-    c: float = 1000.0
-    d: float = 1.0
-    quantum: float = 1.0           # a cost is a multiple of this (measured costs are never exactly equal)
-    threshold: float = 0.1         # publish when the cost moved more than this fraction of the last published
-
-    def validate(self) -> None:
-        if min(self.a, self.b, self.c, self.d) < 0 or self.quantum <= 0 or self.threshold < 0:
-            raise ConfigError("routing.cost coefficients and threshold must not be negative, quantum positive.")
-
-
-@dataclass
-class DampingConfig:
-    """Route flap damping per link (RFC 2439's shape, time constants in seconds)."""
-    enabled: bool = True
-    penalty: float = 1000.0        # added per change of the link's cost
-    suppress: float = 2000.0       # above this the link is suppressed (held at its worst cost)
-    reuse: float = 750.0           # below this a suppressed link is used at its current cost again
-    half_life: float = 15.0        # seconds for the penalty to halve
-    max_suppress: float = 60.0     # a link is never held longer than this
-
-    def validate(self) -> None:
-        if not 0 < self.reuse < self.suppress or self.penalty <= 0:
-            raise ConfigError("routing.damping needs 0 < reuse < suppress and a positive penalty.")
-        if self.half_life <= 0 or self.max_suppress <= 0:
-            raise ConfigError("routing.damping.half_life and max_suppress must be positive.")
-
-
-@dataclass
-class RoutingConfig:
-    """How this node picks next hops (node/routing/). Rules come first, then the table."""
-    mode: str = "static"           # static: the `routes` table; dynamic: link state + shortest paths
-    nodes: list[str] = field(default_factory=list)   # every node of the network (sizes buffer classes)
-    hysteresis: float = 0.1        # a route moves only to a path cheaper by this fraction
-    refresh: float = 300.0         # seconds between re-adverts of an unchanged link state
-    max_age: float = 900.0         # seconds after which a node's advert is dropped unless refreshed
-    rules: list = field(default_factory=list)        # see node/routing/rules.py
-    monitor: MonitorConfig = field(default_factory=MonitorConfig)
-    cost: CostConfig = field(default_factory=CostConfig)
-    damping: DampingConfig = field(default_factory=DampingConfig)
-
-    @property
-    def monitoring(self) -> bool:
-        return self.monitor.enabled if self.monitor.enabled is not None else self.mode == "dynamic"
-
-    def validate(self, name: str, neighbours: dict[str, str]) -> None:
-        if self.mode not in ROUTING_MODES:
-            raise ConfigError(f"routing.mode {self.mode!r} is not one of {', '.join(ROUTING_MODES)}.")
-        bad = [n for n in self.nodes if not is_node_name(n)]
-        if bad:
-            raise ConfigError(f"routing.nodes: {bad[0]!r} is not a valid node name ({NODE_NAME_RULE}).")
-        if not 0.0 <= self.hysteresis < 1.0:
-            raise ConfigError("routing.hysteresis must be in [0, 1).")
-        if self.refresh <= 0 or self.max_age <= self.refresh:
-            raise ConfigError("routing.refresh must be positive and max_age longer than refresh.")
-        self.monitor.validate(neighbours)
-        self.cost.validate()
-        self.damping.validate()
-        from node.routing.rules import RuleError, parse_rules    # here: rules import the routing package
-        try:
-            parse_rules(self.rules, neighbours)
-        except RuleError as exc:
-            raise ConfigError(f"routing.rules: {exc}") from None
-
-
-@dataclass
-class BrokerConfig:
-    """The publish/subscribe broker (node/broker/)."""
-    enabled: bool = True
-    max_hops: int = 32             # brokers a publication may pass before it is dropped (loops end here)
-    refresh: float = 600.0         # seconds between re-sends of this node's unchanged interest record
-    max_age: float = 3600.0        # seconds after which an interest record nobody refreshed is dropped
-    window: int = 256              # durable deliveries a client may have unacknowledged (its default)
-    live_buffer: int = 1024        # publications waiting for a non-durable client before they are dropped
-    live_queue: int = 4096         # publication frames waiting for one neighbour before they are dropped
-    live_memory: int = 200_000     # (publication, target) pairs remembered for the non-durable path
-
-    def validate(self) -> None:
-        for key in ("max_hops", "window", "live_buffer", "live_queue", "live_memory"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"broker.{key} must be at least 1.")
-        if self.refresh <= 0 or self.max_age <= self.refresh:
-            raise ConfigError("broker.refresh must be positive and max_age longer than refresh.")
-
-
-RATE_ROLES = ("", "client", "root")
-RATE_POLICIES = ("decile", "decile_plus_one", "backlog", "fixed")
-
-
-@dataclass
-class RateConfig:
-    """MQ rate control between client queues and a root queue (node/rate/); role "" = off."""
-    role: str = ""                 # "client" or "root"
-    root: str = ""                 # client: the root's node name (an MTA neighbour, not necessarily link-adjacent)
-    clients: list[str] = field(default_factory=list)    # the root's clients (its MTA neighbours); N = len(clients)
-    rate_bps: float = 1_000_000.0  # R: the root's drain rate in bits/s of payload; the clients' rates sum to it
-    interval: float = 2.0          # T: seconds between the root's allocation rounds
-    policy: str = "decile"         # root: decile (the paper's), decile_plus_one, backlog, fixed (control off: R/N)
-    queue_limit: int = 1_000_000   # bytes: a client's queue (submissions refused above it), the root's "not now"
-    consumer: str = ""             # root: the user whose mailbox is the root queue
-    burst: int = 10_000            # client: token bucket depth in bytes (at least one message should fit)
-    retry: float = 0.25            # root: seconds a client waits before offering a refused ("not now") piece again
-
-    def validate(self, name: str, neighbours: dict[str, str]) -> None:
-        if self.role not in RATE_ROLES:
-            raise ConfigError(f"rate.role {self.role!r} is not one of client, root.")
-        if not self.role:
-            return
-        if self.policy not in RATE_POLICIES:
-            raise ConfigError(f"rate.policy {self.policy!r} is not one of {', '.join(RATE_POLICIES)}.")
-        if not (self.rate_bps > 0 and self.interval > 0 and self.retry > 0):
-            raise ConfigError("rate.rate_bps, rate.interval and rate.retry must be positive.")
-        if self.queue_limit < 1 or self.burst < 1:
-            raise ConfigError("rate.queue_limit and rate.burst must be at least 1 byte.")
-        if not self.clients or len(set(self.clients)) != len(self.clients):
-            raise ConfigError("rate.clients: name every client of the root once (N = their number, R/N each "
-                              "without control).")
-        if self.role == "client":
-            if self.root not in neighbours:
-                raise ConfigError(f"rate.root {self.root!r} must be one of {name}'s neighbours.")
-            if name not in self.clients:
-                raise ConfigError(f"rate.clients must include this client ({name}).")
-        if self.role == "root":
-            for c in self.clients:
-                if c not in neighbours:
-                    raise ConfigError(f"rate.clients: {c!r} is not one of {name}'s neighbours.")
-            if not self.consumer:
-                raise ConfigError("rate.consumer: a root needs the user whose mailbox is its queue.")
-
-
-@dataclass
-class TlsConfig:
-    """mTLS on the Link service (node/security/tls.py): PEM files, relative paths from records_dir.
-
-    With a certificate the data port takes only clients with a certificate of `ca`, the dialler checks that the
-    neighbour's certificate names the neighbour, and the acceptor that it names the node its OPEN claims."""
-    cert: str = ""                 # this node's certificate (its DNS name is the node's name)
-    key: str = ""                  # its private key
-    ca: str = ""                   # the certificate authority every neighbour's certificate must come from
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.cert)
-
-    def validate(self) -> None:
-        given = [k for k in ("cert", "key", "ca") if getattr(self, k)]
-        if given and len(given) != 3:
-            raise ConfigError("security.tls needs all of cert, key and ca (or none of them).")
-
-
-_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
-
-
-@dataclass
-class AuthConfig:
-    """Client tokens on the management services (node/security/tokens.py): SHA-256 hex digests only, so a
-    config file never holds a token. With any digest set every Submit, Control and PubSub call needs one."""
-    admin: str = ""                # the admin token's digest: every call, every mailbox
-    users: dict[str, str] = field(default_factory=dict)    # user -> its token's digest: that user's mail only
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.admin or self.users)
-
-    def validate(self) -> None:
-        for who, digest in [("admin", self.admin), *((f"users.{u}", d) for u, d in self.users.items())]:
-            if (digest or who != "admin") and not _SHA256_HEX.match(digest):
-                raise ConfigError(f"security.auth.{who} must be a SHA-256 hex digest (64 lowercase hex digits).")
-        bad = [u for u in self.users if not is_user_name(u)]
-        if bad:
-            raise ConfigError(f"security.auth.users: {bad[0]!r} is not a valid user name.")
-
-
-@dataclass
-class SecurityConfig:
-    tls: TlsConfig = field(default_factory=TlsConfig)
-    auth: AuthConfig = field(default_factory=AuthConfig)
-
-    def validate(self) -> None:
-        self.tls.validate()
-        self.auth.validate()
-
-
-ROUTING_MODES = ("static", "dynamic")
-# Sub-sections: a key of these dataclasses whose value is itself a section.
-SECTIONS: dict[type, dict[str, type]] = {}
-
-
-@dataclass
 class NodeConfig:
     name: str
     data_listen: str
@@ -392,11 +158,16 @@ class NodeConfig:
     batch: BatchConfig = field(default_factory=BatchConfig)
     session: SessionConfig = field(default_factory=SessionConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
-    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
-    routing: RoutingConfig = field(default_factory=RoutingConfig)
-    broker: BrokerConfig = field(default_factory=BrokerConfig)
-    rate: RateConfig = field(default_factory=RateConfig)
-    security: SecurityConfig = field(default_factory=SecurityConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig, metadata={"present_enables": True})
+    # the subsystems' sections (node/subsystem.py `config`), by key: read as attributes (cfg.routing)
+    sections: dict[str, Any] = field(default_factory=dict, metadata={"internal": True})
+
+    def __getattr__(self, key: str) -> Any:
+        # only reached for names that are not fields: a subsystem's section
+        sections = self.__dict__.get("sections")
+        if sections is not None and key in sections:
+            return sections[key]
+        raise AttributeError(f"node config has no section {key!r}")
 
     @property
     def data_addresses(self) -> list[str]:
@@ -410,8 +181,10 @@ class NodeConfig:
 
     @property
     def known_nodes(self) -> set[str]:
-        """Every node this node knows of: itself, neighbours, route destinations and routing.nodes."""
-        return {self.name, *self.neighbours, *self.routes, *self.routing.nodes}
+        """Every node this node knows of: itself, neighbours, route destinations and any section's `nodes`
+        (routing.nodes)."""
+        listed = [n for sec in self.sections.values() for n in getattr(sec, "nodes", ())]
+        return {self.name, *self.neighbours, *self.routes, *listed}
 
     @property
     def spool_path(self) -> Path:
@@ -454,19 +227,8 @@ class NodeConfig:
         if not (1 <= self.batch.min_bytes <= self.batch.max_bytes) or self.batch.target_delay <= 0:
             raise ConfigError("batch needs 1 <= min_bytes <= max_bytes and a positive target_delay.")
         self.resources.validate()
-        self.routing.validate(self.name, self.neighbours)
-        self.broker.validate()
-        self.rate.validate(self.name, self.neighbours)
-        self.security.validate()
-
-
-SECTIONS.update({
-    NodeConfig: {"batch": BatchConfig, "session": SessionConfig, "limits": LimitsConfig,
-                 "resources": ResourcesConfig, "routing": RoutingConfig, "broker": BrokerConfig,
-                 "rate": RateConfig, "security": SecurityConfig},
-    SecurityConfig: {"tls": TlsConfig, "auth": AuthConfig},
-    RoutingConfig: {"monitor": MonitorConfig, "cost": CostConfig, "damping": DampingConfig},
-})
+        for section in self.sections.values():
+            section.validate(self)
 
 
 def _check_addr(key: str, value: Any) -> None:
@@ -477,11 +239,19 @@ def _check_addr(key: str, value: Any) -> None:
         raise ConfigError(f"{key} must be \"host:port\" or \"unix:/path\", got {value!r}.")
 
 
-def _build(cls: type, data: Any, where: str) -> Any:
-    """Instantiate a config dataclass from a mapping, refusing unknown keys and wrong types."""
+def _section_type(f: dataclasses.Field) -> type | None:
+    """The dataclass of a field that is itself a section (its default is an instance of one), else None."""
+    factory = f.default_factory
+    return factory if isinstance(factory, type) and dataclasses.is_dataclass(factory) else None
+
+
+def build_section(cls: type, data: Any, where: str) -> Any:
+    """Instantiate a config dataclass from a mapping, refusing unknown keys and wrong types. A field's metadata
+    says how to read it when it is not a plain value or a sub-section: `raw` (kept as given, checked by the
+    section's validate), `map_of` (name -> that dataclass), `optional` (that type or null)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'the config'} must be a mapping.")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ConfigError(f"unknown key {where + '.' if where else ''}{unknown[0]} in node config "
@@ -489,29 +259,27 @@ def _build(cls: type, data: Any, where: str) -> Any:
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         f = fields[name]
-        sub = SECTIONS.get(cls, {}).get(name)
+        meta = f.metadata
         key = f"{where}.{name}" if where else name
-        if cls is MonitorConfig and name == "links":
+        sub = _section_type(f)
+        if "map_of" in meta:
             if not isinstance(value, dict):
-                raise ConfigError(f"{key} must be a mapping of neighbour -> {{interval, probe}}.")
-            kwargs[name] = {str(peer): _build(ProbeLinkConfig, v or {}, f"{key}.{peer}") for peer, v in value.items()}
-            continue
-        if cls is RoutingConfig and name == "rules":
-            if not isinstance(value, list):
-                raise ConfigError(f"{key} must be a list of rules.")
-            kwargs[name] = value      # checked by RoutingConfig.validate (node/routing/rules.py)
-            continue
-        if cls is MonitorConfig and name == "enabled":
-            if value is not None and not isinstance(value, bool):
+                raise ConfigError(f"{key} {meta.get('error', 'must be a mapping of name -> section.')}")
+            kwargs[name] = {str(k): build_section(meta["map_of"], v or {}, f"{key}.{k}") for k, v in value.items()}
+        elif meta.get("raw"):
+            if not isinstance(value, type(f.default_factory())):
+                raise ConfigError(f"{key} {meta.get('error', 'has the wrong type.')}")
+            kwargs[name] = value
+        elif "optional" in meta:
+            if value is not None and not isinstance(value, meta["optional"]):
                 raise ConfigError(f"{key} has the wrong type ({type(value).__name__}: {value!r}).")
             kwargs[name] = value
-            continue
-        if sub is not None:
-            if name == "resources" and isinstance(value, dict | None) and "enabled" not in (value or {}):
-                value = {**(value or {}), "enabled": True}     # a resources: section switches management on
-            kwargs[name] = _build(sub, value or {}, key)
-            continue
-        kwargs[name] = _coerce(key, f, value)
+        elif sub is not None:
+            if meta.get("present_enables") and isinstance(value, dict | None) and "enabled" not in (value or {}):
+                value = {**(value or {}), "enabled": True}     # such a section switches its part on
+            kwargs[name] = build_section(sub, value or {}, key)
+        else:
+            kwargs[name] = _coerce(key, f, value)
     missing = [n for n, f in fields.items() if n not in kwargs
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
@@ -544,13 +312,21 @@ def _coerce(key: str, f: dataclasses.Field, value: Any) -> Any:
     return value
 
 
-def from_dict(data: Any) -> NodeConfig:
-    cfg = _build(NodeConfig, data, "")
+def from_dict(data: Any, sections: Mapping[str, type]) -> NodeConfig:
+    """A validated NodeConfig: the core keys, and a section for each of `sections` (key -> dataclass; the
+    daemon's subsystems: node/registry.py `config_from_dict`) whether the file has it or not."""
+    if not isinstance(data, dict):
+        raise ConfigError("the config must be a mapping.")
+    core = {k: v for k, v in data.items() if k not in sections}
+    cfg = build_section(NodeConfig, core, "")
+    for key, cls in sections.items():
+        value = data.get(key)
+        cfg.sections[key] = build_section(cls, {} if value is None else value, key)
     cfg.validate()
     return cfg
 
 
-def load(path: str | Path) -> NodeConfig:
+def load(path: str | Path, sections: Mapping[str, type]) -> NodeConfig:
     p = Path(path)
     try:
         text = p.read_text()
@@ -560,9 +336,16 @@ def load(path: str | Path) -> NodeConfig:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"node config {p} is not valid YAML ({str(exc).splitlines()[0]}).") from None
-    return from_dict(data)
+    return from_dict(data, sections)
+
+
+def as_dict(cfg: NodeConfig) -> dict[str, Any]:
+    """The plain form of a config, sections at the top level as in a file."""
+    out = dataclasses.asdict(cfg)
+    sections = out.pop("sections")
+    return {**out, **sections}
 
 
 def dump(cfg: NodeConfig) -> str:
     """The YAML text of a config (what the testbed writes for a host)."""
-    return yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False)
+    return yaml.safe_dump(as_dict(cfg), sort_keys=False)

@@ -1,63 +1,74 @@
-"""One node daemon: spool + engine + neighbour sessions + gRPC servers + periodic jobs."""
+"""One node daemon: spool + engine + neighbour sessions + gRPC servers + periodic jobs, and its subsystems
+(node/registry.py SUBSYSTEMS, each plugged in through node/subsystem.py)."""
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
+from typing import Sequence
 
 import grpc
 
-from node.broker.broker import Broker
-from node.broker.service import PubSubService
 from node.config import ConfigError, NodeConfig
 from node.link import GRPC_OPTIONS, LinkManager, LinkService
 from node.mailbox import Mailbox
 from node.mta import Engine, make_engine
-from node.rate.control import RateControl
 from node.records import Records
+from node.registry import SUBSYSTEMS
+from node.rpc import control_pb2_grpc, link_pb2, link_pb2_grpc, submit_pb2_grpc
 from node.rpc_guard import DecodeGuard
-from node.rpc import control_pb2_grpc, link_pb2_grpc, pubsub_pb2_grpc, submit_pb2_grpc
-from node.security import tls
-from node.security.tokens import TokenGuard, Tokens
 from node.services import ControlService, SubmitService
 from node.spool import Spool
+from node.subsystem import OpenAuthorizer, Subsystem
 
 log = logging.getLogger("node.daemon")
 
 MGMT_RPCS = 512         # concurrent Submit/Control calls
 
 
+def _first(found: list, what: str):
+    """The one subsystem answer of a kind that only one may give (None when none does)."""
+    if len(found) > 1:
+        raise ConfigError(f"more than one subsystem gives the node its {what}.")
+    return found[0] if found else None
+
+
 class NodeDaemon:
-    def __init__(self, cfg: NodeConfig) -> None:
+    def __init__(self, cfg: NodeConfig, subsystems: Sequence[type[Subsystem]] | None = None) -> None:
+        """`subsystems`: the subsystem classes to run (default: node/registry.py SUBSYSTEMS); `cfg` must have
+        been read with their config sections (node/registry.py config_from_dict)."""
         self.cfg = cfg
         self.spool = Spool(cfg.spool_path, cfg.batch.commit_window, cfg.batch.max_commit)
         self.records = Records(cfg.records_dir, cfg.name)
+        every = [cls(cfg) for cls in (SUBSYSTEMS if subsystems is None else subsystems)]
+        self.subsystems: list[Subsystem] = [s for s in every if s.enabled()]
         self.engine: Engine | None = None
         self.links: LinkManager | None = None
-        self.broker: Broker | None = None
-        self.rate: RateControl | None = None
         self._servers: list[grpc.aio.Server] = []
         self._tasks: list[asyncio.Task] = []
 
+    def subsystem(self, name: str) -> Subsystem | None:
+        """The running subsystem of that name, if it is enabled."""
+        return next((s for s in self.subsystems if s.name == name), None)
+
     async def start(self) -> None:
+        subs = self.subsystems
+        # before anything starts: a missing certificate file is one clear error
+        creds = _first([c for c in (s.credentials() for s in subs) if c is not None], "Link credentials")
+        authorizer = _first([a for a in (s.authorizer() for s in subs) if a is not None], "authorizer")
+        authorizer = authorizer or OpenAuthorizer()
         self.spool.open()
-        self.engine = make_engine(self.cfg, self.spool, self.records)
-        if self.cfg.broker.enabled:
-            self.broker = Broker(self.cfg, self.engine, self.records)
-        if self.cfg.rate.role:
-            self.rate = RateControl(self.cfg, self.engine, self.records)
-        tls_files = tls.load(self.cfg)       # before anything starts: a missing file is one clear error
-        tokens = Tokens(self.cfg)
+        self.engine = make_engine(self.cfg, self.spool, self.records, subsystems=subs)
         await self.engine.recover()
-        if self.broker is not None:
-            await self.broker.start()    # after recovery: it reads what the inbox holds
-        if self.rate is not None:
-            await self.rate.start()      # after recovery: the root counts the mailbox, the client its queue
-        self.links = LinkManager(self.cfg, self.engine, tls_files)
-        router = self.engine.router
-        for part in (router, self.broker, self.rate):
-            for kind, handler in getattr(part, "frame_handlers", dict)().items():
-                self.links.register(kind, handler)
+        for s in subs:
+            await s.start()          # after recovery (the broker reads its inbox), before any session
+        self.links = LinkManager(self.cfg, self.engine, creds)
+        for s in subs:
+            for kind, handler in s.frame_handlers().items():
+                if kind in link_pb2.Frame.DESCRIPTOR.fields_by_name:
+                    self.links.register(kind, handler)
+                else:
+                    self.links.register_extension(kind, handler)
         # no SO_REUSEPORT: a second daemon on the same port must fail, not silently share it
         server_opts = GRPC_OPTIONS + [("grpc.so_reuseport", 0)]
         # bounded RPCs: a session per neighbour plus room for redials and strangers being refused; clients
@@ -66,21 +77,23 @@ class NodeDaemon:
                                interceptors=[DecodeGuard()])
         link_pb2_grpc.add_LinkServicer_to_server(LinkService(self.links), data)
         # clients' keepalive pings (node/client.py KEEPALIVE_OPTIONS) are welcome, also on idle streams
+        interceptors = [DecodeGuard(), *(i for s in subs for i in s.server_interceptors())]
         mgmt = grpc.aio.server(options=server_opts + [("grpc.keepalive_permit_without_calls", 1),
                                                       ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
                                                       ("grpc.http2.max_ping_strikes", 0)],
-                               maximum_concurrent_rpcs=MGMT_RPCS, interceptors=[DecodeGuard(), TokenGuard(tokens)])
+                               maximum_concurrent_rpcs=MGMT_RPCS, interceptors=interceptors)
         mailbox = Mailbox(self.spool, self.engine.policy)
-        submit_pb2_grpc.add_SubmitServicer_to_server(SubmitService(self.engine, mailbox, tokens), mgmt)
-        control = ControlService(self.engine, self.cfg.control_token, tokens)
+        submit_pb2_grpc.add_SubmitServicer_to_server(SubmitService(self.engine, mailbox, authorizer), mgmt)
+        control = ControlService(self.engine, self.cfg.control_token, authorizer)
         control_pb2_grpc.add_ControlServicer_to_server(control, mgmt)
-        if self.broker is not None:
-            pubsub_pb2_grpc.add_PubSubServicer_to_server(PubSubService(self.broker, tokens), mgmt)
-        data_creds = tls.server_credentials(tls_files) if tls_files is not None else None
+        for s in subs:
+            s.services(mgmt, authorizer)
+        data_creds = creds.server() if creds is not None else None
         listens = [(data, addr, data_creds) for addr in self.cfg.data_addresses] + [(mgmt, self.cfg.mgmt_listen, None)]
-        for server, addr, creds in listens:
+        for server, addr, server_creds in listens:
             try:
-                port = server.add_secure_port(addr, creds) if creds is not None else server.add_insecure_port(addr)
+                port = (server.add_secure_port(addr, server_creds) if server_creds is not None
+                        else server.add_insecure_port(addr))
             except RuntimeError:
                 port = 0
             if port == 0:
@@ -88,16 +101,15 @@ class NodeDaemon:
         for server in (data, mgmt):
             await server.start()
             self._servers.append(server)
-        if hasattr(router, "start"):
-            await router.start()       # binds the link monitor's UDP socket: before any session comes up
         self.links.start()
         self._tasks = [asyncio.ensure_future(self._every(self.cfg.metrics_interval, self._metrics)),
                        asyncio.ensure_future(self._every(0.5, self.engine.sweep)),
                        asyncio.ensure_future(self._every(30.0, self.engine.prune)),
                        asyncio.ensure_future(self.engine.policy.run_background())]
-        log.info("node %s up: data %s%s, management %s%s, mode %s", self.cfg.name,
-                 ", ".join(self.cfg.data_addresses), " (mTLS)" if tls_files is not None else "",
-                 self.cfg.mgmt_listen, " (tokens)" if tokens.enabled else "", self.cfg.mode)
+        log.info("node %s up: data %s%s, management %s%s, mode %s, subsystems %s", self.cfg.name,
+                 ", ".join(self.cfg.data_addresses), " (mTLS)" if creds is not None else "",
+                 self.cfg.mgmt_listen, " (tokens)" if authorizer.enabled else "", self.cfg.mode,
+                 ", ".join(s.name for s in subs) or "none")
 
     async def _metrics(self) -> None:
         self.records.write("metrics", **self.engine.snapshot())
@@ -115,12 +127,9 @@ class NodeDaemon:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.engine is not None and hasattr(self.engine.router, "stop"):
-            await self.engine.router.stop()       # first: closing the sessions is not a routing event
-        if self.broker is not None:
-            await self.broker.stop()              # ends the subscribers' streams
-        if self.rate is not None:
-            await self.rate.stop()
+        if self.engine is not None:
+            for s in self.subsystems:             # in registry order: routing first, closing sessions is no event
+                await s.stop()
         if self.links is not None:
             await self.links.stop()
         for s in self._servers:

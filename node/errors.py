@@ -11,6 +11,10 @@ class UserError(Exception):
     exit_code = 2
 
 
+class ConfigError(UserError):
+    """A node configuration is invalid (node/config.py and the subsystems' sections)."""
+
+
 DETAILS_MAX = 500     # characters of a status message (non-ASCII ones travel percent-encoded, up to 12 bytes each)
 
 

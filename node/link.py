@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import secrets
 from typing import Any, Awaitable, Callable
 
@@ -43,13 +44,16 @@ from node.errors import clip
 from node.mta import Engine
 from node.peer import Peer
 from node.rpc import link_pb2, link_pb2_grpc
-from node.security import tls
-from node.spool import Piece
+from node.piece import Piece
+from node.refusal import Refusal
+from node.subsystem import LinkCredentials
 
 log = logging.getLogger("node.link")
 
 VERSION = 1            # major version of the base frames; optional features are capabilities
 BASE_CAPABILITIES = ("runs",)
+BASE_KINDS = ("open", "keepalive", "fragment", "run", "ack", "refuse", "credit", "extension")
+_KIND = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 GRPC_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
 STORE_PARALLEL = 4     # batches of a session being stored at once (bounds memory, keeps the spool busy)
 REFUSE_MAX = 1 << 17   # refusals waiting to be sent on one session: a peer that floods bad frames is reset
@@ -241,6 +245,7 @@ class LinkSession:
         sem = asyncio.Semaphore(STORE_PARALLEL)
         peer = self.peer
         name, wake, st = peer.name, peer.wake, peer.stats
+        accept = self.engine.hooks.accept         # subsystems' message kinds a neighbour may pass on
         while True:
             pending = asyncio.ensure_future(self._read())
             pending.add_done_callback(_retrieve)
@@ -259,13 +264,13 @@ class LinkSession:
             for fr in batch.frames:
                 kind = fr.WhichOneof("kind")
                 if kind == "fragment":
-                    p = piece_from_frame(fr.fragment, self.cfg)
+                    p = piece_from_frame(fr.fragment, self.cfg, accept)
                     if isinstance(p, str):
                         refused.append((fr.fragment.seq, p))
                     else:
                         frags.append((fr.fragment.seq, p))
                 elif kind == "run":
-                    for seq, p in pieces_from_run(fr.run, self.cfg):
+                    for seq, p in pieces_from_run(fr.run, self.cfg, accept):
                         if isinstance(p, str):
                             refused.append((seq, p))
                         else:
@@ -287,6 +292,8 @@ class LinkSession:
                     raise SessionError(f"{name} sent a second OPEN on an open session")
                 elif kind in self.handlers:
                     self.handlers[kind](peer, fr)
+                elif kind == "extension" and fr.extension.kind in self.handlers:
+                    self.handlers[fr.extension.kind](peer, fr)
                 else:
                     log.warning("ignoring a frame of kind %s from %s (no handler)", kind or "(empty)", name)
             if refused:        # one log line per batch, however many frames it refuses
@@ -324,14 +331,14 @@ class LinkSession:
             except Exception as exc:      # the spool failed (disk full, I/O error): nothing of it was acked
                 log.error("cannot store %d frames from %s now (%s): refused for now, the sender offers them "
                           "again", len(frags), self.peer.name, exc)
-                results = [(STORE_FAILED, STORE_RETRY)] * len(frags)
+                results = [Refusal(STORE_FAILED, STORE_RETRY)] * len(frags)
             for (seq, _p), reason in zip(frags, results):
                 if reason is None:
                     self.ack_seqs.append(seq)
-                elif isinstance(reason, tuple):      # not now: the sender keeps it and offers it again
-                    self.refuses.append(link_pb2.Refuse(seq=seq, reason=reason[0], retry_after=reason[1]))
+                elif reason.for_now:      # not now: the sender keeps it and offers it again
+                    self.refuses.append(link_pb2.Refuse(seq=seq, reason=reason.reason, retry_after=reason.retry_after))
                 else:
-                    self.refuses.append(link_pb2.Refuse(seq=seq, reason=reason))
+                    self.refuses.append(link_pb2.Refuse(seq=seq, reason=reason.reason))
             self.peer.wake.set()
         finally:
             sem.release()
@@ -340,10 +347,10 @@ class LinkSession:
 class LinkManager:
     """Dials the neighbours this node is responsible for and accepts the others."""
 
-    def __init__(self, cfg: NodeConfig, engine: Engine, tls_files: tls.TlsFiles | None = None) -> None:
+    def __init__(self, cfg: NodeConfig, engine: Engine, credentials: LinkCredentials | None = None) -> None:
         self.cfg = cfg
         self.engine = engine
-        self.tls = tls_files           # None: plaintext sessions, the OPEN's names are taken on trust
+        self.tls = credentials         # None: plaintext sessions, the OPEN's names are taken on trust
         self.sessions: dict[str, LinkSession] = {}
         self.handlers: dict[str, FrameHandler] = {}
         self._dialers: list[asyncio.Task] = []
@@ -352,8 +359,17 @@ class LinkManager:
         """Have frames of `kind` (a field name of Frame's oneof) handed to `handler`; announced in OPEN."""
         if kind not in link_pb2.Frame.DESCRIPTOR.fields_by_name:
             raise ValueError(f"Frame has no kind {kind!r}")
-        if kind in self.handlers or kind in ("open", "keepalive", "fragment", "run", "ack", "refuse", "credit"):
+        if kind in self.handlers or kind in BASE_KINDS:
             raise ValueError(f"frame kind {kind!r} is handled already")
+        self.handlers[kind] = handler
+
+    def register_extension(self, kind: str, handler: FrameHandler) -> None:
+        """Have Extension frames of `kind` (a subsystem without a proto message of its own) handed to
+        `handler`; announced in OPEN like a frame kind, so it must not be a name of Frame's oneof."""
+        if not _KIND.match(kind):
+            raise ValueError(f"extension kind {kind!r} is not a lower-case name")
+        if kind in self.handlers or kind in link_pb2.Frame.DESCRIPTOR.fields_by_name:
+            raise ValueError(f"frame kind {kind!r} is handled already or is a kind of Frame")
         self.handlers[kind] = handler
 
     def capabilities(self) -> list[str]:
@@ -386,9 +402,7 @@ class LinkManager:
         first = True
         while True:
             if self.tls is not None:
-                # dialled by address: the certificate must name the neighbour, not the address
-                channel = grpc.aio.secure_channel(addr, tls.channel_credentials(self.tls),
-                                                  options=GRPC_OPTIONS + [(tls.TARGET_NAME_OPTION, peer)])
+                channel = self.tls.dial(addr, peer, GRPC_OPTIONS)
             else:
                 channel = grpc.aio.insecure_channel(addr, options=GRPC_OPTIONS)
             established = False
@@ -461,7 +475,7 @@ class LinkManager:
         if self.tls is not None:
             # The handshake proved the caller holds a certificate of the run's CA; it must also be THIS
             # neighbour's, or any node could pose as another (and evict its live session below).
-            names = tls.peer_names(context)
+            names = self.tls.names(context)
             if o.node not in names:
                 log.warning("refused a session from %s claiming to be %s: its certificate names %s", context.peer(),
                             clip(repr(o.node)), ", ".join(sorted(names)) or "nobody")

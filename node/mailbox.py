@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from node.policy import ResourcePolicy
+from node.policy import AdmissionPolicy
 from node.spool import Spool
 from node.states import MessageStatus, message_status
 
@@ -38,7 +38,7 @@ def _after(token: str) -> tuple[float, str, str] | None:
 
 
 class Mailbox:
-    def __init__(self, spool: Spool, policy: ResourcePolicy) -> None:
+    def __init__(self, spool: Spool, policy: AdmissionPolicy) -> None:
         self.spool = spool
         self.policy = policy
 

@@ -1,13 +1,11 @@
 """The metrics.jsonl record of a node: queues, neighbours, counters (node/schema.py documents the fields)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:       # the engine imports this module
-    from node.mta import Engine
+from typing import Any
 
 
-def engine_snapshot(e: Engine) -> dict:
+def engine_snapshot(e: Any) -> dict:
+    """`e`: the node's Engine (node/mta.py), which calls this; subsystems add their sections (EngineHooks)."""
     neighbours = {}
     spool_bytes = 0
     spool_frags = 0
@@ -31,5 +29,4 @@ def engine_snapshot(e: Engine) -> dict:
             "held_messages": len(e.held), "orphans": len(e.orphans), "expired": e.expired,
             "reports": e.reporter.made, "mode": e.mode, "spool_commits": e.spool.commits,
             "spool_ops": e.spool.ops, **({"resources": e.policy.snapshot()} if managed else {}),
-            **({"routing": routing} if (routing := e.router_snapshot()) else {}),
-            **{name: snap() for name, snap in e.snapshots.items()}}
+            **e.hooks.snapshot()}

@@ -21,22 +21,23 @@ import sqlite3
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Sequence
 
 from node.config import NodeConfig
+from node.hooks import EngineHooks
 from node.metrics import engine_snapshot
 from node.payloads import PayloadReader
 from node.peer import Peer
-from node.policy import ResourcePolicy, make_policy
+from node.policy import AdmissionPolicy, make_policy
 from node.records import Records
+from node.refusal import Refusal
 from node.reports import REPORT_KIND, NewMessage, Reporter
 from node.resource_manager import CONGESTED, RETRY_CAP
-from node.routing import Router
-from node.routing.router import NodeRouter
+from node.routing import Router, StaticRouter
 from node.routing.cache import CopyRoutes
-from node.routing.rules import reads_body
 from node.rpc import link_pb2
-from node.spool import MAIL_KINDS, Op, Piece, Spool
+from node.piece import Piece
+from node.spool import MAIL_KINDS, Op, Spool
 from node.submission import submission_problem
 from node.states import PieceState as S
 
@@ -86,19 +87,30 @@ class Engine:
     mode = "abstract"
 
     def __init__(self, cfg: NodeConfig, spool: Spool, records: Records, router: Router | None = None,
-                 policy: ResourcePolicy | None = None) -> None:
+                 policy: AdmissionPolicy | None = None, subsystems: Sequence[Any] = ()) -> None:
+        """`subsystems`: the node's enabled node.subsystem.Subsystem instances; one of them may give the router
+        (else `router`, else the config's static table), each may lay its layer over the admission policy and
+        the link queues, and each is attached once the engine exists."""
         self.cfg = cfg
         self.me = cfg.name
         self.spool = spool
         self.records = records
-        self.router: Router = router or NodeRouter(cfg, spool, records)
+        given = [r for r in (s.router(spool, records) for s in subsystems) if r is not None]
+        if len(given) > 1:
+            raise ValueError("more than one subsystem gives the engine its router")
+        self.router: Router = router or (given[0] if given else StaticRouter(cfg.neighbours, cfg.routes))
         self.routes = CopyRoutes(self.router)
         self.router.watch(self._routes_changed)
-        self.policy: ResourcePolicy = policy or make_policy(cfg, self._wake_peer)
+        self.policy: AdmissionPolicy = policy or make_policy(cfg, self._wake_peer)
+        for s in subsystems:
+            self.policy = s.wrap_policy(self.policy)
         self.peers: dict[str, Peer] = {}
         for n in cfg.neighbours:
             wake = asyncio.Event()
-            self.peers[n] = Peer(n, self.policy.make_queue(n, wake.set), wake)
+            q = self.policy.make_queue(n, wake.set)
+            for s in subsystems:
+                q = s.wrap_queue(n, q, wake.set)
+            self.peers[n] = Peer(n, q, wake)
         self.router.attach(self.peers)
         self.local_users = frozenset(cfg.local_users)     # empty: any user has a mailbox here
         self.reporter = Reporter(self.me, spool, records, cfg.default_lifetime, self.originate, log)
@@ -112,17 +124,12 @@ class Engine:
         self.refused_submissions = 0
         self.expired = 0
         self._bg: set[asyncio.Task] = set()
-        # the delivery hook seam: subsystems that consume deliveries register a callable that is given the
-        # delivered copy's header piece and its size, once per delivered mail copy
-        self.delivery_hooks: list[Callable[[Piece, int], None]] = []
-        # messages of a subsystem's own kind (the broker's "pub"): delivered into the spool's inbox instead
-        # of a mailbox, then handed to the consumer registered for the kind with (header piece, payload);
-        # the consumer takes the inbox row away in its own transaction (after a crash it reads the inbox)
-        self.consumers: dict[str, Callable[[Piece, bytes], None]] = {}
-        # subsystems' sections of the metrics record (e.g. "broker"), each a callable returning a dict
-        self.snapshots: dict[str, Callable[[], dict]] = {}
-        # told when a Link session comes up or goes down (after the router): subsystems with per-neighbour state
-        self.session_watchers: list[Callable[[str, bool], None]] = []
+        # everything the engine calls into the subsystems (node/hooks.py): deliveries of their message kinds,
+        # mail deliveries, session changes, metrics sections
+        self.hooks = EngineHooks()
+        for s in subsystems:
+            s.attach(self)
+            self.hooks.add(s)
 
     def _wake_peer(self, peer: str) -> None:
         p = self.peers.get(peer)
@@ -145,7 +152,7 @@ class Engine:
                         "accepted (the submitter was not told they were accepted)", self.me, dropped)
         # without the payloads: each piece's bytes are read when its link sends it (take_loaded), so memory
         # does not grow with the spool; a body keyword rule needs the first bytes of every copy
-        first = reads_body(self.cfg.routing.rules, self.cfg.neighbours)
+        first = getattr(self.router, "reads_body", False)
         pieces = await self.spool.run(Spool.op_load_pieces(payloads=False, first_bytes=first))
         for p in pieces:
             if p.state in (S.QUEUED, S.HELD, S.PART):
@@ -341,45 +348,45 @@ class Engine:
         return early
 
     # -- arrivals from neighbours ------------------------------------------------
-    async def receive(self, peer: str, pieces: list[Piece]) -> list[str | tuple[str, float] | None]:
-        """Store pieces from `peer` durably; per piece None (ack it), the reason to refuse it, or
-        (reason, retry_after) to refuse it for now (no buffer yet: the sender keeps it and retries)."""
+    async def receive(self, peer: str, pieces: list[Piece]) -> list[Refusal | None]:
+        """Store pieces from `peer` durably; per piece None (ack it) or why it is refused, for good or for now
+        (no buffer yet: the sender keeps it and retries)."""
         return await asyncio.shield(self._receive(peer, pieces))   # see originate: never half-done
 
-    async def _receive(self, peer: str, pieces: list[Piece]) -> list[str | tuple[str, float] | None]:
+    async def _receive(self, peer: str, pieces: list[Piece]) -> list[Refusal | None]:
         st = self.peers[peer].stats
-        result: list[str | tuple[str, float] | None] = [None] * len(pieces)
+        result: list[Refusal | None] = [None] * len(pieces)
         keep: list[Piece] = []
         admit, me, hop = self.policy.admit, self.me, self.routes.hop
         local_users = self.local_users
         transit = self.transit_state()
-        consumers = self.consumers
+        consumers = self.hooks.consumers
         link_full = self.policy.link_full
         for i, p in enumerate(pieces):
             if p.dst != me:
                 h = hop(p)
                 full = link_full(h) if h is not None else None
                 if full:           # not now: the sender keeps it and offers it again once the queue drained
-                    result[i] = (f"queue_full: {full} at {me}", QUEUE_FULL_RETRY)
+                    result[i] = Refusal(f"queue_full: {full} at {me}", QUEUE_FULL_RETRY)
                     st.deferred_in += 1
                     continue
             if p.dst == me and p.kind not in MAIL_KINDS and p.kind not in consumers:
-                result[i] = f"{me} takes no messages of kind {p.kind!r}"
+                result[i] = Refusal(f"{me} takes no messages of kind {p.kind!r}")
                 continue
             if local_users and p.dst == me and p.kind in MAIL_KINDS and not local_users.issuperset(p.users):
-                result[i] = f"no such user at {me}: {sorted(set(p.users) - local_users)[0]!r}"
+                result[i] = Refusal(f"no such user at {me}: {sorted(set(p.users) - local_users)[0]!r}")
                 continue
             verdict = admit(peer, p)
             if verdict is not None:
-                result[i] = verdict if verdict[1] > 0 else verdict[0]
-                st.deferred_in += verdict[1] > 0
+                result[i] = verdict
+                st.deferred_in += verdict.for_now
                 continue
             if p.dst == me:
                 p.state = S.WHOLE if p.off == 0 and p.size == p.total else S.PART
             else:
                 p.state = transit if hop(p) is not None else S.ORPHAN
             keep.append(p)
-        st.refused_in += sum(1 for r in result if isinstance(r, str))     # not the "not now" ones
+        st.refused_in += sum(1 for r in result if r is not None and not r.for_now)     # not the "not now" ones
         if not keep:
             return result
         deliver_ts = time.time()
@@ -396,7 +403,7 @@ class Engine:
         for p, new in zip(keep, fresh):
             self.policy.stored(peer, p, new is True)
             if isinstance(new, str):          # its byte range or total contradicts what is stored: never
-                result[where[id(p)]] = new
+                result[where[id(p)]] = Refusal(new)
                 st.refused_in += 1
                 continue
             if not new:
@@ -457,7 +464,7 @@ class Engine:
             self._delivered(m, len(payload), now, payload)
 
     def _delivered(self, m: Piece, size: int, now: float, payload: bytes) -> None:
-        consumer = self.consumers.get(m.kind)
+        consumer = self.hooks.consumers.get(m.kind)
         if consumer is not None:
             consumer(m, payload)            # durable in the inbox: the consumer cannot lose it
             return
@@ -468,7 +475,7 @@ class Engine:
         self.records.write("delivery", ts=now, msg_id=m.msg_id, src=m.src, dst=self.me, size=size,
                            fragments=m.fragments, mode=self.mode, submit_ts=m.submit_ts, deliver_ts=now,
                            hops=m.hops, users=m.users, priority=m.prio, delay=now - m.submit_ts)
-        for hook in self.delivery_hooks:     # after the delivery is durable: a hook cannot lose it
+        for hook in self.hooks.on_delivery:     # after the delivery is durable: a hook cannot lose it
             hook(m, size)
 
     def _enqueue(self, p: Piece, front: bool = False) -> None:
@@ -620,13 +627,13 @@ class Engine:
         self.policy.session_up(peer)
         self.peers[peer].queue.session_up()
         self.router.session_changed(peer, True)
-        for watch in self.session_watchers:
+        for watch in self.hooks.on_session:
             watch(peer, True)
 
     def session_down(self, peer: str) -> None:
         """The session to `peer` ended (its unacknowledged pieces are requeued separately)."""
         self.router.session_changed(peer, False)
-        for watch in self.session_watchers:
+        for watch in self.hooks.on_session:
             watch(peer, False)
 
     # -- routes -------------------------------------------------------------------------
@@ -708,10 +715,6 @@ class Engine:
     # -- metrics -----------------------------------------------------------------------
     def snapshot(self) -> dict:
         return engine_snapshot(self)
-
-    def router_snapshot(self) -> dict | None:
-        snap = getattr(self.router, "snapshot", None)
-        return snap() if snap is not None else None
 
     def outstanding(self) -> int:
         """Pieces this node still has to hand on (queued or in flight)."""

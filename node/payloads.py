@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 
-from node.spool import Op, Piece, Spool
+from node.piece import Piece
+from node.spool import Op, Spool
 
 Key = tuple[str, str, int]
 

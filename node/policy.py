@@ -13,7 +13,8 @@ each link's outgoing queue. Two implementations:
                     RBSAD; the queue serves messages (or, non-fragmenting, one FIFO
                     per destination) by prioritised round robin
 
-`make_policy` picks one from the node config (`resources:` present or not).
+`make_policy` picks one from the node config (`resources:` present or not); subsystems wrap it
+(node/subsystem.py `wrap_policy`, `wrap_queue`).
 """
 from __future__ import annotations
 
@@ -21,17 +22,18 @@ from typing import Callable, Protocol
 
 from node.config import NodeConfig
 from node.resource_manager import ResourceManager
-from node.spool import Piece
+from node.piece import Piece
+from node.refusal import Refusal
 from node.transfer_queue import TransferQueue
 
 
-class ResourcePolicy(Protocol):
+class AdmissionPolicy(Protocol):
     managed: bool        # True when the policy keeps accounts (metrics then carry them)
 
     def make_queue(self, peer: str, wake: Callable[[], None]) -> TransferQueue: ...
     def is_stream(self, p: Piece) -> bool: ...
     def admit_submission(self, pieces: list[Piece], fragments: int, internal: bool) -> str | None: ...
-    def admit(self, peer: str, p: Piece) -> tuple[str, float] | None: ...
+    def admit(self, peer: str, p: Piece) -> Refusal | None: ...
     def link_full(self, hop: str) -> str | None: ...
     def stored(self, peer: str, p: Piece, fresh: bool) -> None: ...
     def forwarded(self, p: Piece) -> None: ...
@@ -73,7 +75,7 @@ class PassThrough:
     def admit_submission(self, pieces: list[Piece], fragments: int, internal: bool) -> str | None:
         return None
 
-    def admit(self, peer: str, p: Piece) -> tuple[str, float] | None:
+    def admit(self, peer: str, p: Piece) -> Refusal | None:
         return None
 
     def stored(self, peer: str, p: Piece, fresh: bool) -> None:
@@ -114,15 +116,10 @@ def _priority(p: Piece) -> int:
     return p.prio
 
 
-def make_policy(cfg: NodeConfig, wake: Callable[[str], None]) -> ResourcePolicy:
-    """The node's policy: resource management when the config has a `resources:` section; with a `rate:`
-    role, rate control's bounds laid over it (node/rate/admission.py)."""
-    policy: ResourcePolicy = (ResourceManager(cfg, wake) if cfg.resources.enabled
-                              else PassThrough(cfg.limits.max_link_queue))
-    if cfg.rate.role:
-        from node.rate.admission import RatePolicy    # node.rate imports this module: import it late
-        policy = RatePolicy(cfg, policy)
-    return policy
+def make_policy(cfg: NodeConfig, wake: Callable[[str], None]) -> AdmissionPolicy:
+    """The node's own policy: resource management when the config has a `resources:` section. Subsystems lay
+    their layers over it (node/subsystem.py `wrap_policy`, e.g. rate control's bounds)."""
+    return ResourceManager(cfg, wake) if cfg.resources.enabled else PassThrough(cfg.limits.max_link_queue)
 
 
-__all__ = ["PassThrough", "ResourcePolicy", "make_policy"]
+__all__ = ["PassThrough", "AdmissionPolicy", "make_policy"]

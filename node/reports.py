@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from node.records import Records
-from node.spool import Piece, Spool
+from node.piece import Piece
+from node.spool import Spool
 
 REPORT_KIND = "ndr"
 REPORTER = "mailer-daemon"

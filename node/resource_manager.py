@@ -60,7 +60,8 @@ from node.resources import (
     RemovalProcess,
     ReservationState,
 )
-from node.spool import Piece
+from node.piece import Piece
+from node.refusal import Refusal
 from node.transfer_queue import TransferQueue
 
 log = logging.getLogger("node.resources")
@@ -191,11 +192,11 @@ class ResourceManager:
             return 0
         return min(max(hops, 0), self.classes - 1)
 
-    def _refuse(self, why: str, detail: str, peer: str | None = None) -> tuple[str, float]:
+    def _refuse(self, why: str, detail: str, peer: str | None = None) -> Refusal:
         self.refusals[why] += 1
         if peer is not None:
             self.refused_peers.add(peer)      # told "not now": tell it when there is room again
-        return f"{why}: {detail}", RETRY_AFTER
+        return Refusal(f"{why}: {detail}", RETRY_AFTER)
 
     def _room(self) -> None:
         """Space was freed here: every neighbour refused for lack of space since the last time gets a ROOM
@@ -244,8 +245,8 @@ class ResourceManager:
         return None
 
     # -- arrivals ---------------------------------------------------------------------------
-    def admit(self, peer: str, p: Piece) -> tuple[str, float] | None:
-        """None: store it. (reason, retry_after): refuse it; retry_after 0 means never."""
+    def admit(self, peer: str, p: Piece) -> Refusal | None:
+        """None: store it; else why it is refused (for now, or for good)."""
         if p.dst == self.me:
             return self._admit_recipient(peer, p)
         cls = self._cls(p.hops)
@@ -280,7 +281,7 @@ class ResourceManager:
             return None
         return self._refuse("class_full", f"no buffer of class {cls} free at {self.me}", peer)
 
-    def _admit_message(self, peer: str, p: Piece, cls: int) -> tuple[str, float] | None:
+    def _admit_message(self, peer: str, p: Piece, cls: int) -> Refusal | None:
         """A non-fragmenting message's first piece here: its whole size in class `cls`, first come first served."""
         units = self.units(p.total)
         if not self.byte_units:
@@ -294,8 +295,8 @@ class ResourceManager:
         if units > room:
             self.refusals["class_never_fits"] += 1     # the comparator's pools are fixed: it never will
             where = f"buffer class {cls}" if classes else "the shared buffer pool"
-            return (f"a message of {units} fragments can never fit {where} of {self.me} "
-                    f"({room} buffers; resources.class_buffers)", 0.0)
+            return Refusal(f"a message of {units} fragments can never fit {where} of {self.me} "
+                           f"({room} buffers; resources.class_buffers)")
         key = f"{p.msg_id}|{p.dst}"
         now = time.monotonic()
         got = self.granted.pop(key, None)
@@ -313,7 +314,7 @@ class ResourceManager:
         """Never: the buffer classes bound what is stored here, and so every queue."""
         return None
 
-    def _admit_recipient(self, peer: str, p: Piece) -> tuple[str, float] | None:
+    def _admit_recipient(self, peer: str, p: Piece) -> Refusal | None:
         key = p.msg_id
         now = time.monotonic()
         if self.recipient.is_granted(key):
@@ -331,8 +332,8 @@ class ResourceManager:
                 state = self.recipient.reserve(key, units, now, p.users)
                 if state is ReservationState.REFUSED:
                     self.refusals["recipient_never_fits"] += 1
-                    return (f"a message of {units} fragments can never fit the recipient pool of {self.me} "
-                            f"({self.cfg.resources.recipient_pool} fragments)", 0.0)
+                    return Refusal(f"a message of {units} fragments can never fit the recipient pool of "
+                                   f"{self.me} ({self.cfg.resources.recipient_pool} fragments)")
                 if state is ReservationState.QUEUED:
                     return self._refuse("recipient_wait", f"reservation at {self.me} is queued (FCFS)", peer)
                 self._use(key, now)

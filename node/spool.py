@@ -15,7 +15,7 @@ accepted from its users, for Status) and `ndr` (reports already sent).
 
 Mail (kind "") and reports (kind "ndr") are delivered into `mailbox`; a message
 of any other kind is a subsystem's (the broker's "pub") and is delivered into
-`inbox`, where that subsystem takes it from (node/mta.py `Engine.consumers`).
+`inbox`, where that subsystem takes it from (its message kind: node/subsystem.py `message_kinds`).
 A subsystem keeps its own tables in this file too (node/broker/store.py).
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from node.piece import Piece
 from node.states import PieceState
 
 log = logging.getLogger("node.spool")
@@ -61,50 +62,6 @@ CREATE TABLE IF NOT EXISTS setting(key TEXT PRIMARY KEY, value TEXT NOT NULL) WI
 CREATE TABLE IF NOT EXISTS inbox(msg_id TEXT PRIMARY KEY, kind TEXT NOT NULL, src TEXT NOT NULL,
   hops INTEGER NOT NULL, submit_ts REAL NOT NULL, deliver_ts REAL NOT NULL, payload BLOB NOT NULL);
 """
-
-
-@dataclass
-class Piece:
-    """One stored fragment (or wire chunk) of a message copy bound for one destination node."""
-    msg_id: str
-    dst: str
-    off: int
-    total: int
-    hops: int
-    src: str
-    originator: str
-    users: list[str]
-    prio: int
-    submit_ts: float
-    expires_ts: float
-    kind: str
-    fragments: int
-    # None: the bytes are only in the spool (a piece loaded at recovery); the link writer reads them just
-    # before sending (Engine.take_loaded), so a full spool does not have to fit in memory (issue 21)
-    data: bytes | None
-    state: str = PieceState.QUEUED
-    retries: int = field(default=0, compare=False)
-    # in memory only (issue 6): the buffer this piece holds at this hop, and when it may be sent next
-    charge: tuple | None = field(default=None, compare=False, repr=False)
-    not_before: float = field(default=0.0, compare=False, repr=False)
-    size: int = field(default=-1, compare=False, repr=False)    # len(data), known without the bytes
-
-    def __post_init__(self) -> None:
-        if self.size < 0:
-            self.size = len(self.data)
-
-    @property
-    def key(self) -> tuple[str, str, int]:
-        return (self.msg_id, self.dst, self.off)
-
-    @property
-    def mkey(self) -> tuple[str, str]:
-        return (self.msg_id, self.dst)
-
-    def row(self) -> tuple:
-        return (self.msg_id, self.dst, self.off, self.total, self.hops, self.src, self.originator,
-                json.dumps(self.users), self.prio, self.submit_ts, self.expires_ts, self.kind,
-                self.fragments, self.state, self.data)
 
 
 def _rows(pieces: list[Piece]) -> list[tuple]:

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable
 
-from node.spool import Piece
+from node.piece import Piece
 
 log = logging.getLogger("node.transfer_queue")
 

@@ -15,13 +15,12 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from node.client import NodeClient
-from node.config import NodeConfig, from_dict
+from node.config import NodeConfig, dump as dump_config
+from node.registry import config_from_dict
 from testbed import registry, secrets
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,9 +153,9 @@ class LocalNet:
                 raw[k] = dict(v)
             else:
                 raw[k] = v
-        cfg = from_dict(raw)
+        cfg = config_from_dict(raw)
         path = d / "node.yaml"
-        path.write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
+        path.write_text(dump_config(cfg))
         self.nodes[n] = LocalNode(n, cfg, path)
 
     def _wire(self, names: list[str], edges: list[tuple[str, str]], netns: NetnsLinks | None) -> dict:

@@ -14,7 +14,7 @@ Two paths, chosen per target by the publisher:
   message of kind "pub" addressed to the next broker, so the engine stores it,
   fragments it, keeps it until the next hop acknowledged it and retries it
   across link cuts and restarts. The next broker gets it from the spool's
-  inbox (`Engine.consumers`) and, in ONE transaction, queues it for its local
+  inbox (its message kind's consumer: node/broker/subsystem.py) and, in ONE transaction, queues it for its local
   durable subscriptions, stores the copies for its next hops, remembers the
   (publication, target) pairs and takes it out of the inbox.
 - live: a target with non-durable subscriptions only. The copy is a Link frame
@@ -50,7 +50,8 @@ from node.peer import Peer
 from node.records import Records
 from node.reports import NewMessage
 from node.rpc import link_pb2, pubsub_pb2
-from node.spool import Piece, Spool
+from node.piece import Piece
+from node.spool import Spool
 
 log = logging.getLogger("node.broker")
 
@@ -118,9 +119,6 @@ class Broker:
         self._tasks: list[asyncio.Task] = []
         self._bg: set[asyncio.Task] = set()
         self._started = False
-        engine.consumers[PUB_KIND] = self._delivered
-        engine.snapshots["broker"] = self.snapshot
-        engine.session_watchers.append(self.interest.session)
 
     # -- wiring ---------------------------------------------------------------------------------------
     def frame_handlers(self) -> dict:
@@ -227,7 +225,7 @@ class Broker:
         return max(0, self.cfg.limits.max_frame_bytes - 4096)
 
     # -- the durable path ---------------------------------------------------------------------------
-    def _delivered(self, m: Piece, payload: bytes) -> None:
+    def delivered(self, m: Piece, payload: bytes) -> None:
         """The engine's consumer for kind "pub": a copy for this broker is durable in the inbox."""
         if self._started:                  # before start() (engine recovery) the inbox is read whole at start
             self._unhandled.add(m.msg_id)

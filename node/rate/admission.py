@@ -18,11 +18,12 @@ import time
 from typing import Callable
 
 from node.config import NodeConfig
-from node.policy import ResourcePolicy
+from node.policy import AdmissionPolicy
 from node.rate.bucket import TokenBucket
 from node.rate.pacer import PacedQueue
 from node.rate.weights import decile
-from node.spool import Piece
+from node.piece import Piece
+from node.refusal import Refusal
 from node.transfer_queue import TransferQueue
 
 OVERFLOW = "overflow"          # the refusal reason of a full client queue (reason_group in the summary)
@@ -32,7 +33,7 @@ ROOT_FULL = "root queue full"  # the root's "not now"
 class RatePolicy:
     """The admission policy of a rate-controlled node: its role's bounds, then the inner policy."""
 
-    def __init__(self, cfg: NodeConfig, inner: ResourcePolicy) -> None:
+    def __init__(self, cfg: NodeConfig, inner: AdmissionPolicy) -> None:
         self.inner = inner
         self.managed = inner.managed
         self.me = cfg.name
@@ -62,7 +63,11 @@ class RatePolicy:
 
     # -- the role's own parts --------------------------------------------------------------
     def make_queue(self, peer: str, wake: Callable[[], None]) -> TransferQueue:
-        q = self.inner.make_queue(peer, wake)
+        return self.inner.make_queue(peer, wake)
+
+    def pace(self, peer: str, q: TransferQueue, wake: Callable[[], None]) -> TransferQueue:
+        """A client's queue towards its root, paced by the token bucket (the link scheduler layer); others as
+        they are."""
         if self.role == "client" and peer == self.rc.root:
             self.pacer = PacedQueue(q, self.bucket, wake)
             return self.pacer        # type: ignore[return-value]  (it is a TransferQueue by delegation)
@@ -83,11 +88,11 @@ class RatePolicy:
                 self._hold(p)
         return reason
 
-    def admit(self, peer: str, p: Piece) -> tuple[str, float] | None:
+    def admit(self, peer: str, p: Piece) -> Refusal | None:
         if (self.role == "root" and p.dst == self.me and self.rc.consumer in p.users
                 and self.root_bytes >= self.rc.queue_limit):
             self.deferred += 1
-            return (f"{ROOT_FULL}: {self.root_bytes} of {self.rc.queue_limit} bytes", self.rc.retry)
+            return Refusal(f"{ROOT_FULL}: {self.root_bytes} of {self.rc.queue_limit} bytes", self.rc.retry)
         return self.inner.admit(peer, p)
 
     def stored(self, peer: str, p: Piece, fresh: bool) -> None:

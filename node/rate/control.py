@@ -26,7 +26,7 @@ from node.rate.admission import RatePolicy
 from node.rate.allocation import Report, allocate
 from node.records import Records
 from node.rpc import link_pb2
-from node.spool import Piece
+from node.piece import Piece
 
 log = logging.getLogger("node.rate")
 
@@ -43,7 +43,7 @@ class RateControl:
     def __init__(self, cfg: NodeConfig, engine, records: Records) -> None:
         policy = engine.policy
         if not isinstance(policy, RatePolicy):
-            raise TypeError("rate control needs the RatePolicy admission layer (node/policy.py make_policy)")
+            raise TypeError("rate control needs the RatePolicy admission layer (node/rate/subsystem.py)")
         self.cfg = cfg
         self.rc = cfg.rate
         self.me = cfg.name
@@ -59,11 +59,7 @@ class RateControl:
         self.reports_sent = 0
         self.assignments = 0
         self._task: asyncio.Task | None = None
-        engine.snapshots[KIND] = self.snapshot
-        engine.session_watchers.append(self._session)
-        if self.rc.role == "root":
-            engine.delivery_hooks.append(self._delivered)
-        else:
+        if self.rc.role != "root":
             policy.on_weight = lambda _w: self._report()
 
     def frame_handlers(self) -> dict:
@@ -99,7 +95,7 @@ class RateControl:
         p.send_control(link_pb2.Frame(rate=msg))
         return True
 
-    def _session(self, peer: str, up: bool) -> None:
+    def session(self, peer: str, up: bool) -> None:
         if not up:
             return
         if self.rc.role == "client" and peer == self.rc.root:
@@ -144,7 +140,7 @@ class RateControl:
             self.records.write("rate", event="assign", client=client, weight=rep.weight, rate_bps=rate,
                                queue_bytes=rep.queue_bytes, round=self.round, sent=sent)
 
-    def _delivered(self, m: Piece, size: int) -> None:
+    def delivered(self, m: Piece, size: int) -> None:
         self.policy.delivered(m.msg_id, m.users, size)
 
     # -- the clock ----------------------------------------------------------------------------

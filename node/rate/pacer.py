@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable
 
 from node.rate.bucket import TokenBucket
-from node.spool import Piece
+from node.piece import Piece
 from node.transfer_queue import TransferQueue
 
 

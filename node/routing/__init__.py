@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol
 
-from node.spool import Piece
+from node.piece import Piece
 from node.routing.static import StaticRouter
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from node.routing import Router
-from node.spool import Piece
+from node.piece import Piece
 
 
 class CopyRoutes:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from node.config import DampingConfig
+from node.routing.config import DampingConfig
 
 Link = tuple[str, str]
 

@@ -32,7 +32,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from node.config import CostConfig, MonitorConfig, RoutingConfig
+from node.routing.config import CostConfig, MonitorConfig, RoutingConfig
 from node.names import NODE_NAME_MAX
 
 log = logging.getLogger("node.routing.monitor")

@@ -17,10 +17,11 @@ from node.config import NodeConfig
 from node.peer import Peer
 from node.records import Records
 from node.routing.dynamic import CAPABILITY, DynamicTable
-from node.routing.rules import RuleSet, parse_rules
+from node.routing.rules import RuleSet, parse_rules, reads_body
 from node.routing.static import StaticRouter
 from node.rpc import link_pb2
-from node.spool import Piece, Spool
+from node.piece import Piece
+from node.spool import Spool
 
 log = logging.getLogger("node.routing")
 
@@ -43,6 +44,11 @@ class NodeRouter:
             self.dynamic.watch(self._changed)
 
     # -- the engine's side ------------------------------------------------------------------------------
+    @property
+    def reads_body(self) -> bool:
+        """Whether a rule searches a message's body: recovery then loads the first bytes of every copy."""
+        return reads_body(self.cfg.routing.rules, self.cfg.neighbours)
+
     def attach(self, peers: dict[str, Peer]) -> None:
         self.peers = peers
         if self.dynamic is not None:

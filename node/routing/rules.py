@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from node.errors import UserError
 from node.names import NODE_NAME_RULE, is_node_name, is_user_name
-from node.spool import Piece
+from node.piece import Piece
 
 MAX_RULES = 1000
 KEYWORD_IN = ("body", "kind", "originator", "users", "msg_id")

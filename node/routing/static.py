@@ -3,11 +3,13 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from node.spool import Piece
+from node.piece import Piece
 
 
 class StaticRouter:
     """Next hop by destination node; a neighbour is always reachable directly."""
+
+    reads_body = False        # no rules: recovery needs no message's first bytes
 
     def __init__(self, neighbours: Iterable[str], routes: dict[str, str]) -> None:
         self.neighbours = set(neighbours)

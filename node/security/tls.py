@@ -60,3 +60,21 @@ def peer_names(context: Any) -> set[str]:
     auth = context.auth_context() or {}
     raw = auth.get("x509_subject_alternative_name") or auth.get("x509_common_name") or []
     return {v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in raw}
+
+
+class TlsCredentials:
+    """The Link service's mTLS as the link layer uses it (node/subsystem.py LinkCredentials)."""
+
+    def __init__(self, files: TlsFiles) -> None:
+        self.files = files
+
+    def server(self) -> grpc.ServerCredentials:
+        return server_credentials(self.files)
+
+    def dial(self, addr: str, peer: str, options: list) -> grpc.aio.Channel:
+        # dialled by address: the certificate must name the neighbour, not the address
+        return grpc.aio.secure_channel(addr, channel_credentials(self.files),
+                                       options=options + [(TARGET_NAME_OPTION, peer)])
+
+    def names(self, context: Any) -> set[str]:
+        return peer_names(context)

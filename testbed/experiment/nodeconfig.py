@@ -30,7 +30,9 @@ from typing import Any
 import yaml
 
 from node import config as node_config
-from node.config import ProbeLinkConfig
+
+from node import registry
+from node.routing.config import ProbeLinkConfig
 from node.errors import UserError
 from testbed import secrets
 from testbed.experiment import holdtime
@@ -191,7 +193,7 @@ def merged_config(scenario: Scenario, name: str, wiring: dict[str, Any]) -> dict
     cfg = copy.deepcopy(wiring)
     _lay_over(cfg, settings)
     try:
-        node_config.from_dict(copy.deepcopy(cfg))
+        registry.config_from_dict(copy.deepcopy(cfg))
     except UserError as exc:
         raise UserError(f"node settings for {name} are invalid: {exc}") from None
     return cfg

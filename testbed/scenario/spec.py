@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from node.config import CostConfig, DampingConfig, MonitorConfig, RoutingConfig
+from node.routing.config import CostConfig, DampingConfig, MonitorConfig, RoutingConfig
 from testbed.topology.model import Direction
 
 

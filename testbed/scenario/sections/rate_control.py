@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.config import RATE_POLICIES
+from node.rate.config import RATE_POLICIES
 from node.names import is_user_name
 from testbed.scenario import units
 from testbed.scenario.checks import MISSING, Check, names_text, show

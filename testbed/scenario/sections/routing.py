@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from node.config import CostConfig, DampingConfig, MonitorConfig, ProbeLinkConfig
+from node.routing.config import CostConfig, DampingConfig, MonitorConfig, ProbeLinkConfig
 from testbed.scenario import units
 from testbed.scenario.checks import MISSING, Check, KeyPath, show
 from testbed.scenario.sections.base import Section

@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 
 from node.broker.topics import pattern_problem, topic_problem
 from node.codec import SEQ_MAX
-from node.config import from_dict
+from node.registry import config_from_dict as from_dict
 from node.link import GRPC_OPTIONS, VERSION
 from node.names import is_user_name
 from node.reports import REPORTER

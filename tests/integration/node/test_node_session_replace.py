@@ -13,7 +13,7 @@ import random
 import sqlite3
 from pathlib import Path
 
-from node.config import from_dict
+from node.registry import config_from_dict as from_dict
 from node.daemon import NodeDaemon
 from testbed.localnet import free_port
 

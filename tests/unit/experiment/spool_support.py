@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node.spool import Piece, Spool
+from node.piece import Piece
+from node.spool import Spool
 
 T0 = 1_700_000_000.0
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from node.spool import Piece, Spool
+from node.piece import Piece
+from node.spool import Spool
 from testbed import accounting, cli
 from testbed.accounting import Place, check_run
 from testbed.experiment import runner, summary, sweep

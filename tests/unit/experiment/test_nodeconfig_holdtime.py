@@ -3,6 +3,7 @@ slowest link within the hold time, or the receiver ends the session mid-transfer
 for ever (the livelock seen on Fig. 6.4's ring at 40 kbit/s)."""
 from experiment_scenarios import node_configs_of as configs
 from node import config as node_config
+from node import registry
 from testbed.experiment import holdtime, timescale
 from testbed.scenario import load_text
 from testbed.topology import generators
@@ -23,7 +24,7 @@ def test_non_fragmenting_on_a_slow_link_covers_the_largest_message_three_times()
     wire = (16384 + 100_000) * 8 / 40_000
     for cfg in out.values():
         assert cfg["session"]["hold_time"] >= 3 * wire
-        assert node_config.from_dict(cfg).session.hold_time == cfg["session"]["hold_time"]
+        assert registry.config_from_dict(cfg).session.hold_time == cfg["session"]["hold_time"]
 
 
 def test_fragmenting_needs_only_a_batch_of_fragments() -> None:

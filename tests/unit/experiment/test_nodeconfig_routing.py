@@ -4,6 +4,7 @@ import pytest
 
 from experiment_scenarios import node_configs_of as configs
 from node import config as node_config
+from node import registry
 from node.errors import UserError
 from testbed.experiment import timescale
 from testbed.scenario import load_text
@@ -19,7 +20,7 @@ def test_dynamic_gets_mode_nodes_and_the_shortest_table() -> None:
     for name, cfg in out.items():
         assert cfg["routing"] == {"mode": "dynamic", "nodes": names}      # nothing else: every setting default
         assert cfg["routes"] == {d: h for d, h in table[name].items() if d != name}
-        node_config.from_dict(cfg)                                       # what the daemon will read
+        registry.config_from_dict(cfg)                                       # what the daemon will read
     assert configs(f"{RING}routing: shortest\n")["n1"]["routes"] == out["n1"]["routes"]
 
 
@@ -62,7 +63,7 @@ def test_probe_settings_by_link_name_reach_both_ends() -> None:
     assert out["n5"]["routing"]["monitor"] == {"interval": 2.0, "links": {"n1": {"probe": False}}}
     assert out["n3"]["routing"]["monitor"] == {"interval": 2.0}
     for cfg in out.values():
-        node_config.from_dict(cfg)
+        registry.config_from_dict(cfg)
 
 
 def test_daemonless_hosts_are_left_out_of_the_node_list() -> None:
@@ -79,7 +80,7 @@ def test_per_node_rules_with_dynamic_keep_the_testbeds_section() -> None:
     assert out["n1"]["routing"] == {"mode": "dynamic", "nodes": ["n1", "n2", "n3", "n4", "n5"], "rules": rules,
                                     "monitor": {"interval": 2.0, "window": 16, "links": {"n2": {"probe": False}}}}
     assert "rules" not in out["n2"]["routing"]
-    node_config.from_dict(out["n1"])
+    registry.config_from_dict(out["n1"])
 
 
 @pytest.mark.parametrize("policy", ["shortest", "delay"])
@@ -89,7 +90,7 @@ def test_per_node_rules_with_a_static_policy(policy) -> None:
     assert out["n1"]["routing"] == {"rules": rules}                  # the testbed adds nothing of its own
     assert all("routing" not in out[n] for n in ("n2", "n3", "n4", "n5"))
     assert set(out["n1"]["routes"]) == {"n2", "n3", "n4", "n5"}
-    assert node_config.from_dict(out["n1"]).routing.mode == "static"
+    assert registry.config_from_dict(out["n1"]).routing.mode == "static"
 
 
 def test_a_rule_naming_a_non_neighbour_is_one_error_naming_the_node() -> None:

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from node import config
+
+from node import registry
 from node.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -16,14 +18,14 @@ GOOD = {"name": "n1", "data_listen": "127.0.0.1:7000", "mgmt_listen": "127.0.0.1
 
 
 def test_good_config_has_defaults() -> None:
-    cfg = config.from_dict(GOOD)
+    cfg = registry.config_from_dict(GOOD)
     assert cfg.mode == "fragmenting" and cfg.fragment_size == 1000
     assert cfg.batch.max_frames > 1 and cfg.session.hold_time > cfg.session.keepalive
     assert cfg.chunk_size == 1000
 
 
 def test_nested_sections_load() -> None:
-    cfg = config.from_dict({**GOOD, "mode": "non-fragmenting", "batch": {"max_frames": 64}, "limits": {"max_hops": 8}})
+    cfg = registry.config_from_dict({**GOOD, "mode": "non-fragmenting", "batch": {"max_frames": 64}, "limits": {"max_hops": 8}})
     assert cfg.batch.max_frames == 64 and cfg.limits.max_hops == 8 and cfg.chunk_size == cfg.wire_chunk
 
 
@@ -43,32 +45,32 @@ def test_nested_sections_load() -> None:
 ])
 def test_bad_config_is_one_clear_error(change: dict, words: str) -> None:
     with pytest.raises(ConfigError) as exc:
-        config.from_dict({**GOOD, **change})
+        registry.config_from_dict({**GOOD, **change})
     assert words in str(exc.value)
 
 
 def test_missing_required_key() -> None:
     with pytest.raises(ConfigError, match="mgmt_listen"):
-        config.from_dict({k: v for k, v in GOOD.items() if k != "mgmt_listen"})
+        registry.config_from_dict({k: v for k, v in GOOD.items() if k != "mgmt_listen"})
 
 
 def test_not_a_mapping_and_bad_yaml(tmp_path: Path) -> None:
     p = tmp_path / "c.yaml"
     p.write_text("- just\n- a list\n")
     with pytest.raises(ConfigError, match="mapping"):
-        config.load(p)
+        registry.load_config(p)
     p.write_text("name: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
-        config.load(p)
+        registry.load_config(p)
     with pytest.raises(ConfigError, match="cannot read"):
-        config.load(tmp_path / "missing.yaml")
+        registry.load_config(tmp_path / "missing.yaml")
 
 
 def test_dump_round_trips(tmp_path: Path) -> None:
-    cfg = config.from_dict(GOOD)
+    cfg = registry.config_from_dict(GOOD)
     p = tmp_path / "c.yaml"
     p.write_text(config.dump(cfg))
-    assert config.load(p) == cfg
+    assert registry.load_config(p) == cfg
 
 
 def test_daemon_bad_config_exits_2_with_one_sentence(tmp_path: Path) -> None:
@@ -100,10 +102,10 @@ def test_resources_section_loads_and_validates() -> None:
     import pytest
     from node import config as node_config
     base = {"name": "a", "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2"}
-    cfg = node_config.from_dict({**base, "resources": {"rbsad": 4, "buffer_classes": False}})
+    cfg = registry.config_from_dict({**base, "resources": {"rbsad": 4, "buffer_classes": False}})
     assert cfg.resources.rbsad == 4.0 and cfg.resources.buffer_classes is False
     assert cfg.resources.transit_buffers == 100
     with pytest.raises(node_config.ConfigError):
-        node_config.from_dict({**base, "resources": {"rbsad_probability": 1.5}})
+        registry.config_from_dict({**base, "resources": {"rbsad_probability": 1.5}})
     with pytest.raises(node_config.ConfigError):
-        node_config.from_dict({**base, "resources": {"no_such_key": 1}})
+        registry.config_from_dict({**base, "resources": {"no_such_key": 1}})

@@ -13,15 +13,18 @@ from pathlib import Path
 import pytest
 
 from node import config, schema
+
+from node import registry
 from node.mta import SUBMIT_CHUNK, SUBMIT_EARLY_MIN, make_engine, split
 from node.records import Records
-from node.spool import Piece, Spool
+from node.piece import Piece
+from node.spool import Spool
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def cfg_for(tmp: Path, name: str = "n3", mode: str = "fragmenting", **kw) -> config.NodeConfig:
-    return config.from_dict({"name": name, "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2",
+    return registry.config_from_dict({"name": name, "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2",
                              "neighbours": {"n2": "127.0.0.1:3", "n4": "127.0.0.1:4"}, "routes": {"n5": "n4", "n1": "n2"},
                              "mode": mode, "fragment_size": 100, "wire_chunk": 100, "records_dir": str(tmp),
                              **kw})
@@ -265,7 +268,7 @@ def test_a_piece_contradicting_the_stored_ones_is_refused_and_cannot_corrupt_the
 
     results, rows = asyncio.run(go())
     assert results[0] is None and results[2:4] == [None, None]
-    assert results[1] == "byte range 50+200 overlaps the stored range 0+100" and results[4] == 1
+    assert results[1].reason == "byte range 50+200 overlaps the stored range 0+100" and results[4] == 1
     assert len(rows) == 1 and rows[0]["payload"] == payload
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from node.codec import SEQ_MAX, piece_from_frame, pieces_from_run
+from node.refusal import Refusal
 from node.link import STORE_FAILED, STORE_RETRY, LinkSession
 from node.rpc import link_pb2
 from node.spool import Spool
@@ -90,7 +91,7 @@ def test_a_user_without_a_mailbox_here_is_refused_not_stored(tmp_path: Path) -> 
         for p in stranger:
             p.users = ["mallory"]
         out = await eng.receive("n2", ok + stranger)
-        assert out[0] is None and isinstance(out[1], str) and "mallory" in out[1]
+        assert out[0] is None and isinstance(out[1], Refusal) and not out[1].for_now and "mallory" in out[1].reason
         status = await eng.spool.run(Spool.op_status("to-mallory"))
         assert not status["states"] and not status["mailbox"]
         await _close(eng)

@@ -4,12 +4,14 @@ from __future__ import annotations
 import pytest
 
 from node import config
+
+from node import registry
 from node.codec import frame_from_piece, piece_from_frame
 from node.mta import split
 from node.rpc import link_pb2
-from node.spool import Piece
+from node.piece import Piece
 
-CFG = config.from_dict({"name": "n2", "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2",
+CFG = registry.config_from_dict({"name": "n2", "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2",
                         "wire_chunk": 1000, "limits": {"max_message_size": 10_000, "max_frame_bytes": 2000, "max_hops": 8}})
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from node.mta import split
 from node.payloads import PayloadReader
-from node.spool import Piece, Spool
+from node.piece import Piece
+from node.spool import Spool
 
 
 def _stored(spool: Spool, msg: str, size: int = 10_000, chunk: int = 1000) -> list[Piece]:

@@ -8,9 +8,11 @@ import time
 
 import pytest
 
-from node.config import ConfigError, from_dict
+from node.config import ConfigError
+
+from node.registry import config_from_dict as from_dict
 from node.resource_manager import CONGESTED, ROOM, ResourceManager
-from node.spool import Piece
+from node.piece import Piece
 
 F = 1000
 

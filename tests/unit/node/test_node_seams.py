@@ -13,7 +13,8 @@ from node.policy import PassThrough
 from node.records import Records
 from node.routing import StaticRouter
 from node.rpc import link_pb2
-from node.spool import Piece, Spool
+from node.piece import Piece
+from node.spool import Spool
 from node.states import PieceState
 from tests.unit.node.test_node_engine_spool import cfg_for, pieces_of
 
@@ -138,7 +139,7 @@ def test_delivery_hooks_see_each_delivered_copy_once(tmp_path: Path) -> None:
     async def go() -> None:
         eng = await _engine(tmp_path)
         seen: list[tuple[str, int]] = []
-        eng.delivery_hooks.append(lambda m, size: seen.append((m.msg_id, size)))
+        eng.hooks.on_delivery.append(lambda m, size: seen.append((m.msg_id, size)))
         ps = pieces_of(b"h" * 250, msg="hooked", dst="n3")
         assert await eng.receive("n2", ps[:2]) == [None, None]
         assert seen == []                                              # not before the copy is whole

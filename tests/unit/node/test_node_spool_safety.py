@@ -41,7 +41,7 @@ def test_a_damaged_spool_is_moved_aside_with_one_log_line(tmp_path: Path, damage
 
 
 def _piece(hops: int, state: str, dst: str = "n9", off: int = 0):
-    from node.spool import Piece
+    from node.piece import Piece
     return Piece("m1", dst, off, 2000, hops, "n1", "", [""], 1, 0.0, 4e9, "", 2, b"x" * 1000, state=state)
 
 
@@ -111,11 +111,13 @@ def test_a_failing_fsync_refuses_instead_of_acknowledging(tmp_path: Path) -> Non
     import time
 
     from node import config
+
+    from node import registry
     from node.mta import make_engine
     from node.records import Records
-    from node.spool import Piece
+    from node.piece import Piece
 
-    cfg = config.from_dict({"name": "n3", "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2",
+    cfg = registry.config_from_dict({"name": "n3", "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2",
                             "neighbours": {"n2": "127.0.0.1:3"}, "records_dir": str(tmp_path)})
 
     def transit(msg: str) -> Piece:
@@ -151,7 +153,7 @@ def test_a_failing_fsync_refuses_instead_of_acknowledging(tmp_path: Path) -> Non
 
 
 def _cut(off: int, n: int, total: int, msg: str = "m7"):
-    from node.spool import Piece
+    from node.piece import Piece
     from node.states import PieceState as S
     return Piece(msg, "n9", off, total, 1, "n1", "", [""], 1, 0.0, 4e9, "", 3, b"y" * n, state=S.QUEUED)
 
@@ -183,7 +185,7 @@ def test_a_piece_that_overlaps_stored_bytes_or_changes_the_total_is_refused(tmp_
 def test_prune_forgets_expired_messages_and_keeps_what_can_still_arrive(tmp_path: Path) -> None:
     import time as _time
 
-    from node.spool import Piece
+    from node.piece import Piece
     from node.states import PieceState as S
     spool = Spool(tmp_path / "s.db", 0.0)
     spool.open()

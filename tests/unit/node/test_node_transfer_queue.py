@@ -5,7 +5,7 @@ import asyncio
 import collections
 import time
 
-from node.spool import Piece
+from node.piece import Piece
 from node.transfer_queue import TransferQueue
 
 

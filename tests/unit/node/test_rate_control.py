@@ -6,14 +6,16 @@ import math
 
 import pytest
 
-from node.config import ConfigError, from_dict
-from node.policy import PassThrough, make_policy
+from node.config import ConfigError
+from node.registry import config_from_dict as from_dict
+from node.policy import PassThrough, make_policy as own_policy
 from node.rate.admission import OVERFLOW, ROOT_FULL, RatePolicy
 from node.rate.allocation import Report, allocate
 from node.rate.bucket import TokenBucket
 from node.rate.pacer import PacedQueue
+from node.rate.subsystem import RateSubsystem
 from node.rate.weights import decile
-from node.spool import Piece
+from node.piece import Piece
 from node.states import PieceState as S
 
 
@@ -103,6 +105,16 @@ def cfg(role: str, **rate) -> object:
     return from_dict({**base, "rate": rate})
 
 
+def layered(cfg, wake) -> tuple[RatePolicy, RateSubsystem]:
+    """The node's policy as the engine builds it: the node's own, with rate control's layer over it."""
+    sub = RateSubsystem(cfg)
+    return sub.wrap_policy(own_policy(cfg, wake)), sub
+
+
+def make_policy(cfg, wake) -> RatePolicy:
+    return layered(cfg, wake)[0]
+
+
 def piece(msg: str, dst: str = "r", size: int = 5000, users: list[str] | None = None) -> Piece:
     return Piece(msg, dst, 0, size, 0, "c1", "", users or ["app"], 1, 0.0, 0.0, "", 1, b"x" * size, S.QUEUED, size=size)
 
@@ -142,9 +154,10 @@ def test_root_says_not_now_above_its_queue_and_takes_again_after_the_consumer():
 
 def test_paced_queue_pops_no_faster_than_the_bucket():
     now = [0.0]
-    pol = make_policy(cfg("client", burst=5000, rate_bps=80_000), lambda _p: None)   # R/N = 40 kbit/s = 5 kB/s
+    pol, sub = layered(cfg("client", burst=5000, rate_bps=80_000), lambda _p: None)   # R/N = 40 kbit/s = 5 kB/s
     woken: list[int] = []
-    q = pol.make_queue("r", lambda: woken.append(1))
+    wake = lambda: woken.append(1)       # noqa: E731
+    q = sub.wrap_queue("r", pol.make_queue("r", wake), wake)     # the engine's order: policy, then layers
     assert isinstance(q, PacedQueue)
     q._clock = lambda: now[0]
     pol.bucket.stamp = 0.0

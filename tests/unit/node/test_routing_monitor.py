@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from node.config import CostConfig, MonitorConfig, ProbeLinkConfig, RoutingConfig
+from node.routing.config import CostConfig, MonitorConfig, ProbeLinkConfig, RoutingConfig
 from node.routing.monitor import (REQUEST, RESPONSE, LinkEstimator, LinkMonitor, Probe, changed_enough,
                                   decode_probe, link_cost, parse_addr, window_stats)
 
@@ -248,7 +248,7 @@ def test_only_well_formed_requests_for_this_node_are_answered(caplog: pytest.Log
 
 
 def test_forget_losses_starts_the_loss_count_afresh_and_keeps_latency() -> None:
-    from node.config import MonitorConfig
+    from node.routing.config import MonitorConfig
     from node.routing.monitor import LinkEstimator
     est = LinkEstimator(MonitorConfig(), interval=1.0)
     lost = est.probe(0.0)

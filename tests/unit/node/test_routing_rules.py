@@ -7,10 +7,12 @@ from typing import Any
 import pytest
 
 from node import config
+
+from node import registry
 from node.config import ConfigError
 from node.errors import UserError
 from node.routing.rules import Match, Rule, RuleError, RuleSet, parse_rules, reads_body
-from node.spool import Piece
+from node.piece import Piece
 
 NEIGHBOURS = {"n2": "10.0.0.2:7000", "n3": "10.0.0.3:7000", "n4": "10.0.0.4:7000"}
 
@@ -251,13 +253,13 @@ GOOD = {"name": "n1", "data_listen": "127.0.0.1:7000", "mgmt_listen": "127.0.0.1
 
 
 def test_node_config_takes_rules_and_names_the_section_on_error() -> None:
-    cfg = config.from_dict({**GOOD, "routing": {"rules": [{"match": {"dst": "n5"}, "failover": ["n3", "n2"]}]}})
+    cfg = registry.config_from_dict({**GOOD, "routing": {"rules": [{"match": {"dst": "n5"}, "failover": ["n3", "n2"]}]}})
     assert parse_rules(cfg.routing.rules, cfg.neighbours)[0].hops == ("n3", "n2")
     with pytest.raises(ConfigError) as exc:
-        config.from_dict({**GOOD, "routing": {"rules": [{"to": "n2"}, {"round_robin": {"n3": 0}}]}})
+        registry.config_from_dict({**GOOD, "routing": {"rules": [{"to": "n2"}, {"round_robin": {"n3": 0}}]}})
     assert str(exc.value).startswith("routing.rules: rule 2: round_robin weight for n3")
     with pytest.raises(ConfigError, match="routing.rules: rule 1: to member 'n4' is not a neighbour"):
-        config.from_dict({**GOOD, "routing": {"rules": [{"to": "n4"}]}})
+        registry.config_from_dict({**GOOD, "routing": {"rules": [{"to": "n4"}]}})
 
 
 def test_a_copy_recovered_without_its_bytes_matches_no_body_keyword() -> None:

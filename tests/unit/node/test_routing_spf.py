@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from node.config import DampingConfig
+from node.routing.config import DampingConfig
 from node.routing.damping import FlapDamper
 from node.routing.selector import Route, RouteSelector
 from node.routing.spf import Path, natural_key, path_cost, shortest_paths

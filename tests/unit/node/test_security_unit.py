@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from node import config
+
+from node import registry
 from node.config import ConfigError
 from node.errors import UserError
 from node.security.tokens import ADMIN, Tokens, digest, token_from
@@ -24,13 +26,13 @@ BASE = {"name": "n1", "data_listen": "127.0.0.1:7000", "mgmt_listen": "127.0.0.1
 
 
 def test_security_section_loads_and_relative_paths_are_in_records_dir() -> None:
-    cfg = config.from_dict({**BASE, "records_dir": "/r/n1", "data_listen_also": ["10.0.0.1:7000"],
+    cfg = registry.config_from_dict({**BASE, "records_dir": "/r/n1", "data_listen_also": ["10.0.0.1:7000"],
                             "security": {"tls": {"cert": "node.crt", "key": "/abs/k", "ca": "ca.crt"},
                                          "auth": {"admin": digest("a"), "users": {"alice": digest("b")}}}})
     assert cfg.security.tls.enabled and cfg.security.auth.enabled
     assert cfg.security_path("node.crt") == Path("/r/n1/node.crt") and cfg.security_path("/abs/k") == Path("/abs/k")
     assert cfg.data_addresses == ["127.0.0.1:7000", "10.0.0.1:7000"]
-    assert not config.from_dict(BASE).security.tls.enabled and not config.from_dict(BASE).security.auth.enabled
+    assert not registry.config_from_dict(BASE).security.tls.enabled and not registry.config_from_dict(BASE).security.auth.enabled
 
 
 @pytest.mark.parametrize("security, words", [
@@ -42,11 +44,11 @@ def test_security_section_loads_and_relative_paths_are_in_records_dir() -> None:
 ])
 def test_bad_security_sections_are_one_sentence(security: dict, words: str) -> None:
     with pytest.raises(ConfigError, match=words):
-        config.from_dict({**BASE, "security": security})
+        registry.config_from_dict({**BASE, "security": security})
 
 
 def _tokens(**auth) -> Tokens:
-    return Tokens(config.from_dict({**BASE, "security": {"auth": auth}}))
+    return Tokens(registry.config_from_dict({**BASE, "security": {"auth": auth}}))
 
 
 def test_tokens_name_the_admin_a_user_or_nobody() -> None:
@@ -60,8 +62,8 @@ def test_tokens_name_the_admin_a_user_or_nobody() -> None:
 
 
 def test_without_auth_everyone_is_the_admin_and_the_control_token_joins_the_admins() -> None:
-    assert Tokens(config.from_dict(BASE)).identify("").admin
-    t = Tokens(config.from_dict({**BASE, "control_token": "ctl", "security": {"auth": {"admin": digest("a")}}}))
+    assert Tokens(registry.config_from_dict(BASE)).identify("").admin
+    t = Tokens(registry.config_from_dict({**BASE, "control_token": "ctl", "security": {"auth": {"admin": digest("a")}}}))
     assert t.identify("ctl").admin and t.identify("a").admin and t.identify("b") is None
 
 
@@ -116,7 +118,7 @@ def test_node_configs_listen_on_data_addresses_and_get_security(tmp_path: Path) 
     for name, cfg in configs.items():
         assert set(cfg["security"]["auth"]["users"]) == {"alice"}
         assert (tmp_path / "nodes" / name / "node.key").exists()
-        config.from_dict(cfg)                            # the node's own loader takes it
+        registry.config_from_dict(cfg)                            # the node's own loader takes it
     with pytest.raises(UserError, match="security is set by the testbed"):
         nodeconfig.node_configs(Scenario(name="t", nodes=NodesSpec(all={"security": {}})), net, tmp_path)
 
@@ -146,8 +148,8 @@ def test_link_probes_listen_on_the_data_port_of_every_address() -> None:
     """The Link service listens on the listed addresses only; the UDP probes keep one wildcard socket on its port
     (answered from the link they came on, as before), or the one address when there is only one."""
     from node.routing.dynamic import probe_listen
-    assert probe_listen(config.from_dict(BASE)) == "127.0.0.1:7000"
-    several = config.from_dict({**BASE, "data_listen": "10.202.0.1:7000", "data_listen_also": ["10.200.0.1:7000"]})
+    assert probe_listen(registry.config_from_dict(BASE)) == "127.0.0.1:7000"
+    several = registry.config_from_dict({**BASE, "data_listen": "10.202.0.1:7000", "data_listen_also": ["10.200.0.1:7000"]})
     assert probe_listen(several) == "0.0.0.0:7000"
-    v6 = config.from_dict({**BASE, "data_listen": "[fd00::1]:7000", "data_listen_also": ["[fd00::2]:7000"]})
+    v6 = registry.config_from_dict({**BASE, "data_listen": "[fd00::1]:7000", "data_listen_also": ["[fd00::2]:7000"]})
     assert probe_listen(v6) == "[::]:7000"

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 
-from node.config import NodeConfig, from_dict
+from node.config import NodeConfig
+
+from node.registry import config_from_dict as from_dict
 from node.resource_manager import ResourceManager
-from node.spool import Piece
+from node.piece import Piece
 
 F = 1000
 

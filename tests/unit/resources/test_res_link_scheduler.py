@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 
-from node.spool import Piece
+from node.piece import Piece
 from node.transfer_queue import TransferQueue
 
 _offsets = itertools.count()

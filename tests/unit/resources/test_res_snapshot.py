@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import time
 
-from node.config import from_dict
+from node.registry import config_from_dict as from_dict
 from node.policy import PassThrough
 from node.resource_manager import ResourceManager
-from node.spool import Piece
+from node.piece import Piece
 
 F = 1000
 

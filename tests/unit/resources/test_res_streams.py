@@ -10,9 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from node.config import NodeConfig, from_dict
+from node.config import NodeConfig
+
+from node.registry import config_from_dict as from_dict
 from node.resource_manager import ROOM, ResourceManager
-from node.spool import Piece
+from node.piece import Piece
 from node.transfer_queue import TransferQueue
 
 F = 1000

@@ -3,7 +3,7 @@ round-tripped by dump_resolved; the dynamic stack's settings are checked with th
 import pytest
 import yaml
 
-from node.config import CostConfig, DampingConfig, MonitorConfig, ProbeLinkConfig
+from node.routing.config import CostConfig, DampingConfig, MonitorConfig, ProbeLinkConfig
 from testbed.scenario import ScenarioError, dump_resolved, load_text
 from testbed.scenario.spec import RoutingSpec, Scenario
 

@@ -2,7 +2,7 @@
 one-line errors."""
 import pytest
 
-from node.config import from_dict
+from node.registry import config_from_dict as from_dict
 from testbed.experiment import nodeconfig, timescale
 from testbed.scenario import ScenarioError, dump_resolved, load_text
 

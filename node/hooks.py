@@ -1,0 +1,58 @@
+"""What the engine calls into the subsystems, collected once when it is built (node/subsystem.py has the hooks).
+
+One object instead of a registration point per kind of hook: the engine reads its tables on the hot path
+(a delivery, an arriving fragment of a subsystem's kind, a session change, a metrics record) and nothing
+else of a subsystem.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from node.piece import Piece
+from node.spool import MAIL_KINDS
+
+Consumer = Callable[[Piece, bytes], None]             # (header piece of the delivered copy, its payload)
+
+
+@dataclass(frozen=True)
+class MessageKind:
+    """A kind of message a subsystem sends between nodes (Piece.kind). The engine stores, forwards and retries
+    it like mail; at its destination it goes into the spool's inbox and is handed to `consume`, which takes the
+    inbox row away in its own transaction (after a crash it reads the inbox). `accept` is the codec's rule for a
+    fragment of this kind from a neighbour: (msg_id, originator) -> may a neighbour pass it on."""
+    kind: str
+    accept: Callable[[str, str], bool]
+    consume: Consumer
+
+
+@dataclass
+class EngineHooks:
+    consumers: dict[str, Consumer] = field(default_factory=dict)          # message kind -> its consumer
+    accept: dict[str, Callable[[str, str], bool]] = field(default_factory=dict)   # message kind -> codec rule
+    on_delivery: list[Callable[[Piece, int], None]] = field(default_factory=list)  # a mail copy delivered here
+    on_session: list[Callable[[str, bool], None]] = field(default_factory=list)    # a Link session up / down
+    snapshots: dict[str, Callable[[], dict | None]] = field(default_factory=dict)  # metrics record sections
+
+    def add(self, sub: Any) -> None:
+        """Take the hooks of one subsystem (a node.subsystem.Subsystem) that it has its own of."""
+        for mk in sub.message_kinds():
+            if mk.kind in MAIL_KINDS or mk.kind in self.consumers:
+                raise ValueError(f"{sub.name}: message kind {mk.kind!r} is taken already")
+            self.consumers[mk.kind] = mk.consume
+            self.accept[mk.kind] = mk.accept
+        if sub.overrides("on_delivery"):
+            self.on_delivery.append(sub.on_delivery)
+        if sub.overrides("on_session"):
+            self.on_session.append(sub.on_session)
+        if sub.overrides("snapshot"):
+            self.snapshots[sub.name] = sub.snapshot
+
+    def snapshot(self) -> dict:
+        """Every subsystem's section of a metrics record that has one now."""
+        out = {}
+        for name, snap in self.snapshots.items():
+            got = snap()
+            if got is not None:
+                out[name] = got
+        return out
