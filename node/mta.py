@@ -7,46 +7,49 @@ the recipient reassembles (a partial message is aborted after
 nothing from a transit hop until the WHOLE message is stored there (e-mail);
 the engines differ only in `transit_state` and `fragments_for`.
 
-Seams (README "Architecture"): the router (node/routing/, asked once per
-message copy), the admission policy (node/policy.py, which also builds each
-link's queue, node/transfer_queue.py), the peers handed to link sessions
-(node/peer.py) and reports (node/reports.py). Piece states: node/states.py.
+Around it: the originating side (node/origination.py: submissions, reports and
+subsystems' messages made durable), the clock (node/expiry.py), the router
+(asked once per message copy, node/routing/cache.py), the admission policy
+(node/policy.py, which also builds each link's queue, node/transfer_queue.py),
+the peers handed to link sessions (node/peer.py) and reports (node/reports.py).
+Pieces and their states: node/piece.py, node/states.py.
+
+Subsystems plug in at one seam (node/subsystem.py, listed in node/registry.py):
+at construction one may give the router and each may lay a layer over the
+admission policy and the link queues; after that the engine calls them only
+through its hooks object (node/hooks.py): deliveries of their message kinds,
+mail deliveries, session changes and their sections of the metrics record.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import math
-import sqlite3
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from node.config import NodeConfig
+from node import expiry
 from node.hooks import EngineHooks
 from node.metrics import engine_snapshot
+from node.origination import Origination
 from node.payloads import PayloadReader
 from node.peer import Peer
 from node.policy import AdmissionPolicy, make_policy
 from node.records import Records
 from node.refusal import Refusal
 from node.reports import REPORT_KIND, NewMessage, Reporter
-from node.resource_manager import CONGESTED, RETRY_CAP
+from node.resource_manager import RETRY_CAP
 from node.routing import Router, StaticRouter
 from node.routing.cache import CopyRoutes
 from node.rpc import link_pb2
 from node.piece import Piece
 from node.spool import MAIL_KINDS, Op, Spool
-from node.submission import submission_problem
 from node.states import PieceState as S
 
 log = logging.getLogger("node.mta")
 
-# Fragmenting mode: a submission of more than SUBMIT_EARLY_MIN queued pieces is stored in chunks of
-# SUBMIT_CHUNK pieces, each forwardable once durable, so the first fragments travel while the rest are written.
-SUBMIT_CHUNK = 256
-SUBMIT_EARLY_MIN = 2 * SUBMIT_CHUNK
 ROUTE_MEMORY = 600.0       # seconds a copy's next hop is remembered after its last piece passed
 QUEUE_FULL_RETRY = 0.25    # seconds a sender refused for a full link queue here waits first (it doubles, to 1 s)
 
@@ -59,26 +62,6 @@ class Pending:
     last: float = field(default_factory=time.monotonic)
     pieces: list[Piece] = field(default_factory=list)    # held transit pieces (non-fragmenting)
     meta: Piece | None = None
-
-
-def split(size: int, chunk: int) -> list[tuple[int, int]]:
-    """(offset, length) of the pieces of a message; an empty message is one empty piece."""
-    if size == 0:
-        return [(0, 0)]
-    return [(o, min(chunk, size - o)) for o in range(0, size, chunk)]
-
-
-@dataclass
-class Prepared:
-    """A message this node originates, cut into pieces, routed and admitted, not stored yet."""
-    m: NewMessage
-    msg_id: str
-    dsts: list[str]
-    now: float
-    prio: int
-    frags: int
-    pieces: list[Piece]
-    origin: Op
 
 
 class Engine:
@@ -113,6 +96,7 @@ class Engine:
             self.peers[n] = Peer(n, q, wake)
         self.router.attach(self.peers)
         self.local_users = frozenset(cfg.local_users)     # empty: any user has a mailbox here
+        self.origination = Origination(self)
         self.reporter = Reporter(self.me, spool, records, cfg.default_lifetime, self.originate, log)
         self.partial: dict[tuple[str, str], Pending] = {}
         self.held: dict[tuple[str, str], Pending] = {}
@@ -174,178 +158,20 @@ class Engine:
         log.info("recovered %d pieces (%d queued, %d partial messages, %d held, %d orphans)", len(pieces),
                  sum(len(p.queue) for p in self.peers.values()), len(self.partial), len(self.held), len(self.orphans))
 
-    # -- submission --------------------------------------------------------------
+    # -- origination (node/origination.py) ---------------------------------------------
     async def submit(self, originator: str, recipients: list[tuple[str, str]], payload: bytes | None,
                      size: int | None, priority: int = 1, lifetime: float = 0.0) -> tuple[bool, str, str]:
         """Accept a user's message (durably) or refuse it with a reason; returns (accepted, msg_id, reason)."""
-        n = len(payload) if payload is not None else int(size or 0)
-        reason = submission_problem(self.cfg, recipients, n, priority, lifetime)
-        if reason:
-            return self._refuse_submission(originator, recipients, n, reason)
-        msg_id = f"{self.me}-{uuid.uuid4().hex[:16]}"
-        if payload is None:
-            seed = (msg_id + " ").encode()
-            payload = (seed * (n // len(seed) + 1))[:n]
-        return await self.originate(NewMessage(originator, recipients, payload, priority, lifetime, msg_id=msg_id))
-
-    def _refuse_submission(self, originator: str, recipients: list[tuple[str, str]], n: int,
-                           reason: str) -> tuple[bool, str, str]:
-        self.refused_submissions += 1
-        dsts = sorted({node for node, _u in recipients})
-        self.records.write("submission", msg_id="", src=self.me, dst=dsts if len(dsts) != 1 else dsts[0], size=n,
-                           accepted=False, reason=reason, originator=originator)
-        return False, "", reason
+        return await self.origination.submit(originator, recipients, payload, size, priority, lifetime)
 
     async def originate(self, m: NewMessage) -> tuple[bool, str, str]:
         """Store a message this node originates and queue it: a user's submission or a report."""
-        # shielded: once the spool write is queued, the in-memory side must follow even if the caller
-        # (an RPC, a session) is cancelled, or a durable message would sit unqueued until a restart
-        return await asyncio.shield(self._originate(m))
-
-    def _prepare(self, m: NewMessage) -> "Prepared | str":
-        """The pieces of a message this node originates, routed and admitted; or why it is refused."""
-        n = len(m.payload)
-        msg_id = m.msg_id or f"{self.me}-{uuid.uuid4().hex[:16]}"
-        dsts = sorted({node for node, _u in m.recipients})
-        now = time.time()
-        expires = now + (m.lifetime or self.cfg.default_lifetime)
-        prio = m.priority or 1
-        frags = self.fragments_for(n)
-        pieces: list[Piece] = []
-        # the pieces' bytes are cut once and shared by every recipient node's copy (bytes never change): a message
-        # to 64 nodes holds its payload once in memory, not 64 times
-        chunks = [(off, m.payload[off:off + ln] if ln != n else m.payload) for off, ln in split(n, self.cfg.chunk_size)]
-        for dst in dsts:
-            users = sorted({u for node, u in m.recipients if node == dst})
-            state = S.PART if dst == self.me else S.QUEUED
-            for off, data in chunks:
-                pieces.append(Piece(msg_id, dst, off, n, 0, self.me, m.originator, users, prio, now, expires,
-                                    m.kind, frags, data, state))
-        hops: dict[str, str | None] = {}           # asked once per copy (the router seam's contract)
-        for p in pieces:
-            if p.state == S.QUEUED and p.dst not in hops:
-                hops[p.dst] = self.router.next_hop(p)
-        unroutable = sorted(d for d, h in hops.items() if h is None)
-        if unroutable and not m.orphan_ok:
-            return f"no route to {unroutable[0]}"
-        if not m.kind:          # user mail only: a report or a subsystem's message is never refused for room
-            for h in sorted({h for h in hops.values() if h is not None}):
-                full = self.policy.link_full(h)
-                if full:
-                    return f"{CONGESTED} ({full} at {self.me})"
-        reason = self.policy.admit_submission(pieces, frags, internal=m.kind != "")
-        if reason:
-            return reason
-        return Prepared(m, msg_id, dsts, now, prio, frags, pieces,
-                        Spool.op_origin(msg_id, m.originator, dsts, n, prio, now, expires))
-
-    async def _originate(self, m: NewMessage) -> tuple[bool, str, str]:
-        n = len(m.payload)
-        prep = self._prepare(m)
-        if isinstance(prep, str):
-            return self._refuse_submission(m.originator, m.recipients, n, prep)
-        pieces, msg_id = prep.pieces, prep.msg_id
-        every = pieces
-        try:
-            early = await self._store_early(pieces)
-            pieces = pieces[early:]
-            insert = Spool.op_insert(pieces)
-
-            def op(c) -> None:
-                prep.origin(c)
-                insert(c)
-            await self.spool.run(op)         # acknowledged only once durable
-        except Exception as exc:             # disk full, I/O error: refuse it and keep nothing of it
-            self._abandon(msg_id, every)
-            log.error("cannot store submission %s: %s", msg_id, exc)
-            return self._refuse_submission(m.originator, m.recipients, n,
-                                           f"{CONGESTED}: this node cannot store it now ({exc})")
-        self._accepted(prep, pieces)
-        return True, msg_id, ""
+        return await self.origination.originate(m)
 
     async def originate_together(self, messages: list[NewMessage], also: Op) -> str | None:
-        """Store several messages this node originates, and `also` (a subsystem's own spool change), in ONE
-        transaction: all of it is durable, or none of it (a broker forwarding one publication to several next
-        hops while taking it out of its inbox). None when done, else why nothing was stored."""
-        return await asyncio.shield(self._originate_together(messages, also))
-
-    async def _originate_together(self, messages: list[NewMessage], also: Op) -> str | None:
-        preps: list[Prepared] = []
-        for m in messages:
-            prep = self._prepare(m)
-            if isinstance(prep, str):
-                for done in preps:
-                    for p in done.pieces:
-                        self.policy.dropped(p)
-                return prep
-            preps.append(prep)
-        inserts = [Spool.op_insert(prep.pieces) for prep in preps]
-
-        def op(c) -> None:
-            for prep, insert in zip(preps, inserts):
-                prep.origin(c)
-                insert(c)
-            also(c)
-        try:
-            await self.spool.run(op)
-        except Exception as exc:
-            for prep in preps:
-                self._abandon(prep.msg_id, prep.pieces)
-            if not isinstance(exc, (sqlite3.Error, OSError)):
-                raise                         # the subsystem's own objection (its `also` raised): its to handle
-            log.error("cannot store %d messages of this node now: %s", len(preps), exc)
-            return f"{CONGESTED}: this node cannot store it now ({exc})"
-        for prep in preps:
-            self._accepted(prep, prep.pieces)
-        return None
-
-    def _accepted(self, prep: "Prepared", pieces: list[Piece]) -> None:
-        """A durable message of this node: queue it before anything else can fail, then record it."""
-        m, msg_id = prep.m, prep.msg_id
-        self.submitted += m.kind in MAIL_KINDS
-        for p in pieces:
-            if p.state == S.PART:
-                self._collect(self.partial, p)
-            else:
-                self._enqueue(p)
-        if self.me in prep.dsts:
-            self._spawn(self._deliver((msg_id, self.me)))
-        if m.kind in MAIL_KINDS:          # a subsystem's own kinds are in its own records
-            dsts = prep.dsts
-            self.records.write("submission", ts=prep.now, msg_id=msg_id, src=self.me,
-                               dst=dsts if len(dsts) > 1 else dsts[0], size=len(m.payload), accepted=True,
-                               reason="", originator=m.originator, priority=prep.prio, fragments=prep.frags,
-                               kind=m.kind)
-
-    def _abandon(self, msg_id: str, pieces: list[Piece]) -> None:
-        """A submission that could not be stored whole: out of the queues, its charges and early chunks gone
-        (if the spool cannot delete them now, recover() drops them: they have no origin row)."""
-        for peer in self.peers.values():
-            peer.queue.remove_if(lambda x: x.msg_id == msg_id)
-        for p in pieces:
-            self.policy.dropped(p)
-        for dst in sorted({p.dst for p in pieces}):
-            self._spawn(self.spool.run(Spool.op_drop(msg_id, dst)))
-
-    async def _store_early(self, pieces: list[Piece]) -> int:
-        """Pipelining from the originator (fragmenting mode, large messages): store all but the last chunk of
-        the queued pieces chunk by chunk and queue each chunk for its next hop once it is durable. Returns how
-        many leading pieces were handled. The message is accepted (origin row, reply) only with the last chunk;
-        recover() drops the pieces of a submission that a crash cut short, before anything is sent again."""
-        if self.mode != "fragmenting":
-            return 0      # non-fragmenting: the whole message is stored before it moves, here as at every hop
-        early = 0
-        while early < len(pieces) and pieces[early].state == S.QUEUED:
-            early += 1
-        if early <= SUBMIT_EARLY_MIN:
-            return 0
-        early -= SUBMIT_CHUNK      # the last chunk goes with the origin row
-        for i in range(0, early, SUBMIT_CHUNK):
-            chunk = pieces[i:min(i + SUBMIT_CHUNK, early)]
-            await self.spool.run(Spool.op_insert(chunk))
-            for p in chunk:
-                self._enqueue(p)
-        return early
+        """Several messages this node originates and `also` (a subsystem's own spool change) in ONE
+        transaction: None when all is durable, else why nothing was stored."""
+        return await self.origination.originate_together(messages, also)
 
     # -- arrivals from neighbours ------------------------------------------------
     async def receive(self, peer: str, pieces: list[Piece]) -> list[Refusal | None]:
@@ -642,71 +468,21 @@ class Engine:
 
     def _routes_changed(self) -> None:
         """Ask the router again for every queued copy (moving it when its next hop changed) and every orphan."""
-        self.routes.forget_all()
-        for peer in self.peers.values():
-            moved = peer.queue.remove_if(lambda p, name=peer.name: self.routes.hop(p) != name)
-            # Whole copies move (the router answers per copy); a stream's credits from the old next hop
-            # mean nothing at the new one, which grants its own (the old hop closes the stream once it is idle).
-            peer.queue.forget_streams({p.mkey for p in moved if p.mkey not in peer.queue.message_keys()})
-            for p in moved:
-                self._enqueue(p)
-        for key, p in list(self.orphans.items()):
-            if p.dst != self.me and self.routes.hop(p) is not None:
-                del self.orphans[key]
-                p.state = S.QUEUED
-                self._spawn(self.spool.run(Spool.op_set_state(p.msg_id, p.dst, S.QUEUED, p.off)))
-                self._enqueue(p)
+        moved, freed = self.routes.reroute(self.peers, self.orphans, self.me)
+        for p in moved:
+            self._enqueue(p)
+        for p in freed:
+            p.state = S.QUEUED
+            self._spawn(self.spool.run(Spool.op_set_state(p.msg_id, p.dst, S.QUEUED, p.off)))
+            self._enqueue(p)
 
     # -- expiry, reassembly timeouts -----------------------------------------------------
     async def _expire(self, p: Piece) -> None:
-        self.expired += 1
-        await self.spool.run(Spool.op_drop(p.msg_id, p.dst))
-        for peer in self.peers.values():
-            for x in peer.queue.remove_if(lambda x: x.mkey == p.mkey):
-                self.policy.dropped(x)
-        await self.reporter.report(p, f"lifetime expired at {self.me}")
+        await expiry.expire(self, p)
 
     async def sweep(self) -> None:
         """Periodic: expire queued/held/partial copies, abort stalled reassemblies, let stalled streams probe."""
-        now = time.time()
-        mono = time.monotonic()
-        self.policy.sweep(idle=max(self.cfg.reassembly_timeout, self.cfg.resources.reservation_timeout),
-                          stream_idle=max(5.0, 2 * self.cfg.session.hold_time))
-        for peer in self.peers.values():
-            q = peer.queue
-            q.probe(after=max(2.0, 2 * self.cfg.session.hold_time))   # only for a credit that got lost
-            q.prune(idle=120.0)
-            expired = q.remove_if(lambda p: bool(p.expires_ts) and p.expires_ts < now)
-            seen: set = set()
-            for p in expired:
-                self.policy.dropped(p)
-                if p.mkey not in seen:
-                    seen.add(p.mkey)
-                    await self._expire(p)
-        # an orphan waits for a route, but not beyond its lifetime
-        gone: set[tuple[str, str]] = set()
-        for key in [k for k, p in self.orphans.items() if p.expires_ts and p.expires_ts < now]:
-            p = self.orphans.pop(key)
-            if p.mkey not in gone:
-                gone.add(p.mkey)
-                await self._expire(p)
-        for table, what in ((self.held, "transit"), (self.partial, "reassembly")):
-            for mkey, pend in list(table.items()):
-                m = pend.meta
-                reason = None
-                if m.expires_ts and m.expires_ts < now:
-                    reason = f"lifetime expired at {self.me} during {what}"
-                elif table is self.partial and mono - pend.last > self.cfg.reassembly_timeout:
-                    reason = f"reassembly at {self.me} timed out after {self.cfg.reassembly_timeout:g} s without a fragment"
-                if reason:
-                    table.pop(mkey, None)
-                    for x in pend.pieces:
-                        self.policy.dropped(x)
-                    if table is self.partial:
-                        self.policy.release_mail(mkey[0])
-                    await self.spool.run(Spool.op_abort(mkey[0], mkey[1], "aborted", m.expires_ts))
-                    self.expired += 1
-                    await self.reporter.report(m, reason)
+        await expiry.sweep(self)
 
     async def prune(self) -> None:
         self.routes.prune(ROUTE_MEMORY)

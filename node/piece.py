@@ -52,3 +52,10 @@ class Piece:
         return (self.msg_id, self.dst, self.off, self.total, self.hops, self.src, self.originator,
                 json.dumps(self.users), self.prio, self.submit_ts, self.expires_ts, self.kind,
                 self.fragments, self.state, self.data)
+
+
+def split(size: int, chunk: int) -> list[tuple[int, int]]:
+    """(offset, length) of the pieces of a message; an empty message is one empty piece."""
+    if size == 0:
+        return [(0, 0)]
+    return [(o, min(chunk, size - o)) for o in range(0, size, chunk)]

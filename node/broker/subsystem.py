@@ -8,7 +8,6 @@ from node.broker.config import BrokerConfig
 from node.broker.kinds import PUB_KIND, PUB_PREFIX
 from node.broker.service import PubSubService
 from node.hooks import MessageKind
-from node.piece import Piece
 from node.rpc import pubsub_pb2_grpc
 from node.subsystem import Authorizer, FrameHandler, Subsystem
 

@@ -32,3 +32,20 @@ class CopyRoutes:
         cut = self.clock - idle
         for mkey in [k for k, (_h, used) in self._hops.items() if used < cut]:
             del self._hops[mkey]
+
+    def reroute(self, peers: dict, orphans: dict, me: str) -> tuple[list[Piece], list[Piece]]:
+        """After the router said "routes changed": forget every answer, take out of each link's queue
+        (node.peer.Peer by name) the copies whose next hop is now another, and out of `orphans` (key -> piece)
+        those for other nodes (not `me`) that have a route now. Returns (moved, freed): the caller queues both again (and stores the
+        freed ones' state)."""
+        self.forget_all()
+        moved: list[Piece] = []
+        for peer in peers.values():
+            out = peer.queue.remove_if(lambda p, name=peer.name: self.hop(p) != name)
+            # Whole copies move (the router answers per copy); a stream's credits from the old next hop
+            # mean nothing at the new one, which grants its own (the old hop closes the stream once it is idle).
+            peer.queue.forget_streams({p.mkey for p in out if p.mkey not in peer.queue.message_keys()})
+            moved.extend(out)
+        freed = [orphans.pop(key) for key, p in list(orphans.items())
+                 if p.dst != me and self.hop(p) is not None]
+        return moved, freed

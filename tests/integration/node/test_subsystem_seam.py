@@ -73,6 +73,7 @@ class Tally(Subsystem):
         self.sessions: list[tuple[str, bool]] = []
         self.queues: list[str] = []
         self.refused = 0
+        self.pending: list[asyncio.Future] = []
         self.started = 0
         self.stopped = 0
 
@@ -100,7 +101,7 @@ class Tally(Subsystem):
 
         def take(c) -> None:
             c.execute("DELETE FROM inbox WHERE msg_id=?", (piece.msg_id,))
-        self.engine._spawn(self.engine.spool.run(take))     # a consumer takes its inbox row in its own commit
+        self.pending.append(asyncio.ensure_future(self.engine.spool.run(take)))   # its own commit takes the row
 
     def on_delivery(self, piece: Piece, size: int) -> None:
         self.mail.append(piece.msg_id)
@@ -190,7 +191,7 @@ def test_a_subsystem_defined_outside_the_core_uses_every_hook(tmp_path: Path) ->
                 echo = ch.unary_unary(SERVICE, request_serializer=link_pb2.Extension.SerializeToString,
                                       response_deserializer=link_pb2.Extension.FromString)
                 assert (await echo(link_pb2.Extension(body=b"ping"))).body == b"tally:ping"
-            await n2.engine.settle()
+            await asyncio.gather(*t2.pending)
             left = await n2.engine.spool.run(lambda c: c.execute("SELECT COUNT(*) FROM inbox").fetchone()[0])
             assert left == 0                        # the consumer took its row
         finally:

@@ -10,7 +10,8 @@ from pathlib import Path
 from node import config, schema
 
 from node import registry
-from node.mta import make_engine, split
+from node.mta import make_engine
+from node.piece import split
 from node.records import Records
 from node.piece import Piece
 from node.spool import Spool

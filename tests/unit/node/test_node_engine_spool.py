@@ -15,7 +15,9 @@ import pytest
 from node import config, schema
 
 from node import registry
-from node.mta import SUBMIT_CHUNK, SUBMIT_EARLY_MIN, make_engine, split
+from node.mta import make_engine
+from node.origination import SUBMIT_CHUNK, SUBMIT_EARLY_MIN
+from node.piece import split
 from node.records import Records
 from node.piece import Piece
 from node.spool import Spool

@@ -7,7 +7,7 @@ from node import config
 
 from node import registry
 from node.codec import frame_from_piece, piece_from_frame
-from node.mta import split
+from node.piece import split
 from node.rpc import link_pb2
 from node.piece import Piece
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from node.mta import split
+from node.piece import split
 from node.payloads import PayloadReader
 from node.piece import Piece
 from node.spool import Spool

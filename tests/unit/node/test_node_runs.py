@@ -7,7 +7,7 @@ from node import config
 
 from node import registry
 from node.codec import MAX_RUN, frames_from_pieces, piece_from_frame, pieces_from_run
-from node.mta import split
+from node.piece import split
 from node.rpc import link_pb2
 from node.piece import Piece
 from node.spool import Spool
