@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from testbed.scenario import units
+from testbed import units
 from testbed.topology.importers import Imported, ImportedLink, ImportFailed, check_name, warn_once
 
 PARAM = "file"      # the scenario key errors point at
