@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any, Callable, Iterator
 
 from node.errors import UserError
-from node.routing.spf import natural_key
+from node.natural import natural_key
 from testbed.commands.messaging import node_token, read_body, resolve_address
 from testbed.commands.routing import one_line, text_table, yes_no
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import yaml
 
 from node.errors import UserError
-from node.routing.spf import natural_key
+from node.natural import natural_key
 from testbed.commands.messaging import node_token, resolve_address
 
 ANSWER_TIMEOUT = 5.0       # seconds a node has to answer GetRoutes / SetRules
