@@ -116,7 +116,7 @@ KNOWN_CYCLES: tuple[frozenset[str], ...] = (
 @dataclass(frozen=True)
 class Import:
     source: str         # the importing module
-    target: str         # the module imported, resolved to an absolute dotted name (a project module for edges)
+    target: str         # the module imported (`from` imports: read from), as an absolute dotted name
     names: tuple[str, ...]  # the names a `from` import takes (empty for `import x`)
     where: str          # path:line, for the message
 
@@ -177,7 +177,7 @@ def edges_of(imp: Import, modules: dict[str, Path]) -> list[Edge]:
     targets: list[str] = []
     found = [imp.target] if not imp.names else [f"{imp.target}.{n}" for n in imp.names]
     for name in found:
-        target = name if name in modules else _longest_module(name if not imp.names else imp.target, modules)
+        target = name if name in modules else _longest_module(imp.target, modules)
         if target is not None:
             targets += [*_ancestors_run(imp.source, target, modules), target]
     return [Edge(imp.source, t, imp.where) for t in dict.fromkeys(targets) if t != imp.source]
