@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
 
     net = None
     try:
+        # imported here so that a failing import, too, reaches the parent as a report
         from testbed.network import Network
+        from testbed.scenario import dump_resolved, load
         kw = {}
         if args.runtime:
             kw["runtime"] = args.runtime
@@ -65,10 +67,6 @@ def main(argv: list[str] | None = None) -> int:
             net = getattr(importlib.import_module(mod), fn)(run_id=args.run_id, run_dir=Path(args.run_dir),
                                                            kind=netstate.UP_KIND, handle_signals=False)
         else:
-            try:
-                from testbed.scenario import load  # type: ignore[attr-defined]
-            except ImportError:
-                raise UserError("the scenario loader (testbed.scenario.load) is not installed yet.") from None
             scenario = load(args.scenario)
             net = Network.from_scenario(scenario, Path(args.run_dir), run_id=args.run_id, kind=netstate.UP_KIND,
                                         handle_signals=False, **kw)
@@ -81,7 +79,6 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if scenario is None:
                 raise LookupError("no scenario")
-            from testbed.scenario import dump_resolved  # type: ignore[attr-defined]
             (Path(args.run_dir) / "scenario.yaml").write_text(dump_resolved(scenario))
         except Exception:
             log.warning("could not write the resolved scenario", exc_info=True)

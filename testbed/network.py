@@ -43,7 +43,9 @@ from node.names import NODE_NAME_RULE, is_node_name
 from testbed import cleanup, netstate, registry
 from testbed.runtime.base import Host, Runtime, normalise_sysctls
 from testbed.runtime.netns import NetnsHost, run_ip
+from testbed.shaping import attach as attach_shaper, make_shaper
 from testbed.shaping.base import LinkEnd, Shaper
+from testbed.topology import addressing
 from testbed.topology.model import AddressPlan, Direction, Interface, Link, Topology
 
 log = logging.getLogger(__name__)
@@ -169,11 +171,6 @@ class Network:
             seen.add(lan.name)
 
     def _make_plan(self) -> AddressPlan:
-        try:
-            from testbed.topology import addressing
-        except ImportError:
-            raise UserError("no address plan given and the address planner (testbed.topology.addressing) "
-                            "is not installed.") from None
         data, loop, mgmt = self.pools
         return addressing.plan(self.topology, data, loop, mgmt)
 
@@ -184,10 +181,7 @@ class Network:
             from testbed.runtime.netns import NetnsRuntime
             return NetnsRuntime(self.run_id, self.run_dir)
         if self._runtime_choice == "docker":
-            try:
-                from testbed.runtime.docker import DockerRuntime  # type: ignore[import-not-found]
-            except ImportError:
-                raise UserError("the docker runtime is not available yet; use runtime: netns.") from None
+            from testbed.runtime.docker import DockerRuntime   # here: only a docker network loads it
             return DockerRuntime(self.run_id, self.run_dir)
         raise UserError(f"unknown runtime {self._runtime_choice!r}: expected netns or docker.")
 
@@ -199,10 +193,6 @@ class Network:
             raise UserError(f"unknown shaper {self._shaper_choice!r}: expected auto, netem or wire.")
         if self._shaper_choice == "wire" and not os.path.exists("/dev/net/tun"):
             raise UserError("the wire shaper needs TUN/TAP support, but /dev/net/tun does not exist (modprobe tun).")
-        try:
-            from testbed.shaping import make_shaper  # type: ignore[attr-defined]
-        except ImportError:
-            raise UserError("link shaping (testbed.shaping.make_shaper) is not installed yet.") from None
         shaper, message = make_shaper(self._shaper_choice, self.run_id, self.run_dir / "shaping")
         self.shaper_message = message
         return shaper
@@ -809,11 +799,7 @@ def _attached_shaper(st: dict[str, Any]) -> Shaper | None:
         # A shaper outside testbed.shaping (a test's) names its own reattach function.
         mod, _, fn = hook.partition(":")
         return getattr(importlib.import_module(mod), fn)(st["shaper_state"])
-    try:
-        from testbed.shaping import attach as shaping_attach  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return shaping_attach(st["shaper_state"])
+    return attach_shaper(st["shaper_state"])
 
 
 def _root_routes() -> list[str]:

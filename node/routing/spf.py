@@ -10,22 +10,14 @@ from __future__ import annotations
 
 import heapq
 import math
-import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from node.natural import natural_key   # the tie-break order; routing modules import it from here too
+
 Graph = Mapping[str, Mapping[str, float]]
 
-_DIGITS = re.compile(r"([0-9]+)")
 _PLACES = 9     # decimal places costs are compared at
-
-
-def natural_key(name: str) -> tuple:
-    """Sort key with digit runs compared as numbers: b2 < b10 < b11 < b20, cgl1 < cgl2 < england."""
-    parts = _DIGITS.split(name)     # text, digits, text, ...: odd positions are digit runs
-    # The parts go in a tuple of their own so "a" vs "a1" compares ('a',) with ('a', 1, '') (a prefix)
-    # instead of a str with an int; the name itself breaks ties such as b2 vs b02.
-    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), name
 
 
 @dataclass(frozen=True)

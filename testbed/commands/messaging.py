@@ -4,7 +4,7 @@ Where a node's management address comes from, first match wins:
   --address HOST:PORT
   WANBED_NODE_ADDRESS=HOST:PORT            (one address for this command)
   WANBED_NODES="n1=HOST:PORT,n2=HOST:PORT"  (a map by node name)
-  the running network's state (testbed/netstate.py), when it exists; a host there
+  the running network's state (testbed/netstate.py), when a network is up; a host there
   that runs no node daemon (daemon: false, or `testbed up --no-nodes`) is one clear error.
 
 The token a call carries (scenario `security.auth`), first match wins:
@@ -16,12 +16,12 @@ The token a call carries (scenario `security.auth`), first match wins:
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 from pathlib import Path
 
 from node.errors import UserError
+from testbed import netstate
 
 
 def read_body(args: argparse.Namespace) -> bytes | None:
@@ -47,30 +47,20 @@ def resolve_address(node: str, address: str | None) -> str:
         if name == node and addr:
             return addr
     try:
-        netstate = importlib.import_module("testbed.netstate")
-    except ImportError:
-        netstate = None
-    if netstate is not None:
-        for fn_name in ("mgmt_address", "management_address"):
-            fn = getattr(netstate, fn_name, None)
-            if callable(fn):
-                try:
-                    addr = fn(node)
-                except UserError:
-                    raise
-                except Exception as exc:  # the state API is someone else's; report, don't crash
-                    raise UserError(f"cannot read the running network's state for {node}: {exc}.") from None
-                if addr:
-                    _check_daemon(node)
-                    return str(addr)
-    raise UserError(f"no management address for node {node!r}: pass --address HOST:PORT or set WANBED_NODES.")
+        addr = netstate.mgmt_address(node)
+    except UserError:
+        raise
+    except Exception as exc:  # a damaged state file: one line that names it, not a traceback
+        raise UserError(f"cannot read the running network's state for {node}: {exc}.") from None
+    _check_daemon(node)
+    return addr
 
 
 def node_token(node: str, user: str = "") -> str:
     """The token for calls to `node` (see the module docstring); "" when there is none to use."""
     if os.environ.get("WANBED_TOKEN"):
         return os.environ["WANBED_TOKEN"]
-    from testbed import netstate, secrets
+    from testbed import secrets
     try:
         rec = netstate.current()
     except UserError:

@@ -19,9 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from testbed import netstate, registry
+from testbed import netstate, registry, units
 from testbed.network import Network
-from testbed.scenario import units
 from node.errors import UserError
 
 UP_TIMEOUT = 300.0        # seconds `up` waits for the supervisor's report (100 hosts take well under 30)

@@ -23,9 +23,9 @@ from datetime import datetime
 from typing import Any, Callable, Iterator
 
 from node.errors import UserError
-from node.routing.spf import natural_key
+from node.natural import natural_key
 from testbed.commands.messaging import node_token, read_body, resolve_address
-from testbed.commands.routing import _one_line, _table, _yes
+from testbed.commands.routing import one_line, text_table, yes_no
 
 ANSWER_TIMEOUT = 5.0       # seconds a node has to answer Unsubscribe / ListSubscriptions
 PUBLISH_TIMEOUT = 30.0     # a publication goes through the node's spool (fsync), and may be large
@@ -65,7 +65,7 @@ def _pub(args: argparse.Namespace) -> int:
                           lifetime=args.lifetime, key=args.key)
             if not r.accepted:
                 which = f" publication {i + 1} of {args.count}" if args.count > 1 else " the publication"
-                raise UserError(f"{args.node} refused{which}: {_one_line(Exception(r.reason))}")
+                raise UserError(f"{args.node} refused{which}: {one_line(Exception(r.reason))}")
             print(f"{r.pub_id}  expected by {_plural(r.expected, 'subscription')} ({r.expected_durable} durable, "
                   f"{r.expected - r.expected_durable} non-durable)", flush=True)
     if args.count > 1:
@@ -225,11 +225,11 @@ class _Subscriber:
         after = f"after {_plural(self.received, 'publication')}"
         said = _node_said(exc, self.address)
         if self._gone(exc):
-            return UserError(f"{self.node} went away {after}: {_one_line(exc)}")
+            return UserError(f"{self.node} went away {after}: {one_line(exc)}")
         return UserError(f"{self.node} ended the subscription {after}: {said}.")
 
     def _reconnect(self, exc: UserError) -> Iterator[Any]:
-        self.out.notice(f"{self.node} went away: {_one_line(exc).rstrip('.')}; reconnecting to the durable "
+        self.out.notice(f"{self.node} went away: {one_line(exc).rstrip('.')}; reconnecting to the durable "
                         f"subscription {self.name}, with backoff (Ctrl-C to stop)")
         delay = RECONNECT_MIN
         while True:
@@ -294,12 +294,12 @@ def render_subscriptions(node: str, rows: list[dict[str, Any]], remote: bool) ->
         return f"no subscriptions {where}"
 
     def cell(v: Any) -> str:
-        return "-" if v is None else _yes(v) if isinstance(v, bool) else str(v)
-    table = [[r["node"], r["name"], r["pattern"], _yes(r["durable"]), *(cell(r[k]) for k in (
+        return "-" if v is None else yes_no(v) if isinstance(v, bool) else str(v)
+    table = [[r["node"], r["name"], r["pattern"], yes_no(r["durable"]), *(cell(r[k]) for k in (
         "connected", "backlog", "delivered", "dropped"))] for r in rows]
     return "\n".join([f"subscriptions {where}",
-                      *_table(["Node", "Name", "Pattern", "Durable", "Connected", "Backlog", "Delivered", "Dropped"],
-                              table)])
+                      *text_table(["Node", "Name", "Pattern", "Durable", "Connected", "Backlog", "Delivered",
+                                   "Dropped"], table)])
 
 
 def _subs(args: argparse.Namespace) -> int:
@@ -311,7 +311,7 @@ def _subs(args: argparse.Namespace) -> int:
             local = c.subscriptions(remote=False)
             remote = c.subscriptions(remote=True) if args.remote else []
         except UserError as exc:
-            raise UserError(f"cannot list the subscriptions of {args.node}: {_one_line(exc)}") from None
+            raise UserError(f"cannot list the subscriptions of {args.node}: {one_line(exc)}") from None
     rows = subscriptions_plain(local, remote)
     print(json.dumps(rows, indent=1) if args.json else render_subscriptions(args.node, rows, args.remote))
     return 0

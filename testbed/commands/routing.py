@@ -17,7 +17,7 @@ from typing import Any, Callable
 import yaml
 
 from node.errors import UserError
-from node.routing.spf import natural_key
+from node.natural import natural_key
 from testbed.commands.messaging import node_token, resolve_address
 
 ANSWER_TIMEOUT = 5.0       # seconds a node has to answer GetRoutes / SetRules
@@ -33,7 +33,7 @@ def get_routes(node: str, address: str) -> dict[str, Any]:
         try:
             return reply_plain(client.routes(), node)
         except UserError as exc:
-            raise UserError(f"cannot get the routes of {node}: {_one_line(exc)}") from None
+            raise UserError(f"cannot get the routes of {node}: {one_line(exc)}") from None
 
 
 def set_rules(node: str, address: str, rules: list[Any]) -> int:
@@ -44,10 +44,10 @@ def set_rules(node: str, address: str, rules: list[Any]) -> int:
         try:
             return int(client.set_rules(rules))
         except UserError as exc:
-            raise UserError(f"{node} did not take the rules: {_one_line(exc)}") from None
+            raise UserError(f"{node} did not take the rules: {one_line(exc)}") from None
 
 
-def _one_line(exc: Exception) -> str:
+def one_line(exc: Exception) -> str:
     text = " ".join(str(exc).split())
     return text if text.endswith(".") else text + "."
 
@@ -79,7 +79,7 @@ def reply_plain(reply: Any, node: str = "") -> dict[str, Any]:
             "links": sorted(links, key=lambda l: natural_key(l["neighbour"])), "rules": rules}
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def text_table(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in (header, *rows)]
 
@@ -89,7 +89,7 @@ def _cost(value: float | None, infinite: bool) -> str:
     return f"{value:g}" if value is not None else "inf" if infinite else "-"
 
 
-def _yes(flag: bool) -> str:
+def yes_no(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
@@ -98,12 +98,12 @@ def render(plain: dict[str, Any]) -> str:
     dynamic = plain["mode"] == "dynamic"      # a static node measures and advertises no link costs
     routes = [[r["destination"], r["next_hop"] or "-", _cost(r["cost"], r["learned"] == "unreachable"), r["learned"]]
               for r in plain["routes"]]
-    links = [[l["neighbour"], _yes(l["up"]), *_measured(l), _cost(l["cost"], dynamic), _yes(l["suppressed"])]
+    links = [[l["neighbour"], yes_no(l["up"]), *_measured(l), _cost(l["cost"], dynamic), yes_no(l["suppressed"])]
              for l in plain["links"]]
     lines = [f"routes at {plain['node']} ({plain['mode'] or 'unknown mode'})"]
-    lines += _table(["Destination", "Next hop", "Cost", "Learned"], routes) if routes else ["no routes"]
+    lines += text_table(["Destination", "Next hop", "Cost", "Learned"], routes) if routes else ["no routes"]
     lines.append("")
-    lines += (_table(["Neighbour", "Up", "Latency ms", "Sd", "Jitter", "Loss %", "Probes", "Cost", "Suppressed"],
+    lines += (text_table(["Neighbour", "Up", "Latency ms", "Sd", "Jitter", "Loss %", "Probes", "Cost", "Suppressed"],
                      links) if links else ["no neighbours"])
     rules = plain["rules"]
     if rules:

@@ -23,7 +23,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
-from testbed.scenario import units
+from testbed import units
 from testbed.scenario.loader import ScenarioError
 from testbed.scenario.spec import Generator, Interarrival, RecipientChoice, Scenario, SizeDist
 from testbed.scenario.sections.workload import SIZE_FILE_MAX_BYTES, size_file_problem, size_file_stat_problem

@@ -5,8 +5,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from node.natural import natural_key
 from testbed.reproduce.spec import MESSAGE_SIZE, Plot
-from testbed.reproduce.table import Point, as_float, is_number, natural_key
+from testbed.reproduce.table import Point, as_float, is_number
 
 
 @dataclass

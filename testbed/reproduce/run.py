@@ -46,10 +46,7 @@ def check_metric(repro: Reproduction) -> None:
     """plot.y must be a metric of the report's summary table: say so before hours of runs, not after."""
     if repro.plot.x == MESSAGE_SIZE:
         return      # the spec already required the by-size table's mean_delay_s
-    try:
-        from spark_analysis.compare import RUN_METRICS, SUMMARY_METRICS
-    except ImportError:
-        return      # no analysis installed: the report step will say so
+    from spark_analysis.compare import RUN_METRICS, SUMMARY_METRICS    # here: it loads pandas and pyspark
     metrics = [*RUN_METRICS, *SUMMARY_METRICS]
     if repro.plot.y not in metrics:
         raise UserError(f"{repro.source}: plot.y: {repro.plot.y!r} is not a metric of the report's summary table "

@@ -10,12 +10,12 @@ from __future__ import annotations
 import csv
 import json
 import math
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from node.errors import UserError
+from node.natural import natural_key   # the x order of points and ratio rows (also read from here)
 from testbed.reproduce.spec import MESSAGE_SIZE, Plot
 
 # value: what the CI bounds (the report's ci_centre: the geometric mean for t on logs), else the mean
@@ -102,13 +102,6 @@ def in_model_seconds(pts: list[Point], time_scale: float) -> list[Point]:
         return pts
     return [replace(pt, mean=pt.mean / time_scale, ci_lo=pt.ci_lo / time_scale, ci_hi=pt.ci_hi / time_scale)
             for pt in pts]
-
-
-def natural_key(x: Any) -> tuple[float, str]:
-    """Sort "2667bit" before "16000bit": by the leading number when there is one, then by the text."""
-    text = str(x)
-    m = re.match(r"\s*[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?", text)
-    return (float(m.group(0)) if m else math.inf, text)
 
 
 def write_csv(pts: list[Point], path: Path) -> None:

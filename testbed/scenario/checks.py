@@ -12,7 +12,7 @@ import math
 from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from node.errors import UserError
-from testbed.scenario import units
+from testbed import units
 
 KeyPath = tuple[Any, ...]          # str keys and int list indices
 

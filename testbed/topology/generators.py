@@ -11,15 +11,9 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from testbed.topology.errors import ParamError   # raised here; the scenario loader catches it from here
+from testbed.topology.importers import ImportFailed, Imported, kathara, mininet
 from testbed.topology.model import Direction, Lan, Link, Node, Topology
-
-
-class ParamError(ValueError):
-    """A bad generator parameter; `param` names it (for the loader's key path)."""
-
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 @dataclass(frozen=True)
@@ -223,9 +217,8 @@ def explicit(nodes: list[str], edges: list[tuple[str, str]], defaults: Direction
     return Topology(name, [Node(n) for n in nodes], [_link(a, b, d) for a, b in edges])
 
 
-def imported(generator: str, params: dict[str, Any]) -> Any:
-    """The importer's reading (importers.Imported) of the file an imported topology names."""
-    from testbed.topology.importers import ImportFailed, kathara, mininet
+def imported(generator: str, params: dict[str, Any]) -> Imported:
+    """The importer's reading of the file an imported topology names."""
     if generator == "mininet":
         if not params.get("file"):
             raise ImportFailed("file", "generator mininet needs params.file (the Python file with the Topo class)")

@@ -27,12 +27,19 @@ address plan (fewest physical hops).
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from testbed.topology.model import Direction, Link, Topology
 
-if TYPE_CHECKING:
-    from testbed.scenario.spec import NodesSpec
+
+class NodeSettings(Protocol):
+    """What the overlay reads of the scenario's `nodes:` section (testbed.scenario.spec.NodesSpec is one);
+    a protocol, so that the topology layer does not import the scenario layer above it."""
+
+    @property
+    def per_node(self) -> Mapping[str, Mapping[str, Any]]: ...
+
+    def settings_for(self, node: str) -> Mapping[str, Any]: ...
 
 DAEMON_KEY = "daemon"
 MTA_NEIGHBOURS_KEY = "mta_neighbours"
@@ -40,16 +47,16 @@ MTA_NEIGHBOURS_KEY = "mta_neighbours"
 TESTBED_NODE_KEYS = (DAEMON_KEY, MTA_NEIGHBOURS_KEY)
 
 
-def runs_daemon(nodes: "NodesSpec", host: str) -> bool:
+def runs_daemon(nodes: NodeSettings, host: str) -> bool:
     return nodes.settings_for(host).get(DAEMON_KEY, True) is not False
 
 
-def daemon_hosts(nodes: "NodesSpec", names: Sequence[str]) -> list[str]:
+def daemon_hosts(nodes: NodeSettings, names: Sequence[str]) -> list[str]:
     """The hosts that run a node daemon, in the order of `names`."""
     return [n for n in names if runs_daemon(nodes, n)]
 
 
-def listed_neighbours(nodes: "NodesSpec") -> dict[str, list[str]]:
+def listed_neighbours(nodes: NodeSettings) -> dict[str, list[str]]:
     """host -> the MTA neighbours it lists with `mta_neighbours` (hosts that list none are absent)."""
     return {host: list(s[MTA_NEIGHBOURS_KEY]) for host, s in nodes.per_node.items() if MTA_NEIGHBOURS_KEY in s}
 
@@ -106,13 +113,13 @@ def mta_neighbours(topology: Topology, daemons: Sequence[str],
     return {u: sorted(vs, key=order.__getitem__) for u, vs in out.items()}
 
 
-def is_identity(topology: Topology, nodes: "NodesSpec") -> bool:
+def is_identity(topology: Topology, nodes: NodeSettings) -> bool:
     """True when every host runs a daemon and nobody lists MTA neighbours: the overlay is the topology."""
     names = topology.node_names()
     return len(daemon_hosts(nodes, names)) == len(names) and not listed_neighbours(nodes)
 
 
-def mta_topology(topology: Topology, nodes: "NodesSpec") -> Topology:
+def mta_topology(topology: Topology, nodes: NodeSettings) -> Topology:
     """The MTA graph as a Topology of the daemon hosts (the topology itself when nothing is contracted)."""
     if is_identity(topology, nodes):
         return topology

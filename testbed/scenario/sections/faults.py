@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from testbed.scenario import units
+from testbed import units
 from testbed.scenario.checks import Check, KeyPath, names_text, show
 from testbed.scenario.sections.base import Section
 from testbed.scenario.sections.links import DIRECTION_KEYS, parse_direction

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from testbed.scenario import units
+from testbed import units
 from testbed.scenario.checks import Check, given, show
 from testbed.scenario.sections.base import Section
 from testbed.scenario.spec import Scenario

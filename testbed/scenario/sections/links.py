@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from testbed.scenario import units
+from testbed import units
 from testbed.scenario.checks import Check, KeyPath, names_text, show
 from testbed.scenario.sections.base import Section
 from testbed.scenario.spec import LinkOverride, Scenario

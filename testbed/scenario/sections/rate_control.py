@@ -21,7 +21,7 @@ from typing import Any
 
 from node.rate.config import RATE_POLICIES
 from node.names import is_user_name
-from testbed.scenario import units
+from testbed import units
 from testbed.scenario.checks import MISSING, Check, names_text, show
 from testbed.scenario.sections.base import Section
 from testbed.scenario.spec import ConsumerSpec, RateControlSpec, Scenario

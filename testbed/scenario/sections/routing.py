@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any
 
 from node.routing.config import CostConfig, DampingConfig, MonitorConfig, ProbeLinkConfig
-from testbed.scenario import units
+from testbed import units
 from testbed.scenario.checks import MISSING, Check, KeyPath, show
 from testbed.scenario.sections.base import Section
 from testbed.scenario.sections.refs import link_name

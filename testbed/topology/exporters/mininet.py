@@ -19,7 +19,7 @@ import pprint
 import re
 from typing import Any, Callable
 
-from testbed.scenario import units
+from testbed import units
 from testbed.topology.exporters import ExportRefused, Network
 from testbed.topology.importers.mininet import loss_from_percent, rate_from_bw
 from testbed.topology.model import Direction, Link

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from node.names import NODE_NAME_RULE, is_node_name
-from testbed.topology.generators import ParamError
+from testbed.topology.errors import ParamError
 from testbed.topology.model import Direction, Lan, Link, Node, Topology
 
 log = logging.getLogger("testbed.topology.importers")

@@ -28,7 +28,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from testbed.scenario import units
+from testbed import units
 from testbed.topology.model import GilbertElliott
 from testbed.topology.importers import Imported, ImportedLink, ImportFailed, check_name, warn_once
 

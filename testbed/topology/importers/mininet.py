@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from testbed.scenario import units
+from testbed import units
 from testbed.topology.importers import Imported, ImportedLink, ImportFailed, check_name, warn_once
 
 PARAM = "file"      # the scenario key errors point at
@@ -70,7 +70,7 @@ def load(path: str, cls: str = "", args: dict[str, Any] | None = None) -> Import
 def _read(path: Path, cls: str, args: dict[str, Any]) -> Imported:
     try:
         from mininet.topo import Topo
-    except ImportError:   # pragma: no cover - requirements.lock installs it
+    except ImportError:   # pragma: no cover - the third-party mininet package (requirements.lock installs it)
         raise ImportFailed(PARAM, "the generator mininet needs the 'mininet' package (make setup installs it)") \
             from None
     source = path.read_text(encoding="utf-8", errors="replace")

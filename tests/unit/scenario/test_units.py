@@ -1,6 +1,6 @@
 import pytest
 
-from testbed.scenario.units import UnitError, parse_duration, parse_percent, parse_rate, parse_size
+from testbed.units import UnitError, parse_duration, parse_percent, parse_rate, parse_size
 
 
 @pytest.mark.parametrize("text,seconds", [("25ms", 0.025), ("1.5s", 1.5), ("2m", 120.0), ("500us", 0.0005),

@@ -248,7 +248,7 @@ def test_import_errors_through_the_cli_are_one_line_and_exit_2(tmp_path: Path) -
 
 @pytest.mark.parametrize("seconds", [0.025, 0.0015, 2e-6, 1.0, 0.1234567, 1 / 3, 1e-9, 7.25])
 def test_durations_are_written_to_read_back_exactly(seconds: float) -> None:
-    from testbed.scenario import units
+    from testbed import units
     assert units.parse_duration(mininet_export.duration(seconds)) == seconds
 
 

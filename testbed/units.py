@@ -1,4 +1,4 @@
-"""Parsers for the unit-bearing values of scenario files.
+"""Parsers for the unit-bearing values of scenario files and imported topologies.
 
 Results: durations in seconds, rates in bits per second, sizes in bytes,
 probabilities as fractions 0..1. A bare number means the base unit (seconds,
