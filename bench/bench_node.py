@@ -287,7 +287,7 @@ def main() -> int:
     r = hop_rate("fragmenting", hops=2)
     print(f"node 2-hop chain 1kB durable msgs/s (fragmenting, transit through n2, 3 processes on 2 cores): "
           f"measured {r:,.0f}/s / bound 10,000/s = ratio {r / 10000:.2f}")
-    # issue 6: the same hops with resource management on (buffer classes, recipient pool big enough for the
+    # the same hops with resource management on (buffer classes, recipient pool big enough for the
     # whole preload, no removal process); single-fragment messages, so no streams
     managed = {"recipient_pool": 4 * N, "removal_interval": 0.0, "transit_buffers": 10_000}
     for mode in ("fragmenting", "non-fragmenting"):

@@ -26,7 +26,7 @@ loops). Before them the bench starts NATS with routes along the links only (a pa
 NATS makes of it: the servers gossip the routes they learn and the cluster is a full mesh within about a
 second (`cluster.no_advertise` only stops gossiping client URLs), and NATS forwards a message that came over a
 route to local clients only, so a true partial mesh could not carry c1n1 -> c2n1 anyway.
-Bounds (the issue's): ours non-durable rate >= 1/5 of NATS core's; ours non-durable p50 <= NATS's p50 + 2 ms
+Bounds (what a NATS-class broker should reach): ours non-durable rate >= 1/5 of NATS core's; ours non-durable p50 <= NATS's p50 + 2 ms
 per hop (3 hops), printed against each arrangement: `mesh` is NATS with routes between its servers (what the
 issue names), `leaf` the stricter comparison (one copy per link, like ours). Durable: stated beside them, no
 bound. The table gives CPU seconds per group over each session (this process, node daemons, NATS
@@ -810,7 +810,7 @@ class Bench:
                 continue
             ours_l, ours_d = R[("ours non-durable", n)], R[("ours durable", n)]
             subs = f"{n} subscriber{'s' if n > 1 else ''}"
-            # one bound line per NATS arrangement: routes (the mesh a NATS cluster needs: what the issue names)
+            # one bound line per NATS arrangement: routes (the mesh a NATS cluster needs)
             # and the leafnode tree (one copy per link, like ours: the stricter comparison)
             for label in nats_labels:
                 nr, np50 = R[(label, n)]["rate"]["rate_mean"], R[(label, n)]["latency"]["p50"]

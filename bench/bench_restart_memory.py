@@ -1,4 +1,4 @@
-"""A node restarted with a full spool (issue 21): resident memory after recovery, and the goodput of draining.
+"""A node restarted with a full spool: resident memory after recovery, and the goodput of draining.
 
 Method, one loopback hop n1 -> n2, fragmenting with F = 64 KiB (the bound is about payload bytes; with 1 kB
 fragments the per-piece objects of the in-memory queue would dominate, see the last line):
@@ -9,7 +9,7 @@ fragments the per-piece objects of the in-memory queue would dominate, see the l
      n2 starts and the hop drains, every batch's payloads read from n1's spool just before sending.
 Goodput of a drain: the bytes of all messages but the first / (last delivery - first delivery), from n2's
 deliveries.jsonl; both are repeated `--runs` times (medians: the machine is shared). limits.max_link_queue is raised above the amount (its default, 256 MiB, would refuse the
-rest: that cap is what keeps a running node's queue bounded). Bounds (issue 21): RSS after recovery <= 300 MB with 2 GB queued; the drain after a restart
+rest: that cap is what keeps a running node's queue bounded). Bounds (memory must not grow with the spool): RSS after recovery <= 300 MB with 2 GB queued; the drain after a restart
 at least 90% of the baseline's goodput. Do not run the default 2 GB beside other work (disk: ~3x the size).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Routing stack benchmarks (issue 18). Each prints `measured / bound = ratio`.
+"""Routing stack benchmarks. Each prints `measured / bound = ratio`.
 
   compute      route computation after one link change on a grid of 100 and 400 nodes: the whole
                recomputation a node does (link-state map -> damping per link -> Dijkstra -> hysteresis).

@@ -1,4 +1,4 @@
-"""What `security: {tls: true, auth: true}` costs on emulated links (issue 22): plain against secure, same network.
+"""What `security: {tls: true, auth: true}` costs on emulated links: plain against secure, same network.
 
 Two figures, each measured with security off and on, on the wire emulator (rate and delay; testbed/shaping):
 - 1 kB durable messages per second over one hop: n1's spool is pre-loaded with N messages for n2 before the

@@ -128,7 +128,7 @@ def bench_twenty_links() -> None:
         per = iperf(bed.pairs, 8)
         total = sum(per)
         print(f"wire 20 links: per link min {min(per) / 1e6:.1f} / max {max(per) / 1e6:.1f} Mbit/s", flush=True)
-        # no bound in the issue: stated against the single-link bound (one process shares one core)
+        # no bound of its own: stated against the single-link bound (one process shares one core)
         line("wire 20 links aggregate", total, 1e9, "Gbit/s", 1e9)
     finally:
         bed.close()

@@ -25,7 +25,7 @@ A node's config file (the testbed writes one per host; it can also be written by
     session: {keepalive: 1.0, hold_time: 5.0, backoff_min: 0.1, backoff_max: 5.0}
     limits: {max_message_size: 67108864, max_frame_bytes: 1048576, max_recipients: 64, max_hops: 64,
              max_link_queue: 268435456}   # without resources: bytes queued per neighbour before "not now"
-    resources: {buffer_classes: true, transit_buffers: 100, ...}   # issue 6; see ResourcesConfig (absent = off)
+    resources: {buffer_classes: true, transit_buffers: 100, ...}   # Brachman's resource management; see ResourcesConfig (absent = off)
     routing: {mode: dynamic, nodes: [...], monitor: {...}, cost: {...}, damping: {...}, rules: [...]}
                                     # see RoutingConfig; absent = static routes only
     broker: {enabled: true, max_hops: 32, window: 256, live_buffer: 1024, ...}   # see BrokerConfig
@@ -84,14 +84,14 @@ class LimitsConfig:
     max_recipients: int = 64
     max_hops: int = 64
     # without `resources:`, bytes queued for one neighbour above which arrivals for it are refused "not now"
-    # and submissions "congested" (issue 21: the queue must not grow with the spool)
+    # and submissions "congested" (the queue, and the node's memory, must not grow with the spool)
     max_link_queue: int = 256 << 20
     max_priority: int = 15
 
 
 @dataclass
 class ResourcesConfig:
-    """Issue-6 resource settings; key names are a fixed contract with the experiment runner.
+    """Brachman's resource management settings; key names are a fixed contract with the experiment runner.
 
     `enabled` is true as soon as the config has a `resources:` section (even an empty one) and false
     without it, so a plain network keeps the unmanaged behaviour (and speed) it always had; writing

@@ -1,4 +1,4 @@
-"""Brachman's resource management wired into one node (issue 6): who may store what, and when.
+"""Brachman's resource management wired into one node: who may store what, and when.
 
 The bookkeeping classes live in node/resources/; this module decides with them
 for the engine, piece by piece:

@@ -121,11 +121,11 @@ RECORDS: dict[str, tuple[Field, ...]] = {
 }
 
 
-# Optional fields: written only by some nodes (here: with resource management on, issue 6). Readers must
+# Optional fields: written only by some nodes (here: with resource management on). Readers must
 # treat them as possibly absent; `validate_optional` checks their types when they are present.
 OPTIONAL: dict[str, tuple[Field, ...]] = {
     "metrics": (
-        _f("resources", dict, "issue-6 resource management, present when the node config has a resources: "
+        _f("resources", dict, "Brachman's resource management, present when the node config has a resources: "
            "section: buffers{classes_enabled, usage[class], limits[class], free_pool, single_fragment_input_usage, "
            "readjustments, refusals{'class:reason': n}}, streams{active, by_upstream{neighbour: n}, allocated_buffers, "
            "held_fragments}, recipient{capacity{single, multi}, used{single, multi}, reserved, "

@@ -20,6 +20,7 @@ from node.config import NodeConfig
 from node.peer import Peer
 from node.records import Records
 from node.routing.damping import FlapDamper
+from node.flood import FloodTable
 from node.routing.linkstate import Advert, LinkStateDB, advert_from_frame
 from node.routing.monitor import LinkMonitor, parse_addr
 from node.routing.selector import Route, RouteSelector
@@ -59,33 +60,38 @@ class DynamicTable:
         r = cfg.routing
         self.quantum = r.cost.quantum
         self.db = LinkStateDB(r.max_age)
+        self.flood: FloodTable[Advert] = FloodTable(
+            self.me, spool, CAPABILITY, SEQ_KEY, "link-state advert", self.db, r.refresh, advert_from_frame,
+            lambda seq, now: Advert(self.me, seq, now, dict(self.own)))
         self.damper = FlapDamper(r.damping)
         self.selector = RouteSelector(self.me, r.hysteresis)
         self.monitor = (LinkMonitor(self.me, r, cfg.neighbours, probe_listen(cfg), self._measured)
                         if r.monitoring else None)
-        self.peers: dict[str, Peer] = {}
-        self.up: set[str] = set()
         self.own: dict[str, float] = {}           # the costs this node advertises for its up links
-        self.seq = 0
         self.changes = 0                          # table changes so far (metrics)
         self._links_seen: set[tuple[str, str]] = set()
         self._watchers: list[Callable[[], None]] = []
         self._recompute_due = False
-        self._last_origination = 0.0
         self._task: asyncio.Task | None = None
-        self._bad_frames = 0
         self._stopped = False
 
     # -- life cycle --------------------------------------------------------------------------------
     def attach(self, peers: dict[str, Peer]) -> None:
-        self.peers = peers
+        self.flood.attach(peers)
+
+    @property
+    def seq(self) -> int:
+        return self.flood.seq
+
+    @property
+    def up(self) -> set[str]:
+        return self.flood.up
 
     def watch(self, changed: Callable[[], None]) -> None:
         self._watchers.append(changed)
 
     async def start(self) -> None:
-        stored = await self.spool.run(Spool.op_get_setting(SEQ_KEY))
-        self.seq = int(stored) if stored and stored.isdigit() else 0
+        await self.flood.load_seq()      # a restarted node counts on from its last number
         if self.monitor is not None:
             await self.monitor.start()
         self._originate()
@@ -106,22 +112,15 @@ class DynamicTable:
         (withdraw the link at once)."""
         if self._stopped:
             return
+        self.flood.session(peer, up)
         if up:
-            self.up.add(peer)
             self.own[peer] = self.monitor.cost(peer) if self.monitor is not None else self.quantum
             if self.monitor is not None:
                 self.monitor.republish(peer)
             self._originate()
-            p = self.peers.get(peer)
-            if p is not None and CAPABILITY in p.capabilities:      # a static neighbour gets no adverts
-                now = time.monotonic()
-                for adv in self.db.adverts.values():
-                    if adv.origin != self.me:
-                        p.send_control(adv.to_frame(now))
-        else:
-            self.up.discard(peer)
-            if self.own.pop(peer, None) is not None:
-                self._originate()
+            self.flood.send_table(peer, own_too=False)      # ours went with the origination just now
+        elif self.own.pop(peer, None) is not None:
+            self._originate()
 
     def _measured(self, peer: str, cost: float) -> None:
         """The monitor published a new cost for the link to `peer`."""
@@ -130,49 +129,15 @@ class DynamicTable:
             self._originate()
 
     def _originate(self) -> None:
-        self.seq += 1
-        now = time.monotonic()
-        self._last_origination = now
-        adv = Advert(self.me, self.seq, now, dict(self.own))
-        self.db.offer(adv)
-        # The sequence number survives a restart: neighbours keep our newest advert and would ignore
-        # a restarted node's adverts until it counted past it.
-        self.spool.run(Spool.op_set_setting(SEQ_KEY, str(self.seq))).add_done_callback(_retrieve)
-        self._flood(adv, skip=None)
+        self.flood.originate()
         self._schedule()
-
-    def _flood(self, adv: Advert, skip: str | None) -> None:
-        now = time.monotonic()
-        for name, p in self.peers.items():
-            if name != skip and name in self.up and CAPABILITY in p.capabilities:
-                p.send_control(adv.to_frame(now))
 
     # -- adverts from neighbours ----------------------------------------------------------------------
     def on_frame(self, peer: Peer, frame: link_pb2.Frame) -> None:
-        now = time.monotonic()
-        adv = advert_from_frame(frame.link_state, now)
-        if isinstance(adv, str):
-            self._bad_frames += 1
-            if self._bad_frames <= 3 or self._bad_frames % 1000 == 0:
-                log.warning("%s: ignored a link-state advert from %s (%d so far): %s",
-                            self.me, peer.name, self._bad_frames, adv)
-            return
-        if adv.origin == self.me:
-            # Our own advert comes back whenever a neighbour heard it first by a longer but faster path:
-            # the same number with the same links is just that, and answering it would start an endless
-            # flood. A higher number, or the same one with other links, was ours before a restart whose
-            # last number the spool had not kept yet: count past it.
-            mine = self.db.adverts[self.me]
-            if adv.seq > self.seq or (adv.seq == self.seq and adv.links != mine.links):
-                self.seq = adv.seq
-                self._originate()
-            return
-        taken = self.db.offer(adv)
-        if taken > 0:
-            self._flood(adv, skip=peer.name)
+        """An advert from a neighbour (flooding rules: node/flood.py); news means a recomputation."""
+        seq = self.flood.seq
+        if self.flood.receive(peer, frame) is not None or self.flood.seq != seq:
             self._schedule()
-        elif taken < 0 and peer.name in self.up:      # the neighbour is behind: give it the newer one
-            peer.send_control(self.db.adverts[adv.origin].to_frame(now))
 
     # -- the table ------------------------------------------------------------------------------------
     def _schedule(self) -> None:
@@ -245,14 +210,13 @@ class DynamicTable:
 
     # -- housekeeping -----------------------------------------------------------------------------------
     async def _housekeeping(self) -> None:
-        r = self.cfg.routing
         while True:
             await asyncio.sleep(HOUSEKEEPING)
             now = time.monotonic()
             try:
-                if self.db.expire(now, keep=self.me):
+                if self.flood.expire(now):
                     self._schedule()
-                if now - self._last_origination > r.refresh:
+                if self.flood.refresh_due(now):
                     self._originate()
                 release = self.damper.next_release(now)
                 if release is not None and release <= now:
@@ -269,8 +233,3 @@ def _reason(old: Route | None, new: Route, graph: dict[str, dict[str, float]]) -
     if old.next_hop == new.next_hop:
         return "cost"
     return "withdrawn" if not math.isfinite(path_cost(graph, old.path)) else "switch"
-
-
-def _retrieve(f: asyncio.Future) -> None:
-    if not f.cancelled() and f.exception() is not None:
-        log.error("cannot store the link-state sequence number: %r", f.exception())

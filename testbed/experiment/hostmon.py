@@ -4,7 +4,7 @@ Emulation results are only trustworthy when the machine kept up: a host that
 was CPU-saturated delays frames and timers by its own scheduling, not by the
 emulated WAN. HostMonitor samples /proc every `interval` seconds in a thread
 and appends one "host" record (node/schema.py) per sample; `saturation`
-applies issue 7's rule: saturated when the CPU was above 90% for more than 10%
+applies the saturation rule of the experiments: saturated when the CPU was above 90% for more than 10%
 of the samples (strictly more in both places: exactly 90% or exactly 10% is
 not saturated).
 """

@@ -7,7 +7,7 @@ is multiplied by it; every quantity that is a rate (per second) is divided by
 it, so "one fragment takes t model seconds" stays true on the emulated wire.
 Sizes, probabilities and counts are untouched.
 
-What is converted (issue 7, "applied consistently to link rates, interarrivals,
+What is converted ("applied consistently to link rates, interarrivals,
 RBSAD, removal intervals and durations"):
 - duration, workload.warmup, workload.drain, workload.stall_after
 - each generator's start/stop, interarrival mean/sd and its schedule periods

@@ -1,4 +1,4 @@
-"""The quickstart and the relay-crash drill with `security: {tls: true, auth: true}` (issue 22), quick variants.
+"""The quickstart and the relay-crash drill with `security: {tls: true, auth: true}`, quick variants.
 
 One test, both runs one after the other (one cell each) to keep the added time small: every node config has its
 certificate files and token digests, the data port listens on no wildcard address, the secrets are 0600, the

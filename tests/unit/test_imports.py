@@ -107,8 +107,6 @@ def test_node_modules_load_no_testbed_module(imported: dict[str, subprocess.Comp
 # modules). A cycle found here passes only when it lies inside an entry. THIS LIST MUST END EMPTY: an entry
 # goes as soon as its cycle is gone (test_known_cycles_are_still_there fails until it is removed).
 KNOWN_CYCLES: tuple[frozenset[str], ...] = (
-    frozenset({"node.metrics", "node.mta"}),
-    frozenset({"node.policy", "node.rate.admission"}),
     frozenset({"spark_analysis.pubsub", "spark_analysis.rates", "spark_analysis.report"}),
 )
 

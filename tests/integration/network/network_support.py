@@ -1,13 +1,12 @@
 """Helpers for the network layer tests (importable by test files and helper scripts).
 
-Until the real address planner and shaper land, `hand_plan` builds an
-AddressPlan here (shortest-path routes by BFS) and `VethShaper` links hosts
-with plain veth pairs (no impairments).
+`hand_plan` builds an AddressPlan by hand (shortest-path routes by BFS) and
+`VethShaper` links hosts with plain veth pairs (no impairments), so the
+network layer is tested below the scenario loader, the address planner and
+the shapers.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import ipaddress
 import random
 import subprocess
@@ -17,9 +16,6 @@ from pathlib import Path
 from testbed.shaping.base import DirectionCounters, LinkEnd, Shaper
 from testbed.topology.model import AddressPlan, Direction, Interface, Lan, Link, Node, Route, Topology
 
-HAVE_SHAPER = hasattr(importlib.import_module("testbed.shaping"), "make_shaper")
-HAVE_PLANNER = importlib.util.find_spec("testbed.topology.addressing") is not None
-HAVE_LOADER = hasattr(importlib.import_module("testbed.scenario"), "load")
 TESTS_DIR = Path(__file__).resolve().parent
 
 

@@ -93,7 +93,7 @@ def test_up_with_a_daemonless_router_delivers_and_down_leaves_nothing(tmp_path: 
 
 
 def test_up_with_tls_and_auth_the_cli_carries_tokens_and_down_removes_the_secrets(tmp_path: Path) -> None:
-    """`up --tls --auth` (issue 22): n1 dials n2 over mTLS at n2's loopback (across the router), the CLI takes
+    """`up --tls --auth`: n1 dials n2 over mTLS at n2's loopback (across the router), the CLI takes
     the run's tokens (the admin's, or a named user's), a wrong token is one sentence, `down` removes the secrets."""
     if netstate.running():
         pytest.skip("a `testbed up` network is running on this machine; not touching it")

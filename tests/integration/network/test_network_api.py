@@ -8,14 +8,13 @@ import time
 
 import pytest
 
-from network_support import HAVE_PLANNER, HAVE_SHAPER, grid, linear, ping, ring, rtt_avg_ms
+from network_support import grid, linear, ping, ring, rtt_avg_ms
 from node.schema import validate
 from node.errors import UserError
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
               pytest.mark.timeout(120)]
 
-needs_shaper = pytest.mark.skipif(not HAVE_SHAPER, reason="the link shaper (testbed.shaping.make_shaper) has not landed")
 
 # Tolerance for delay checks: the configured delay plus at most this much (userspace emulator
 # scheduling and namespace hops on a loaded 2-core machine); never less than configured.
@@ -139,7 +138,6 @@ def test_processes_in_hosts_are_tracked_and_stopped(make_net) -> None:
     assert not os.path.exists(f"/proc/{proc.pid}") or open(f"/proc/{proc.pid}/stat").read().split()[2] == "Z"
 
 
-@needs_shaper
 def test_multihop_linear_summed_delay(make_net) -> None:
     per_link_ms = 10.0
     net = make_net(linear(5, delay=per_link_ms / 1000), shaper="auto")
@@ -172,8 +170,6 @@ def test_lan_segment_hosts_reach_each_other(make_net) -> None:
     assert lan_ns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
-@needs_shaper
-@pytest.mark.skipif(not HAVE_PLANNER, reason="the address planner (testbed.topology.addressing) has not landed")
 def test_real_planner_and_shaper_ring_reachability(make_net) -> None:
     """The production path: address plan from testbed.topology.addressing, links from the real shaper."""
     net = make_net(ring(5), shaper="auto", real_plan=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from network_support import HAVE_LOADER, HAVE_PLANNER, HAVE_SHAPER, TESTS_DIR, free_mgmt_subnet, ours_left
+from network_support import TESTS_DIR, free_mgmt_subnet, ours_left
 from testbed import netstate, registry
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
@@ -21,8 +21,6 @@ REPO = Path(__file__).resolve().parents[3]
 LINK_DELAY_MS = 5.0
 
 
-REAL = HAVE_LOADER and HAVE_PLANNER and HAVE_SHAPER
-needs_real = pytest.mark.skipif(not REAL, reason="needs the scenario loader, address planner and shaper (issue 4)")
 FACTORY = ["--factory", "network_support:cli_network"]     # linear(3) on plain veth links, no loader needed
 
 
@@ -76,7 +74,7 @@ def rtt_ms(out: str) -> float:
     return float(line.split("=")[1].split("/")[1])
 
 
-@pytest.mark.parametrize("real", [pytest.param(True, marks=needs_real, id="scenario"), pytest.param(False, id="veth")])
+@pytest.mark.parametrize("real", [pytest.param(True, id="scenario"), pytest.param(False, id="veth")])
 def test_cli_end_to_end(nothing_up, tmp_path: Path, real: bool) -> None:
     scen = scenario_file(tmp_path, free_mgmt_subnet())
     run_dir = tmp_path / "run"
@@ -128,7 +126,7 @@ def test_cli_end_to_end(nothing_up, tmp_path: Path, real: bool) -> None:
     assert registry.load(rec.run_id) is None
 
 
-@pytest.mark.parametrize("real", [pytest.param(True, marks=needs_real, id="scenario"), pytest.param(False, id="veth")])
+@pytest.mark.parametrize("real", [pytest.param(True, id="scenario"), pytest.param(False, id="veth")])
 def test_kill_9_of_supervisor_then_clean(nothing_up, tmp_path: Path, real: bool) -> None:
     scen = scenario_file(tmp_path, free_mgmt_subnet())
     r = cli("up", str(scen), "--run-dir", str(tmp_path / "run"), *([] if real else FACTORY))

@@ -1,4 +1,4 @@
-"""Issue 21: floods on the Link service, from a real gRPC client against a live node (n3). n1 is played by the
+"""Floods on the Link service, from a real gRPC client against a live node (n3). n1 is played by the
 test (a configured neighbour that misbehaves), n2 is a real, well-behaved neighbour that keeps sending to n3.
 
 - A neighbour that floods bad frames and never reads the refusals: n3 answers what its writer can hand on, then

@@ -1,4 +1,4 @@
-"""Issue 21: without `resources:` a link's queue is capped in bytes (limits.max_link_queue): above it a transit
+"""Without `resources:` a link's queue is capped in bytes (limits.max_link_queue): above it a transit
 node refuses arriving pieces "not now" (the sender keeps them) and the origin refuses submissions "congested";
 nothing accepted is lost and everything flows once the next hop is back."""
 from __future__ import annotations

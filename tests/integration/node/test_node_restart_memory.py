@@ -1,4 +1,4 @@
-"""Issue 21: a node restarted with a full spool does not load the queued payloads into memory, and delivers
+"""A node restarted with a full spool does not load the queued payloads into memory, and delivers
 everything once its neighbour is back (bench/bench_restart_memory.py measures the same at 2 GB)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Authenticated nodes and clients (issue 22), on real daemons over loopback with `tls` and `auth` on.
+"""Authenticated nodes and clients on real daemons over loopback with `tls` and `auth` on.
 
 Link: a caller without a certificate, with a certificate of another CA, or with another node's certificate of the
 run's CA is refused, and the live session of the node it claims to be stays up (no reconnect). Clients: a missing

@@ -115,7 +115,7 @@ def test_real_proc_parses() -> None:
     assert hostmon.read_process_ticks(os.getpid()) is not None
 
 
-# ---- saturation: above 90% for more than 10% of the samples (issue 7) ------------------------
+# ---- saturation: above 90% for more than 10% of the samples ------------------------
 
 def recs(values: list[float]) -> list[dict]:
     return [{"ts": float(i), "node": "testbed", "cpu_percent": v, "mem_percent": 10.0} for i, v in enumerate(values)]

@@ -318,7 +318,7 @@ def test_a_message_to_many_nodes_holds_its_payload_once(tmp_path: Path) -> None:
 
 
 def test_recovery_keeps_payloads_in_the_spool_until_the_link_sends_them(tmp_path: Path) -> None:
-    """Issue 21: a restarted node queues its stored pieces without their bytes (sizes only), reads them in one
+    """A restarted node queues its stored pieces without their bytes (sizes only), reads them in one
     batch when the link takes them, and a piece whose row went meanwhile is left out, not sent empty."""
     payloads = {f"m{i}": bytes(random.Random(i).randbytes(250)) for i in range(3)}
 

@@ -1,4 +1,4 @@
-"""Security pieces without daemons (issue 22): the config section, token identities, the run's secrets, the
+"""Security pieces without daemons: the config section, token identities, the run's secrets, the
 scenario key, the node configs the testbed writes with it."""
 from __future__ import annotations
 
