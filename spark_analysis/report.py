@@ -139,15 +139,6 @@ def delay_plot(delays: pd.DataFrame):
     return fig
 
 
-def delay_plot_png(delays: pd.DataFrame) -> bytes:
-    buf = io.BytesIO()
-    fig = delay_plot(delays)
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=100)
-    _plt().close(fig)
-    return buf.getvalue()
-
-
 def sweep_plot(key: str, table: pd.DataFrame, metric: str):
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
