@@ -611,9 +611,9 @@ def verdict(row: dict) -> str:
 
 def cdf_figure(cdf: pd.DataFrame, cell: str, max_curves: int = MAX_CURVES):
     """The latency CDF of one cell: one curve per topic (per topic and kind when a topic has both)."""
-    from .report import _plt
+    from .plots import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     shown = list(dict.fromkeys(cdf["series"]))[:max_curves]     # in the order given
     for series in shown:

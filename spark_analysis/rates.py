@@ -249,9 +249,9 @@ def _finish(ax, burst: tuple[float, float] | None, ylabel: str, title: str) -> N
 
 def figures(rt: RateTables) -> list[tuple[Any, str, str]]:
     """(figure, name, alt) of the paper's four figures."""
-    from .report import _plt
+    from .plots import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     out = []
     fig, ax = plt.subplots(figsize=(7, 4))
     for (ctl, client, cell, rep), g in rt.overflow_curve.groupby(["control", "client", "cell", "rep"], sort=True):
