@@ -8,6 +8,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from rich.console import Console
@@ -16,9 +17,7 @@ from rich.table import Table
 from .headline import cell_table, cell_table_display, sentences
 from .plots import (TOP_LINKS, cdf_plot, delay_plot, link_throughput_plot, save_figure, series_plot,
                     sweep_plot)
-from .pubsub import PubSubTables, section_html as pubsub_html
-from .rates import RateTables, section_html as rates_html
-from .routing import RoutingTables, section_html as routing_html
+from .sections import SECTIONS, Page
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +41,8 @@ class ReportTables:
     links: pd.DataFrame = field(default_factory=pd.DataFrame)
     flows: pd.DataFrame = field(default_factory=pd.DataFrame)
     utilisation: pd.DataFrame = field(default_factory=pd.DataFrame)
-    routing: RoutingTables | None = None     # routing.py; None: not computed
-    pubsub: PubSubTables | None = None       # pubsub.py; None (or not present): no section
-    rates: RateTables | None = None          # rates.py; None (or not present): no section
+    # section name -> what its build returned (spark_analysis/sections/); absent: not built
+    sections: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -108,12 +106,9 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
              "utilisation": t.utilisation}
     for key, df in t.sweeps.items():
         named[f"sweep_{key.split('.')[-1]}"] = df
-    if t.routing is not None:
-        named.update(t.routing.named())
-    if t.pubsub is not None and t.pubsub.present:
-        named.update(t.pubsub.named())
-    if t.rates is not None and t.rates.present:
-        named.update(t.rates.named())
+    built = [(section, t.sections.get(section.name)) for section in SECTIONS]
+    for section, result in built:
+        named.update(section.tables(result))
     for name, df in named.items():
         if df is not None:
             _save_table(df, out, name)
@@ -132,11 +127,12 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
         cdf_html = _img(save_figure(cdf_plot(t.latency_cdf), out, "latency_cdf", formats), "latency CDF")
     res_html = ""
     if len(t.resources):
-        png = save_figure(series_plot(t.resources, "t", "pool_occupancy", ["run_mode", "cell", "rep"], "seconds since start",
-                                "recipient pool occupancy (mean over nodes)", "Recipient pool occupancy"),
-                    out, "pool_occupancy", formats)
-        png2 = save_figure(series_plot(t.resources, "t", "buffers_used", ["run_mode", "cell", "rep"], "seconds since start",
-                                 "buffers in use (mean over nodes)", "Buffer use"), out, "buffer_use", formats)
+        png = save_figure(series_plot(t.resources, "t", "pool_occupancy", ["run_mode", "cell", "rep"],
+                                      "seconds since start", "recipient pool occupancy (mean over nodes)",
+                                      "Recipient pool occupancy"), out, "pool_occupancy", formats)
+        png2 = save_figure(series_plot(t.resources, "t", "buffers_used", ["run_mode", "cell", "rep"],
+                                       "seconds since start", "buffers in use (mean over nodes)", "Buffer use"),
+                           out, "buffer_use", formats)
         res_html = _img(png, "recipient pool occupancy") + _img(png2, "buffer use")
     net_html = ""
     if len(t.utilisation):
@@ -146,10 +142,11 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
                     "direction) that carried the most bytes are named, each with its configured rate "
                     "(topology.json) dashed; the other links are grey.</p>" + _img(png, "link throughput"))
     top_flows = t.flows.sort_values("bytes", ascending=False).head(20) if len(t.flows) else t.flows
-    pubsub_section = pubsub_html(t.pubsub, _table, lambda fig, name, alt: _img(save_figure(fig, out, name, formats), alt))
-    pubsub_link = '<a href="#pubsub">pub/sub</a> · ' if pubsub_section else ""
-    rates_section = rates_html(t.rates, _table, lambda fig, name, alt: _img(save_figure(fig, out, name, formats), alt))
-    pubsub_link += '<a href="#rates">rate control</a> · ' if rates_section else ""
+    parts = Page(_table, lambda fig, name, alt: _img(save_figure(fig, out, name, formats), alt))
+    shown = [(section, section.html(result, parts)) for section, result in built]
+    shown = [(section, fragment) for section, fragment in shown if fragment]     # a section may show nothing
+    section_links = "".join(f'<a href="#{s.anchor}">{html.escape(s.link)}</a> · ' for s, _ in shown)
+    sections_html = "".join(fragment for _, fragment in shown)
 
     n_runs = len(t.runs)
     headline = "".join(f'<p class="headline"><strong>{html.escape(x)}</strong></p>'
@@ -176,7 +173,7 @@ captured) is in parquet/packets.</p>
 <a href="#comparison">fragmenting vs non-fragmenting</a> ·
 <a href="#sweeps">sweeps</a> · <a href="#delay">delay by size</a> · <a href="#delivery">delivery metrics</a> ·
 <a href="#health">run health</a> · <a href="#resources">resources</a> · <a href="#network">network</a> ·
-<a href="#routing">routing</a> · {pubsub_link}<a href="#runs">per run</a></p>
+{section_links}<a href="#runs">per run</a></p>
 <h2 id="summary">Summary per cell, mode and metric</h2>{_table(t.summary, "summary-table")}
 <h2 id="comparison">Fragmenting vs non-fragmenting</h2>
 <p>Cells whose parameters differ only in the mode, side by side; ratio = fragmenting mean / non-fragmenting mean;
@@ -201,8 +198,7 @@ timing suspect.</p>
 <h3>Buffer classes (index = hops made)</h3>{_table(t.buffer_classes, "buffer-table")}
 <h2 id="network">Network (from the pcaps)</h2>{net_html}
 <h3>Links</h3>{_table(t.links, "links-table")}<h3>Largest flows</h3>{_table(top_flows, "flows-table")}
-<h2 id="routing">Routing</h2>{routing_html(t.routing, _table)}
-{pubsub_section}{rates_section}<h2 id="runs">Per-run figures</h2>{_table(t.runs, "runs-table")}
+{sections_html}<h2 id="runs">Per-run figures</h2>{_table(t.runs, "runs-table")}
 </body></html>
 """
     (out / "report.html").write_text(page, encoding="utf-8")
