@@ -1,5 +1,6 @@
 """Write report.html (self-contained: plots embedded), the plots (PNG, optionally SVG), every table as CSV
-and Parquet, and the one-screen console summary."""
+and Parquet, and the one-screen console summary. After the core tables come the sections of the registry
+(spark_analysis/sections/), in its order; the plots are drawn by spark_analysis/plots.py."""
 from __future__ import annotations
 
 import base64
