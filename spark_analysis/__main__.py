@@ -30,7 +30,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-STEPS = 7
+CORE_STEPS = 5      # starting Spark, reading records, delivery metrics, pcaps, writing the report
+
+
+def steps(runs) -> int:
+    """Progress steps of a report: the core ones and one per section built (every section while the runs
+    are not listed yet)."""
+    from .sections import SECTIONS
+
+    return CORE_STEPS + sum(1 for s in SECTIONS if runs is None or s.wanted(runs))
 
 
 def report(directory: str, out: str | None = None, master: str | None = None, spark=None, plots: str = "png",
@@ -52,7 +60,7 @@ def report(directory: str, out: str | None = None, master: str | None = None, sp
         raise UserError(f"{directory} is not a local path: give --out, a local folder for the report.")
     runs = None if remote else find_runs(directory)
     out_dir = Path(out) if out else Path(str(directory).removeprefix("file://")) / "report"
-    progress = StageProgress(STEPS, enabled=not quiet)
+    progress = StageProgress(steps(runs), enabled=not quiet)
     owned = False
     if spark is None:
         from pyspark.sql import SparkSession
@@ -66,6 +74,7 @@ def report(directory: str, out: str | None = None, master: str | None = None, sp
     try:
         if runs is None:
             runs = find_runs(directory, spark, hadoop=True)
+            progress.steps = steps(runs)
         tables = _build(spark, runs, out_dir, progress, pcaps, chunk_bytes)
     finally:
         if owned:
@@ -79,8 +88,9 @@ def report(directory: str, out: str | None = None, master: str | None = None, sp
 def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
     from pyspark.sql import functions as F
 
-    from . import compare, pcap_ingest, pubsub, rates, records, routing, traffic
+    from . import compare, pcap_ingest, records, traffic
     from .report import ReportTables
+    from .sections import SECTIONS, RunData
 
     with progress.step("reading node records (schema-checked)", spark):
         subs = records.read(spark, runs, "submission")
@@ -91,8 +101,10 @@ def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
         host = records.read(spark, runs, "host")
         per_run, delay = compare.per_run(subs, dels, metrics)
         per_run = compare.add_summary_metrics(per_run, runs)
-    if per_run.empty and not pubsub.any_records(runs):
-        raise UserError("no submission or delivery records (nor publications) found under the given directory.")
+    if per_run.empty and not any(s.has_records(runs) for s in SECTIONS):
+        alone = [s.alone for s in SECTIONS if s.alone]
+        nor = f" (nor {', '.join(alone)})" if alone else ""
+        raise UserError(f"no submission or delivery records{nor} found under the given directory.")
     with progress.step("delivery metrics and comparisons", spark):
         summary, delays = compare.summarize(per_run, delay)
         uniq = compare.unique_deliveries(dels)
@@ -114,14 +126,11 @@ def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
                                                                                "bin"))
                 tt.rtt.write.mode("overwrite").parquet(pcap_ingest.uri(parquet / "rtt"))
     tables.health = compare.health(runs, per_run, tables.refusals, host, tables.links if caps else None)
-    with progress.step("routing (routes.jsonl, link monitor, convergence)", spark):
-        tables.routing = routing.build(runs)
-        tables.routing.policy_delay, tables.routing.policy_note = routing.policy_delays(uniq, runs)
-    with progress.step("publish/subscribe (publications, receipts, broker counters)", spark):
-        tables.pubsub = pubsub.build(spark, runs)
-    if rates.any_records(runs):
-        with progress.step("MQ rate control (rates.jsonl, overflowed submissions)", spark):
-            tables.rates = rates.build(spark, runs, subs)
+    data = RunData(spark, runs, subs, uniq)
+    for section in SECTIONS:
+        if section.wanted(runs):
+            with progress.step(section.step, spark):
+                tables.sections[section.name] = section.build(data)
     return tables
 
 

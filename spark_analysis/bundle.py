@@ -15,7 +15,7 @@ EXTRA = ("node/__init__.py", "node/schema.py", "node/errors.py")
 
 
 def members() -> list[str]:
-    pkg = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "spark_analysis").glob("*.py"))
+    pkg = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "spark_analysis").rglob("*.py"))  # sections/ too
     return [*pkg, *EXTRA]
 
 

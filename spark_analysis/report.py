@@ -1,30 +1,28 @@
 """Write report.html (self-contained: plots embedded), the plots (PNG, optionally SVG), every table as CSV
-and Parquet, and the one-screen console summary."""
+and Parquet, and the one-screen console summary. After the core tables come the sections of the registry
+(spark_analysis/sections/), in its order; the plots are drawn by spark_analysis/plots.py."""
 from __future__ import annotations
 
 import base64
 import html
-import io
 import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from .compare import BUCKET_ORDER
 from .headline import cell_table, cell_table_display, sentences
-from .stats import LOG_T, RAW_T_FLOOR
-from .pubsub import PubSubTables, section_html as pubsub_html
-from .rates import RateTables, section_html as rates_html
-from .routing import RoutingTables, section_html as routing_html
+from .plots import (TOP_LINKS, cdf_plot, delay_plot, link_throughput_plot, save_figure, series_plot,
+                    sweep_plot)
+from .sections import SECTIONS, Page
 
 log = logging.getLogger(__name__)
 
 PLOT_FORMATS = ("png", "svg")
-MODE_COLOURS = {"fragmenting": "tab:blue", "non-fragmenting": "tab:orange"}
 
 
 @dataclass
@@ -44,9 +42,8 @@ class ReportTables:
     links: pd.DataFrame = field(default_factory=pd.DataFrame)
     flows: pd.DataFrame = field(default_factory=pd.DataFrame)
     utilisation: pd.DataFrame = field(default_factory=pd.DataFrame)
-    routing: RoutingTables | None = None     # routing.py; None: not computed
-    pubsub: PubSubTables | None = None       # pubsub.py; None (or not present): no section
-    rates: RateTables | None = None          # rates.py; None (or not present): no section
+    # section name -> what its build returned (spark_analysis/sections/); absent: not built
+    sections: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -65,198 +62,6 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
-
-
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def _save(fig, out: Path, name: str, formats: tuple[str, ...]) -> bytes:
-    plt = _plt()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    png = buf.getvalue()
-    (out / f"{name}.png").write_bytes(png)
-    if "svg" in formats:
-        fig.savefig(out / f"{name}.svg", format="svg")
-    plt.close(fig)
-    return png
-
-
-def _num(v) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def interval_bars(g: pd.DataFrame, mean_col: str = "mean") -> tuple[list[float], list[list[float]]]:
-    """Points and asymmetric error bars (below, above) from ci_centre/ci95_lo/ci95_hi; tables without
-    the bounds fall back to mean ± ci95; no interval draws no bar."""
-    if {"ci_centre", "ci95_lo", "ci95_hi"} <= set(g.columns):
-        centre = [_num(c) if not math.isnan(_num(c)) else _num(m) for c, m in zip(g["ci_centre"], g[mean_col])]
-        lo, hi = [_num(v) for v in g["ci95_lo"]], [_num(v) for v in g["ci95_hi"]]
-    else:
-        centre = [_num(m) for m in g[mean_col]]
-        half = [_num(c) for c in g["ci95"]] if "ci95" in g else [math.nan] * len(g)
-        lo, hi = [c - h for c, h in zip(centre, half)], [c + h for c, h in zip(centre, half)]
-    below = [0.0 if math.isnan(c - v) else max(0.0, c - v) for c, v in zip(centre, lo)]
-    above = [0.0 if math.isnan(v - c) else max(0.0, v - c) for c, v in zip(centre, hi)]
-    return centre, [below, above]
-
-
-def _ci_label(df: pd.DataFrame) -> str:
-    """Axis wording for the intervals a table's rows carry."""
-    methods = set(df["ci_method"].dropna()) - {""} if "ci_method" in df else set()
-    if methods == {LOG_T}:
-        return "geometric mean over reps,\n95% CI (t on logs)"
-    if not methods:
-        return "mean over reps"
-    floor = ", floored at 0" if RAW_T_FLOOR in methods else ""
-    if LOG_T not in methods:
-        return f"mean over reps, 95% CI (t{floor})"
-    return f"over reps, 95% CI (t on logs; t where a value ≤ 0{floor})"
-
-
-def delay_plot(delays: pd.DataFrame):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for (cell, mode), g in delays.groupby(["cell", "mode"], sort=True):
-        x = [BUCKET_ORDER.index(b) for b in g["bucket"]]
-        y, err = interval_bars(g, "mean_delay_s")
-        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=f"{mode} ({cell})")
-    ax.set_xticks(range(len(BUCKET_ORDER)), BUCKET_ORDER)
-    ax.set_xlabel("message size (fragments)")
-    ax.set_ylabel(f"delay (s): {_ci_label(delays)}")
-    ax.set_title("Mean delivery delay by size bucket")
-    ax.grid(alpha=0.3)
-    if len(delays):
-        ax.legend(fontsize="small")
-    return fig
-
-
-def delay_plot_png(delays: pd.DataFrame) -> bytes:
-    buf = io.BytesIO()
-    fig = delay_plot(delays)
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=100)
-    _plt().close(fig)
-    return buf.getvalue()
-
-
-def sweep_plot(key: str, table: pd.DataFrame, metric: str):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    by = "series" if "series" in table.columns else "mode"
-    for series, g in table.groupby(by, sort=True):
-        y, err = interval_bars(g)
-        mode = g["mode"].iloc[0]
-        single = table[by].nunique() == table["mode"].nunique()     # one series per mode: colour by mode
-        ax.errorbar(g["value"], y, yerr=err, marker="o", capsize=3, label=series,
-                    color=MODE_COLOURS.get(mode) if single else None,
-                    linestyle="-" if mode == "fragmenting" else "--")
-    ax.set_xlabel(key)
-    ax.set_ylabel(f"{metric}\n{_ci_label(table)}")
-    ax.set_title(f"{metric} vs {key.split('.')[-1]}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    return fig
-
-
-def cdf_plot(cdf: pd.DataFrame):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for (cell, mode), g in cdf.groupby(["cell", "mode"], sort=True):
-        ax.plot(g["delay_s"], g["q"], label=f"{mode} ({cell}, n={int(g['n_runs'].iloc[0])})")
-    ax.set_xlabel("delivery latency (s)")
-    ax.set_ylabel("fraction of deliveries")
-    ax.set_title("Latency CDF (all repetitions pooled)")
-    ax.grid(alpha=0.3)
-    if len(cdf):
-        ax.legend(fontsize="small")
-    return fig
-
-
-def series_plot(df: pd.DataFrame, x: str, y: str, group: list[str], xlabel: str, ylabel: str, title: str):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for key, g in df.groupby(group, sort=True):
-        label = " ".join(str(k) for k in (key if isinstance(key, tuple) else (key,)))
-        ax.plot(g[x], g[y], label=label, linewidth=1)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    if len(df) and df.groupby(group).ngroups <= 12:
-        ax.legend(fontsize="x-small")
-    return fig
-
-
-MAX_LINK_PANELS = 8
-TOP_LINKS = 5
-
-
-def link_panel_runs(utilisation: pd.DataFrame) -> tuple[list[tuple[str, str]], str]:
-    """The runs (cell, rep) to draw, one panel each, and a note saying which: every run when they fit in
-    MAX_LINK_PANELS, else each cell's first repetition (the first MAX_LINK_PANELS cells)."""
-    runs = sorted({(str(c), str(r)) for c, r in zip(utilisation["cell"], utilisation["rep"])},
-                  key=lambda cr: (cr[0], _rep_key(cr[1])))
-    if len(runs) <= MAX_LINK_PANELS:
-        return runs, f"one panel per run (all {len(runs)} runs)"
-    first: dict[str, tuple[str, str]] = {}
-    for cell, rep in runs:
-        first.setdefault(cell, (cell, rep))
-    shown = list(first.values())[:MAX_LINK_PANELS]
-    more = f" of {len(first)} cells" if len(first) > MAX_LINK_PANELS else ""
-    return shown, f"each cell's first repetition ({len(shown)}{more}; {len(runs)} runs in all)"
-
-
-def _rep_key(rep: str) -> tuple[int, str]:
-    return (int(rep), rep) if rep.isdigit() else (1 << 30, rep)
-
-
-def _busiest(u: pd.DataFrame, top: int) -> list[tuple[str, str]]:
-    """(link, direction) pairs of one run by bytes carried, largest first."""
-    total = u.groupby(["link", "direction"])["bits_per_s"].sum().sort_values(ascending=False)
-    return [tuple(k) for k in total.index[:top]]
-
-
-def link_throughput_plot(utilisation: pd.DataFrame):
-    """One panel per shown run: the busiest links (by bytes) named and coloured, each with its configured
-    rate as a dashed line; the other links thin and grey. Returns (figure, note on the runs shown)."""
-    plt = _plt()
-    shown, note = link_panel_runs(utilisation)
-    cols = 2 if len(shown) > 1 else 1
-    rows = math.ceil(len(shown) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 3.2 * rows), squeeze=False)
-    for ax, (cell, rep) in zip(axes.flat, shown):
-        u = utilisation[(utilisation["cell"].astype(str) == cell) & (utilisation["rep"].astype(str) == rep)].copy()
-        u["t"] = u["bin"] - u["bin"].min()
-        busiest = _busiest(u, TOP_LINKS)
-        for (link, direction), g in u.groupby(["link", "direction"], sort=True):
-            if (link, direction) not in busiest:
-                ax.plot(g["t"], g["bits_per_s"] / 1e3, color="0.75", linewidth=0.6)
-        for i, (link, direction) in enumerate(busiest):
-            g = u[(u["link"] == link) & (u["direction"] == direction)].sort_values("t")
-            colour = f"C{i}"
-            ax.plot(g["t"], g["bits_per_s"] / 1e3, color=colour, linewidth=1.2, label=f"{link} {direction}")
-            rate = _num(g["rate_bps"].dropna().iloc[0]) if "rate_bps" in g and g["rate_bps"].notna().any() else math.nan
-            if not math.isnan(rate):
-                ax.axhline(rate / 1e3, color=colour, linestyle="--", linewidth=0.9)
-        ax.set_title(f"{cell} rep {rep}", fontsize="medium")
-        ax.set_xlabel("seconds since start")
-        ax.set_ylabel("kbit/s (1 s bins)")
-        ax.grid(alpha=0.3)
-        if busiest:
-            ax.legend(fontsize="x-small", title=f"top {len(busiest)} by bytes; dashed: configured rate",
-                      title_fontsize="x-small")
-    for ax in list(axes.flat)[len(shown):]:
-        ax.set_visible(False)
-    return fig, note
 
 
 def _table(df: pd.DataFrame, table_id: str = "") -> str:
@@ -302,48 +107,47 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
              "utilisation": t.utilisation}
     for key, df in t.sweeps.items():
         named[f"sweep_{key.split('.')[-1]}"] = df
-    if t.routing is not None:
-        named.update(t.routing.named())
-    if t.pubsub is not None and t.pubsub.present:
-        named.update(t.pubsub.named())
-    if t.rates is not None and t.rates.present:
-        named.update(t.rates.named())
+    built = [(section, t.sections.get(section.name)) for section in SECTIONS]
+    for section, result in built:
+        named.update(section.tables(result))
     for name, df in named.items():
         if df is not None:
             _save_table(df, out, name)
 
-    delay_png = _save(delay_plot(t.delays), out, "delay_by_size", formats)
+    delay_png = save_figure(delay_plot(t.delays), out, "delay_by_size", formats)
     sweep_html = []
     for key, df in t.sweeps.items():
         metric = str(df["metric"].iloc[0]) if len(df) else "throughput_multi"
-        png = _save(sweep_plot(key, df, metric), out, f"sweep_{key.split('.')[-1]}", formats)
+        png = save_figure(sweep_plot(key, df, metric), out, f"sweep_{key.split('.')[-1]}", formats)
         unit = ("bytes per model second, delivered within the workload window" if metric == "throughput_2plus_Bps"
                 else "messages per second")
         sweep_html.append(f"<h3>throughput of 2+ fragment messages ({unit}) vs {html.escape(key)}</h3>"
                           f"{_img(png, key)}{_table(df)}")
     cdf_html = ""
     if len(t.latency_cdf):
-        cdf_html = _img(_save(cdf_plot(t.latency_cdf), out, "latency_cdf", formats), "latency CDF")
+        cdf_html = _img(save_figure(cdf_plot(t.latency_cdf), out, "latency_cdf", formats), "latency CDF")
     res_html = ""
     if len(t.resources):
-        png = _save(series_plot(t.resources, "t", "pool_occupancy", ["run_mode", "cell", "rep"], "seconds since start",
-                                "recipient pool occupancy (mean over nodes)", "Recipient pool occupancy"),
-                    out, "pool_occupancy", formats)
-        png2 = _save(series_plot(t.resources, "t", "buffers_used", ["run_mode", "cell", "rep"], "seconds since start",
-                                 "buffers in use (mean over nodes)", "Buffer use"), out, "buffer_use", formats)
+        png = save_figure(series_plot(t.resources, "t", "pool_occupancy", ["run_mode", "cell", "rep"],
+                                      "seconds since start", "recipient pool occupancy (mean over nodes)",
+                                      "Recipient pool occupancy"), out, "pool_occupancy", formats)
+        png2 = save_figure(series_plot(t.resources, "t", "buffers_used", ["run_mode", "cell", "rep"],
+                                       "seconds since start", "buffers in use (mean over nodes)", "Buffer use"),
+                           out, "buffer_use", formats)
         res_html = _img(png, "recipient pool occupancy") + _img(png2, "buffer use")
     net_html = ""
     if len(t.utilisation):
         fig, note = link_throughput_plot(t.utilisation)
-        png = _save(fig, out, "link_throughput", formats)
+        png = save_figure(fig, out, "link_throughput", formats)
         net_html = (f"<h3>Link throughput</h3><p>Shown: {html.escape(note)}. Per panel the {TOP_LINKS} links (and "
                     "direction) that carried the most bytes are named, each with its configured rate "
                     "(topology.json) dashed; the other links are grey.</p>" + _img(png, "link throughput"))
     top_flows = t.flows.sort_values("bytes", ascending=False).head(20) if len(t.flows) else t.flows
-    pubsub_section = pubsub_html(t.pubsub, _table, lambda fig, name, alt: _img(_save(fig, out, name, formats), alt))
-    pubsub_link = '<a href="#pubsub">pub/sub</a> · ' if pubsub_section else ""
-    rates_section = rates_html(t.rates, _table, lambda fig, name, alt: _img(_save(fig, out, name, formats), alt))
-    pubsub_link += '<a href="#rates">rate control</a> · ' if rates_section else ""
+    parts = Page(_table, lambda fig, name, alt: _img(save_figure(fig, out, name, formats), alt))
+    shown = [(section, section.html(result, parts)) for section, result in built]
+    shown = [(section, fragment) for section, fragment in shown if fragment]     # a section may show nothing
+    section_links = "".join(f'<a href="#{s.anchor}">{html.escape(s.link)}</a> · ' for s, _ in shown)
+    sections_html = "".join(fragment for _, fragment in shown)
 
     n_runs = len(t.runs)
     headline = "".join(f'<p class="headline"><strong>{html.escape(x)}</strong></p>'
@@ -370,7 +174,7 @@ captured) is in parquet/packets.</p>
 <a href="#comparison">fragmenting vs non-fragmenting</a> ·
 <a href="#sweeps">sweeps</a> · <a href="#delay">delay by size</a> · <a href="#delivery">delivery metrics</a> ·
 <a href="#health">run health</a> · <a href="#resources">resources</a> · <a href="#network">network</a> ·
-<a href="#routing">routing</a> · {pubsub_link}<a href="#runs">per run</a></p>
+{section_links}<a href="#runs">per run</a></p>
 <h2 id="summary">Summary per cell, mode and metric</h2>{_table(t.summary, "summary-table")}
 <h2 id="comparison">Fragmenting vs non-fragmenting</h2>
 <p>Cells whose parameters differ only in the mode, side by side; ratio = fragmenting mean / non-fragmenting mean;
@@ -395,8 +199,7 @@ timing suspect.</p>
 <h3>Buffer classes (index = hops made)</h3>{_table(t.buffer_classes, "buffer-table")}
 <h2 id="network">Network (from the pcaps)</h2>{net_html}
 <h3>Links</h3>{_table(t.links, "links-table")}<h3>Largest flows</h3>{_table(top_flows, "flows-table")}
-<h2 id="routing">Routing</h2>{routing_html(t.routing, _table)}
-{pubsub_section}{rates_section}<h2 id="runs">Per-run figures</h2>{_table(t.runs, "runs-table")}
+{sections_html}<h2 id="runs">Per-run figures</h2>{_table(t.runs, "runs-table")}
 </body></html>
 """
     (out / "report.html").write_text(page, encoding="utf-8")

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from node.schema import validate, validate_optional
-from spark_analysis import pubsub
+from spark_analysis.sections import pubsub
 from spark_analysis.__main__ import report
 from spark_analysis.layout import find_runs
 

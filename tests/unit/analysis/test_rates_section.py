@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from spark_analysis.rates import RateTables, figures, section_html, statements
+from spark_analysis.sections.rates import RateTables, figures, section_html, statements
 
 
 def tables(overflow_on: int = 0) -> RateTables:

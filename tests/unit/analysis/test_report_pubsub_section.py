@@ -1,4 +1,4 @@
-"""The report's Publish/subscribe section (spark_analysis/pubsub.py), the parts that need no Spark: the
+"""The report's Publish/subscribe section (spark_analysis/sections/pubsub.py), the parts that need no Spark: the
 minimum tree, the brokers' graph, the verdicts and the HTML (tests/integration/analysis/test_pubsub_report.py
 runs the Spark side on a synthetic run directory)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from spark_analysis import pubsub
+from spark_analysis.sections import pubsub
 from spark_analysis.layout import Run, find_runs
 from spark_analysis.report import _table
 
@@ -160,9 +160,9 @@ def test_report_writes_the_pubsub_tables_only_when_present(tmp_path: Path) -> No
     base = report.ReportTables(pd.DataFrame(), pd.DataFrame(), empty)
     without = report.write(tmp_path / "a", "synthetic", base).read_text()
     assert "pubsub" not in without and not list((tmp_path / "a").glob("pubsub*"))
-    base.pubsub = pubsub.PubSubTables()
+    base.sections["pubsub"] = pubsub.PubSubTables()
     assert report.write(tmp_path / "b", "synthetic", base).read_text() == without
-    base.pubsub = _tables()
+    base.sections["pubsub"] = _tables()
     text = report.write(tmp_path / "c", "synthetic", base).read_text()
     assert 'href="#pubsub"' in text and 'id="pubsub"' in text and "data:image/png;base64," in text
     assert (tmp_path / "c" / "pubsub_latency_c.png").is_file()

@@ -1,4 +1,4 @@
-"""The report's Routing section (spark_analysis/routing.py) on tiny synthetic run directories: no Spark."""
+"""The report's Routing section (spark_analysis/sections/routing.py) on tiny synthetic run directories: no Spark."""
 from __future__ import annotations
 
 import html
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from node.errors import UserError
-from spark_analysis import routing
+from spark_analysis.sections import routing
 from spark_analysis.layout import Run, find_runs
 from spark_analysis.report import _table
 
@@ -218,7 +218,7 @@ def test_report_writes_the_routing_tables(tables: routing.RoutingTables, tmp_pat
 
     empty = pd.DataFrame(columns=["cell", "mode", "bucket", "mean_delay_s", "ci95", "n", "messages"])
     page = report.write(tmp_path / "out", "synthetic", report.ReportTables(pd.DataFrame(), pd.DataFrame(), empty,
-                                                                          routing=tables))
+                                                                          sections={"routing": tables}))
     text = page.read_text()
     assert 'id="routing"' in text and 'id="routing-convergence-table"' in text
     conv = pd.read_csv(tmp_path / "out" / "routing_convergence.csv")

@@ -71,7 +71,7 @@ def test_a_throughput_of_zero_in_some_repetitions_keeps_its_interval_at_or_above
 
 def test_the_wording_of_the_intervals_names_the_floor_only_where_one_was_cut() -> None:
     from spark_analysis.headline import _methods
-    from spark_analysis.report import _ci_label
+    from spark_analysis.plots import ci_label as _ci_label
     rows = lambda *m: [pd.Series({"frag_ci_method": m[0], "nonfrag_ci_method": m[1]})]
     assert _methods(rows(LOG_T, LOG_T)) == "geometric means; 95% CI, t on logs"
     assert _methods(rows(RAW_T, RAW_T)) == "means; 95% CI, t on raw values (a value was not > 0)"

@@ -25,7 +25,8 @@ from typing import Any, Callable
 import pandas as pd
 import yaml
 
-from .layout import Run
+from ..layout import Run
+from .base import Page, RunData, Section
 
 MA_WIDTH = 60                    # the paper's moving-average width (root queue, Fig. 12), in samples
 OVERFLOW = "overflow"            # node/rate/admission.py OVERFLOW (the refusal reason of a full client queue)
@@ -122,8 +123,8 @@ def build(spark, runs: list[Run], submissions) -> RateTables:
     """`submissions`: the schema-checked submission records of the runs (spark_analysis.records.read)."""
     from pyspark.sql import functions as F
 
-    from . import records
-    from .compare import _to_pandas
+    from .. import records
+    from ..compare import _to_pandas
 
     rt = RateTables()
     clocks = {(r.cell, r.rep): run_clock(r) for r in runs if has_records(r)}
@@ -249,9 +250,9 @@ def _finish(ax, burst: tuple[float, float] | None, ylabel: str, title: str) -> N
 
 def figures(rt: RateTables) -> list[tuple[Any, str, str]]:
     """(figure, name, alt) of the paper's four figures."""
-    from .report import _plt
+    from ..plots import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     out = []
     fig, ax = plt.subplots(figsize=(7, 4))
     for (ctl, client, cell, rep), g in rt.overflow_curve.groupby(["control", "client", "cell", "rep"], sort=True):
@@ -313,3 +314,24 @@ period, also 1 s), and the figure shows the moving average of {MA_WIDTH} samples
 {table(rt.overflow, "rate-overflow-table")}
 {imgs}
 """
+
+
+class RateSection(Section):
+    name = anchor = "rates"
+    link = "rate control"
+    step = "MQ rate control (rates.jsonl, overflowed submissions)"
+
+    def wanted(self, runs: list[Run]) -> bool:
+        return any_records(runs)
+
+    def build(self, data: RunData) -> RateTables:
+        return build(data.spark, data.runs, data.submissions)
+
+    def tables(self, built: RateTables | None) -> dict[str, pd.DataFrame]:
+        return built.named() if built is not None and built.present else {}
+
+    def html(self, built: RateTables | None, page: Page) -> str:
+        return section_html(built, page.table, page.figure)
+
+
+SECTION = RateSection()

@@ -31,7 +31,9 @@ import pandas as pd
 
 from node.errors import UserError
 
-from .layout import Run
+from ..layout import Run
+from .base import Page, RunData, Section
+from .routing import read_events
 
 DURABLE, LIVE = "durable", "non-durable"
 KINDS = (DURABLE, LIVE)
@@ -270,8 +272,6 @@ def read_subscriber(path: Any) -> dict:
 
 def restart_times(run: Run) -> dict[str, list[float]]:
     """node -> times of its `restart` events (events.jsonl; checked against node/schema.py)."""
-    from .routing import read_events
-
     out: dict[str, list[float]] = defaultdict(list)
     for ev in read_events(run):
         if ev.get("event") != "restart":
@@ -359,7 +359,7 @@ def _read(spark, runs: list[Run], files_of: Callable[[Run], list[Any]], kind: st
     """One DataFrame of the files of every run, with cell and rep; None when there are none."""
     from pyspark.sql import functions as F
 
-    from .records import check_file
+    from ..records import check_file
 
     frames = []
     for run in runs:
@@ -397,7 +397,7 @@ def latency_tables(receipts) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(p50/p90/p99/max per cell, topic and kind, receipts of the repetitions pooled; the CDF points)."""
     from pyspark.sql import functions as F
 
-    from .compare import CDF_POINTS
+    from ..compare import CDF_POINTS
 
     agg = (receipts.groupBy("cell", "topic", "kind")
            .agg(F.countDistinct("rep").alias("runs"), F.count(F.lit(1)).alias("receipts"),
@@ -611,9 +611,9 @@ def verdict(row: dict) -> str:
 
 def cdf_figure(cdf: pd.DataFrame, cell: str, max_curves: int = MAX_CURVES):
     """The latency CDF of one cell: one curve per topic (per topic and kind when a topic has both)."""
-    from .report import _plt
+    from ..plots import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     shown = list(dict.fromkeys(cdf["series"]))[:max_curves]     # in the order given
     for series in shown:
@@ -709,3 +709,25 @@ A durable receipt missing is a failure (durable must lose nothing); non-durable 
 {alarm}
 {table(pt.losses, "pubsub-losses-table")}
 """
+
+
+class PubSubSection(Section):
+    name = anchor = "pubsub"
+    link = "pub/sub"
+    step = "publish/subscribe (publications, receipts, broker counters)"
+    alone = "publications"
+
+    def has_records(self, runs: list[Run]) -> bool:
+        return any_records(runs)
+
+    def build(self, data: RunData) -> PubSubTables:
+        return build(data.spark, data.runs)
+
+    def tables(self, built: PubSubTables | None) -> dict[str, pd.DataFrame]:
+        return built.named() if built is not None and built.present else {}
+
+    def html(self, built: PubSubTables | None, page: Page) -> str:
+        return section_html(built, page.table, page.figure)
+
+
+SECTION = PubSubSection()

@@ -27,7 +27,8 @@ import pandas as pd
 from node import schema
 from node.errors import UserError
 
-from .layout import Run
+from ..layout import Run
+from .base import Page, RunData, Section
 
 REASONS = ("initial", "cost", "switch", "withdrawn", "unreachable", "static")
 TIMELINE_ROWS = 50              # route changes shown per node and run (the last ones)
@@ -547,3 +548,23 @@ still following the monitor's moving average), before the next link change or {C
 whichever comes first.</p>
 {table(rt.convergence, "routing-convergence-table")}
 {policy}"""
+
+
+class RoutingSection(Section):
+    name = anchor = link = "routing"
+    step = "routing (routes.jsonl, link monitor, convergence)"
+
+    def build(self, data: RunData) -> RoutingTables:
+        rt = build(data.runs)
+        rt.policy_delay, rt.policy_note = policy_delays(data.deliveries, data.runs)
+        return rt
+
+    def tables(self, built: RoutingTables | None) -> dict[str, pd.DataFrame]:
+        return {} if built is None else built.named()
+
+    def html(self, built: RoutingTables | None, page: Page) -> str:
+        # always there: without routing records it says the runs used static routing
+        return f'<h2 id="routing">Routing</h2>{section_html(built, page.table)}\n'
+
+
+SECTION = RoutingSection()
