@@ -103,14 +103,6 @@ def test_node_modules_load_no_testbed_module(imported: dict[str, subprocess.Comp
 
 # --- the module graph, from the source -------------------------------------------------------------
 
-# Cycles in files other engineers are changing now; each entry is one strongly connected component (its
-# modules). A cycle found here passes only when it lies inside an entry. THIS LIST MUST END EMPTY: an entry
-# goes as soon as its cycle is gone (test_known_cycles_are_still_there fails until it is removed).
-KNOWN_CYCLES: tuple[frozenset[str], ...] = (
-    frozenset({"spark_analysis.pubsub", "spark_analysis.rates", "spark_analysis.report"}),
-)
-
-
 @dataclass(frozen=True)
 class Import:
     source: str         # the importing module
@@ -273,16 +265,7 @@ def test_a_package_above_the_target_counts_unless_it_holds_the_importer(graph: G
 
 def test_no_import_cycle(graph: Graph) -> None:
     found = strongly_connected(graph.successors())
-    for component in found:
-        print(describe(component, graph) + "\n")
-    unexpected = [c for c in found if not any(c <= known for known in KNOWN_CYCLES)]
-    assert not unexpected, "import cycles:\n" + "\n".join(describe(c, graph) for c in unexpected)
-
-
-def test_known_cycles_are_still_there(graph: Graph) -> None:
-    found = strongly_connected(graph.successors())
-    gone = [sorted(known) for known in KNOWN_CYCLES if not any(c <= known for c in found)]
-    assert not gone, f"these cycles are gone: remove them from KNOWN_CYCLES: {gone}"
+    assert not found, "import cycles:\n" + "\n".join(describe(c, graph) for c in found)
 
 
 def test_node_imports_no_testbed_and_no_analysis_module(graph: Graph) -> None:
