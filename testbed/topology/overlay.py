@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from testbed.topology.model import Direction, Link, Topology
 
 if TYPE_CHECKING:
-    from testbed.scenario.spec import NodesSpec
+    from testbed.scenario.parts import NodesSpec
 
 DAEMON_KEY = "daemon"
 MTA_NEIGHBOURS_KEY = "mta_neighbours"
