@@ -1,7 +1,8 @@
 """The independent loss checker: is every accepted message copy delivered once, reported, still held, or lost?
 
     from testbed.accounting import check_run
-    verdict = check_run(Path("runs/exp/mode-fragmenting/1"))
+    from testbed.subsystems import SUBSYSTEMS
+    verdict = check_run(Path("runs/exp/mode-fragmenting/1"), SUBSYSTEMS)
     verdict.ok(max_late=None)          # False on any lost or duplicated copy, or more late than max_late
 
 It reads only the run directory (records and the spools the teardown left),

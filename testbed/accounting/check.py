@@ -18,15 +18,18 @@ What is final, from node/mta.py and node/reports.py:
 - Non-delivery report messages (kind "ndr", originator "mailer-daemon",
   node/reports.py) are accounted apart: delivered (`ndr_delivered`), expired
   (an `ndr_made` about the report itself, final), late (held), or lost.
+- Copies a subsystem stores under message ids of its own (its `copy_prefixes`,
+  testbed/subsystems/) are its to account: the checker leaves them out. The
+  caller passes the subsystems (testbed.subsystems.SUBSYSTEMS): the registry
+  sits above this package, which it uses.
 """
 from __future__ import annotations
 
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, Sequence
 
-from node.broker.kinds import PUB_PREFIX
 from node.reports import REPORT_KIND, REPORTER
 from testbed.accounting.records import RecordReader, reason_group, recipients
 from testbed.accounting.spools import SPOOL_FILE, SpoolUnreadable, read_spool
@@ -35,9 +38,16 @@ from testbed.accounting.verdict import Pair, Place, ReportAccount, Verdict
 NDR_PREFIX = "ndr."      # node/reports.py names a report "ndr.<msg_id>.<dst>"
 
 
-def check_run(rep_dir: Path) -> Verdict:
-    """The verdict for the repetition directory `rep_dir` (see the module docstring); never raises on bad input."""
+class AccountsApart(Protocol):
+    """What the checker needs of a subsystem (testbed/subsystems/base.py)."""
+    copy_prefixes: tuple[str, ...]
+
+
+def check_run(rep_dir: Path, subsystems: Sequence[AccountsApart] = ()) -> Verdict:
+    """The verdict for the repetition directory `rep_dir` (see the module docstring); never raises on bad input.
+    `subsystems`: whose stored copies to leave out (testbed.subsystems.SUBSYSTEMS for a whole run)."""
     rep_dir = Path(rep_dir)
+    apart = tuple(p for sub in subsystems for p in sub.copy_prefixes)
     reader = RecordReader(rep_dir)
     node_dirs = node_directories(rep_dir)
     verdict = Verdict(rep_dir=rep_dir, nodes=[d.name for d in node_dirs])
@@ -83,8 +93,8 @@ def check_run(rep_dir: Path) -> Verdict:
             held.setdefault(pair, []).extend(Place(d.name, state, n) for state, n in sorted(states.items()))
         spool_delivered |= spool.delivered
         for row in spool.accepted:
-            if row.msg_id.startswith(PUB_PREFIX):
-                continue         # a broker's publication copy: accounted per subscription (publications.jsonl)
+            if apart and row.msg_id.startswith(apart):
+                continue         # a subsystem's copy: the subsystem accounts it
             is_report = row.originator == REPORTER or row.msg_id.startswith(NDR_PREFIX)
             for dst in row.dsts:
                 pair = (row.msg_id, dst)

@@ -15,7 +15,8 @@ EXIT_FAILED = 1       # a repetition lost or duplicated copies, or had more late
 
 def _check(args: argparse.Namespace) -> int:
     from testbed import accounting
-    from testbed.accounting import pubsub, stall
+    from testbed.accounting import stall
+    from testbed.subsystems import SUBSYSTEMS
 
     root = Path(args.run_dir)
     if args.max_late is not None and args.max_late < 0:
@@ -29,23 +30,24 @@ def _check(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     all_ok = True
     for rep in reps:
-        verdict = accounting.check_run(rep)
+        verdict = accounting.check_run(rep, SUBSYSTEMS)
         max_late = args.max_late if args.max_late is not None else accounting.scenario_max_late(rep)
-        pubs = pubsub.account(rep)
-        ok = verdict.ok(max_late) and (pubs is None or pubs["ok"])
+        checked = [(sub, sub.checked(rep)) for sub in SUBSYSTEMS]     # each subsystem's own account
+        ok = verdict.ok(max_late) and all(sub.check_ok(acc) for sub, acc in checked)
         all_ok = all_ok and ok
         name = accounting.label(rep)
         stalled = _stall_info(rep)
         if args.json:
             rows.append({"repetition": name, "dir": str(rep), **verdict.to_dict(max_late, limit=None),
-                         **({"pubsub": pubs} if pubs is not None else {}),
+                         **{k: v for _, acc in checked for k, v in acc.items()},
                          **({"stall": stalled} if stalled else {})})
             continue
         _say(accounting.verdict_line(name, verdict, max_late))
         for line in accounting.verdict_details(verdict):
             _say(f"  {line}")
-        if pubs is not None:
-            _say(f"  {pubsub.line(pubs)}")
+        for sub, acc in checked:
+            for line in sub.check_lines(acc):
+                _say(f"  {line}")
         if stalled:
             _say(f"  {stall.text(stalled)}")
         rows.append({"ok": ok, **{k: getattr(verdict, k) for k in _COUNTS}})

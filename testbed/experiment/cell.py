@@ -1,10 +1,10 @@
 """One repetition of one cell: from an empty machine to a complete run directory.
 
 build network -> write node configs -> start daemons -> wait healthy -> host
-monitor -> subscriber clients -> warm-up -> workload + fault timeline for the
-duration -> drain (spools empty, durable subscriptions read) -> stop subscribers
-and daemons -> tear down -> loss check -> summary.json (and `.complete` when it
-all ran).
+monitor -> the subsystems' clients -> warm-up -> workload + fault timeline for
+the duration -> drain (spools empty, the subsystems' clients served) -> stop the
+clients and daemons -> tear down -> loss check -> summary.json (and `.complete`
+when it all ran). The subsystems come from their registry (testbed/subsystems/).
 
 Teardown always happens (finally). A stop request (Ctrl-C in the runner) ends
 the current phase promptly; what was collected stays and the summary says the
@@ -20,22 +20,21 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from node.errors import UserError
 from testbed import accounting
-from testbed.accounting import pubsub, rates, stall
+from testbed.accounting import stall
 from testbed.experiment import nodeconfig, summary, timescale, workload
 from testbed.experiment.daemons import NodeDaemons
 from testbed.experiment.driver import WorkloadDriver
 from testbed.experiment.faults import Timeline
 from testbed.experiment.hostmon import HostMonitor
 from testbed.experiment.progress import Progress
-from testbed.experiment.consumer import RootConsumer
-from testbed.experiment.subscribers import Subscribers
 from testbed.network import Network
 from testbed.scenario.loader import dump_resolved
 from testbed.scenario.spec import Scenario
+from testbed.subsystems import SUBSYSTEMS, Clients, RunContext
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +98,7 @@ class _CellRun:
         self.hostmon: HostMonitor | None = None
         self.driver: WorkloadDriver | None = None
         self.timeline: Timeline | None = None
-        self.subscribers: Subscribers | None = None
-        self.consumer: RootConsumer | None = None
+        self.clients: list[Clients] = []        # the subsystems' clients, in registry order
         self.drain: dict[str, Any] | None = None
         self.delivered = 0
         # when the nodes' delivered total last changed (monotonic): the drain stops once the network is stalled
@@ -133,19 +131,20 @@ class _CellRun:
         if self.stop.is_set() and not reason:
             complete, reason = False, "interrupted"
         # Only now: the daemons are stopped, so every spool file holds what its node held at the end.
-        verdict = accounting.check_run(self.rep_dir)
+        verdict = accounting.check_run(self.rep_dir, SUBSYSTEMS)
         result = summary.write_summary(self.rep_dir, self.model, complete=complete, reason=reason, drain=self.drain,
                                        verdict=verdict)
-        self._announce(verdict, result.get("pubsub"), result.get("rate_control"), result.get("stall"))
+        self._announce(verdict, result)
         if complete:
             (self.rep_dir / COMPLETE_MARKER).write_text(f"{time.time()}\n")
         if error is not None:
             raise error
         return CellResult(complete, reason, result, verdict)
 
-    def _announce(self, verdict: accounting.Verdict, pubs: dict | None, rate: dict | None = None,
-                  stalled: dict | None = None) -> None:
-        """The checker's verdict on the console (and in runner.log through the progress display)."""
+    def _announce(self, verdict: accounting.Verdict, result: dict) -> None:
+        """The checker's verdict on the console (and in runner.log through the progress display), then each
+        subsystem's lines about its part of the summary `result`."""
+        stalled = result.get("stall")
         try:
             line = accounting.verdict_line(accounting.label(self.rep_dir), verdict, self.model.max_late)
             # a deadlock holds its copies (late), it loses none: the verdict says stalled
@@ -154,10 +153,9 @@ class _CellRun:
                 self.progress.event(f"  {stall.text(stalled)}")
             for line in accounting.verdict_details(verdict):
                 self.progress.event(f"  {line}")
-            if pubs:
-                self.progress.event(f"  {pubsub.line(pubs)}")
-            if rate:
-                self.progress.event(f"  {rates.line(rate)}")
+            for sub in SUBSYSTEMS:
+                for line in sub.console(result):
+                    self.progress.event(f"  {line}")
         except Exception:  # noqa: BLE001 - a broken console must not lose the run's summary
             log.exception("cannot show the loss checker's verdict")
 
@@ -186,21 +184,16 @@ class _CellRun:
                                 f"{SESSION_TIMEOUT:.0f} s; starting anyway")
         self.hostmon = HostMonitor(self.rep_dir / "host.jsonl", self.daemons.pids)
         self.hostmon.start()
-        if wall.subscriptions:
-            self.subscribers = Subscribers(wall.subscriptions, self.rep_dir,
-                                           address=lambda n: nodeconfig.mgmt_target(self.network, n),
-                                           reachable=self.daemons.reachable, tokens=tokens)
-            late = self.subscribers.start(SESSION_TIMEOUT, self.stop)
-            if late:
-                self.progress.event(f"subscribers not subscribed after {SESSION_TIMEOUT:.0f} s: {', '.join(late)}; "
-                                    f"starting anyway (they keep trying)")
-
-        if wall.rate_control.enabled:
-            self.consumer = RootConsumer(wall.rate_control,
-                                         nodeconfig.mgmt_target(self.network, wall.rate_control.root),
-                                         self.rep_dir, reachable=self.daemons.reachable,
-                                         token=tokens.get(wall.rate_control.root, ""))
-            self.consumer.start()
+        ctx = RunContext(self.rep_dir, address=lambda n: nodeconfig.mgmt_target(self.network, n),
+                         reachable=self.daemons.reachable, tokens=tokens,
+                         client=lambda n: self.daemons.client(n, timeout=5.0))
+        for sub in SUBSYSTEMS:
+            clients = sub.clients(wall, ctx)
+            if clients is None:
+                continue
+            self.clients.append(clients)
+            for line in clients.start(SESSION_TIMEOUT, self.stop):
+                self.progress.event(line)
 
         if wall.workload.warmup > 0:
             self.phase("warmup")
@@ -220,11 +213,7 @@ class _CellRun:
         finally:
             self.driver.stop()
             self.timeline.stop()
-        self.network.record_event("workload_end", "all", planned=self.driver.planned,
-                                  submitted=self.driver.submitted, accepted=self.driver.accepted,
-                                  refused=self.driver.refused, unreachable=self.driver.unreachable,
-                                  published=self.driver.published, publish_refused=self.driver.publish_refused,
-                                  publish_unreachable=self.driver.publish_unreachable)
+        self.network.record_event("workload_end", "all", **self.driver.counters())
 
         self.phase("drain")
         self.drain = self._drain(wall.workload.drain, wall.workload.stall_after)
@@ -299,13 +288,14 @@ class _CellRun:
                     continue
                 delivered += int(st.get("delivered", 0))
                 activity += _activity(st)
-                held = int(st.get("spool_messages", 0)) + int(st.get("broker", {}).get("inbox", 0))
+                held = int(st.get("spool_messages", 0)) + sum(sub.held(st) for sub in SUBSYSTEMS)
                 # Fragments sent but not yet acknowledged belong to no queued message: still in flight.
                 if held or int(st.get("spool_fragments", 0)):
                     remaining[n] = max(held, 1)
-            if not remaining and self.subscribers is not None:
-                # publications queued for durable subscriptions: their clients are still reading them
-                remaining.update(self.subscribers.backlog(lambda n: self.daemons.client(n, timeout=5.0)))
+            if not remaining:
+                # what the nodes still hold for the subsystems' clients: they are still reading it
+                for clients in self.clients:
+                    remaining.update(clients.backlog())
             elapsed = time.monotonic() - t0
             submitted = self.driver.submitted if self.driver else 0
             self._saw_delivered(delivered)
@@ -332,13 +322,13 @@ class _CellRun:
             self.progress.phase(self.cell, self.rep, "teardown")
         except Exception:  # noqa: BLE001 - a broken console must not block teardown
             pass
-        for what, fn in (("driver", lambda: self.driver and self.driver.stop()),
-                         ("subscribers", lambda: self.subscribers and self.subscribers.stop()),
-                         ("consumer", lambda: self.consumer and self.consumer.stop()),
-                         ("fault timeline", lambda: self.timeline and self.timeline.stop()),
-                         ("host monitor", lambda: self.hostmon and self.hostmon.stop()),
-                         ("daemons", lambda: self.daemons and self.daemons.stop_all()),
-                         ("network", lambda: self.network and self.network.stop())):
+        steps: list[tuple[str, Callable[[], Any]]] = [("driver", lambda: self.driver and self.driver.stop())]
+        steps += [(clients.name, clients.stop) for clients in self.clients]
+        steps += [("fault timeline", lambda: self.timeline and self.timeline.stop()),
+                  ("host monitor", lambda: self.hostmon and self.hostmon.stop()),
+                  ("daemons", lambda: self.daemons and self.daemons.stop_all()),
+                  ("network", lambda: self.network and self.network.stop())]
+        for what, fn in steps:
             try:
                 fn()
             except Exception as exc:  # noqa: BLE001
@@ -346,10 +336,9 @@ class _CellRun:
 
 
 def _activity(stats: dict[str, Any]) -> int:
-    """A number that grows whenever the node moves anything (frames in or out, deliveries, publications)."""
+    """A number that grows whenever the node moves anything (frames in or out, deliveries, what its subsystems
+    move)."""
     n = int(stats.get("delivered", 0))
     for link in (stats.get("neighbours") or {}).values():
         n += int(link.get("frags_in", 0)) + int(link.get("frags_out", 0)) + int(link.get("retransmissions", 0))
-    broker = stats.get("broker") or {}
-    n += int(broker.get("copies_in", 0)) + int(broker.get("live_in", 0)) + int(broker.get("local", 0))
-    return n
+    return n + sum(sub.activity(stats) for sub in SUBSYSTEMS)

@@ -1,13 +1,13 @@
-"""The workload driver: submits the planned messages (and publications) at their wall times.
+"""The workload driver: submits the planned messages (and the items subsystems send) at their wall times.
 
 One thread per submitting node, so a node that hangs (paused) or is gone
 (killed) delays only its own submissions. The node's own submissions.jsonl is
 the record of what it accepted or refused; the driver adds to workload.jsonl
 only the submissions that never reached a node (it was down, paused, or did
 not answer), so `offered = accepted + refused + unreachable` holds.
-Publications (planned items with a `topic`) are recorded by the node in
-publications.jsonl; the driver counts those it could not make
-(`publish_unreachable`, `publish_refused`: summary.json's pubsub section).
+A planned item a subsystem claims (testbed/subsystems/: `submits`) is sent by
+that subsystem's `submit`, and the driver counts its outcomes under the
+subsystem's `counters`; the node keeps the record of those.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from node.client import NodeClient
 from node.errors import UserError
+from testbed.subsystems import SUBSYSTEMS, Subsystem
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,9 @@ class WorkloadDriver:
     def __init__(self, network: Any, schedule: Sequence[Planned], time_scale: float, rep_dir: Path,
                  address: Callable[[str], str] | None = None,
                  reachable: Callable[[str], bool] | None = None,
-                 tokens: dict[str, str] | None = None) -> None:
+                 tokens: dict[str, str] | None = None, subsystems: Sequence[Subsystem] = SUBSYSTEMS) -> None:
         self.network = network
+        self.subsystems = tuple(subsystems)
         self.tokens = tokens or {}      # node -> the run's admin token (security.auth): it may send as anyone
         self.schedule = list(schedule)
         self.time_scale = time_scale
@@ -54,9 +56,8 @@ class WorkloadDriver:
         self.accepted = 0
         self.refused = 0
         self.unreachable = 0
-        self.published = 0
-        self.publish_refused = 0
-        self.publish_unreachable = 0
+        # the subsystems' counters of the items they sent (counter -> count)
+        self.extra: dict[str, int] = {c: 0 for sub in self.subsystems for c in sub.counters}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -65,6 +66,12 @@ class WorkloadDriver:
     @property
     def planned(self) -> int:
         return len(self.schedule)
+
+    def counters(self) -> dict[str, int]:
+        """Every count of the driver, the subsystems' after its own (events.jsonl's workload_end)."""
+        with self._lock:
+            return {"planned": self.planned, "submitted": self.submitted, "accepted": self.accepted,
+                    "refused": self.refused, "unreachable": self.unreachable, **self.extra}
 
     def start(self, t0: float | None = None) -> None:
         """Begin at monotonic time t0 (now by default): schedule time 0 is t0."""
@@ -96,9 +103,12 @@ class WorkloadDriver:
             client.close()
 
     def _submit(self, client: NodeClient, p: Planned) -> None:
-        if hasattr(p, "topic"):
-            self._publish(client, p)
-            return
+        for sub in self.subsystems:
+            if sub.submits(p):
+                counter = sub.submit(client, p, self._reachable(p.node))
+                with self._lock:
+                    self.extra[counter] += 1
+                return
         with self._lock:
             self.submitted += 1
         if not self._reachable(p.node):
@@ -115,22 +125,6 @@ class WorkloadDriver:
                 self.accepted += 1
             else:
                 self.refused += 1
-
-    def _publish(self, client: NodeClient, p: Any) -> None:
-        ok = False
-        if self._reachable(p.node):
-            try:
-                r = client.publish(p.topic, size=p.size, priority=min(p.priority, 15))
-                ok = True
-            except UserError as exc:
-                log.info("publication at %s not made: %s", p.node, exc)
-        with self._lock:
-            if not ok:
-                self.publish_unreachable += 1
-            elif r.accepted:
-                self.published += 1
-            else:
-                self.publish_refused += 1
 
     def _unreachable(self, p: Planned, reason: str) -> None:
         rec = {"ts": time.time(), "node": p.node, "msg_id": "", "src": p.node, "dst": list(p.recipients),

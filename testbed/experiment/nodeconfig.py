@@ -38,6 +38,7 @@ from testbed import secrets
 from testbed.experiment import holdtime
 from testbed.network import Network
 from testbed.scenario.spec import RoutingSpec, Scenario
+from testbed.subsystems import SUBSYSTEMS
 from testbed.topology import overlay, routing
 from testbed.topology.model import Topology
 
@@ -114,25 +115,9 @@ def node_configs(scenario: Scenario, network: Network, rep_dir: Path) -> dict[st
             wiring["routing"] = dynamic[name]
         if name in sessions:       # slow links: a whole batch must cross within the hold time
             wiring["session"] = sessions[name]
-        rate = rate_config(scenario, name)
-        if rate:
-            wiring["rate"] = rate
+        for sub in SUBSYSTEMS:           # each subsystem's own config sections (testbed/subsystems/)
+            wiring.update(sub.node_config(scenario, name))
         out[name] = merged_config(scenario, name, wiring)
-    return out
-
-
-def rate_config(scenario: Scenario, name: str) -> dict[str, Any]:
-    """The node's `rate:` section from the scenario's `rate_control` (empty when it has no role). In wall units."""
-    rc = scenario.rate_control
-    if not rc.enabled or (name != rc.root and name not in rc.clients):
-        return {}
-    out: dict[str, Any] = {"clients": list(rc.clients), "rate_bps": rc.rate, "interval": rc.interval,
-                           "policy": rc.rule}
-    if name == rc.root:
-        # a refused piece is offered again a quarter of a consumer period later: soon after room was made
-        out.update(role="root", queue_limit=rc.root_queue, consumer=rc.consumer.user, retry=rc.consumer.every / 4)
-    else:
-        out.update(role="client", root=rc.root, queue_limit=rc.client_queue, burst=rc.burst)
     return out
 
 
@@ -209,13 +194,13 @@ def _lay_over(base: dict[str, Any], over: dict[str, Any]) -> None:
 
 def node_users(scenario: Scenario, configs: dict[str, dict]) -> dict[str, list[str]]:
     """The users with a mailbox at each daemon node, who get a token each: the config's `local_users`, the
-    workload's recipient users (at every node: any may be a recipient) and the rate-control consumer at its root."""
+    workload's recipient users (at every node: any may be a recipient) and those a subsystem needs there."""
     workload_users = {g.recipients.user for g in scenario.workload.generators if g.recipients.user}
     out: dict[str, list[str]] = {}
     for name, cfg in configs.items():
         users = set(cfg.get("local_users") or []) | workload_users
-        if cfg.get("rate", {}).get("consumer"):
-            users.add(cfg["rate"]["consumer"])
+        for sub in SUBSYSTEMS:
+            users |= sub.users(cfg)
         out[name] = sorted(users)
     return out
 

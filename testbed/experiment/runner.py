@@ -28,7 +28,8 @@ from typing import Any, Callable, TextIO
 import yaml
 
 from node.errors import UserError
-from testbed.experiment import sweep
+from testbed.experiment import cell as cell_runner, sweep
+from testbed.experiment.summary import check as summary_problems
 from testbed.experiment.progress import Progress
 from testbed.scenario import loader
 from testbed.scenario.spec import Scenario
@@ -258,14 +259,6 @@ def ensure_node_image(progress: Progress) -> None:
 
 # ---- the loop -------------------------------------------------------------------------------
 
-def _default_run_cell() -> RunCell:
-    try:
-        from testbed.experiment.cell import run_cell
-    except ImportError as exc:
-        raise UserError(f"the cell runner (testbed/experiment/cell.py) is not available: {exc}.") from None
-    return run_cell
-
-
 class _RunnerLog:
     """runner.log gets this module's INFO lines whatever the console's verbosity (-v) is."""
 
@@ -318,7 +311,7 @@ def run_experiment(path: str, out: Path, reps: int | None, resume: bool, quick: 
     if run_cell is None:
         if os.geteuid() != 0:
             raise UserError("testbed run must run as root to create network namespaces and interfaces.")
-        run_cell = _default_run_cell()
+        run_cell = cell_runner.run_cell
     if ensure_image is None and needs_docker(plans):
         from testbed.docker_engine import require_engine
         require_engine()       # no engine: one error before the output folder is touched
@@ -434,14 +427,6 @@ def _read_summary(rep_dir: Path) -> dict[str, Any]:
 
 # ---- the final table -----------------------------------------------------------------------
 
-def _check(summary: dict[str, Any]) -> list[str]:
-    try:
-        from testbed.experiment import summary as summary_mod
-        return list(summary_mod.check(summary))
-    except ImportError:
-        return []
-
-
 def _num(summary: dict[str, Any], *keys: str) -> Any:
     value: Any = summary
     for k in keys:
@@ -505,7 +490,7 @@ def print_table(plans: list[RepPlan], stream: TextIO) -> bool:
             problems = True
             print(f"problem: {where} {p.status}{': ' + p.reason if p.reason else ''}", file=stream)
         if p.status in ("complete", "skipped") and p.summary:
-            for text in _check(p.summary):
+            for text in summary_problems(p.summary):
                 print(f"warning: {where}: {text}", file=stream)
             if _fails_check(p.summary):
                 problems = True

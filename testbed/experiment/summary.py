@@ -31,13 +31,8 @@ The loss figures come from the independent checker (testbed/accounting,
 - accounting = the checker's verdict: every class, the first pairs of each,
               where the late ones are held, `ok` (no loss, no duplicate, late
               within the scenario's `max_late`)
-- overflowed, rate_control = MQ rate control (testbed/accounting/rates.py): submissions each client
-              refused with a full queue; assigned rates, queues, the root and its consumer (null without
-              rate_control)
-- pubsub    = the publish/subscribe account (testbed/accounting/pubsub.py): per
-              topic published, expected and received receipts, durable ones late
-              or lost (must be 0), non-durable ones missing (allowed), duplicates;
-              null for a run without publications or subscribers
+- each subsystem's keys (testbed/subsystems/<name>.py says which and what they
+              hold; null for a run that did not use it), and the driver's counters it adds
 Throughput is the thesis' (Brachman 1989 section 6.2.1: "based on end-to-end
 delivery of complete messages", Figures 6.3-6.7 plot messages of 2+
 fragments): delivered copies of 2 or more fragments per model hour of
@@ -57,21 +52,21 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from testbed.accounting import Verdict, check_run, pubsub, rates, stall
+from testbed.accounting import Verdict, check_run, stall
 from testbed.accounting.check import node_directories
 from testbed.accounting.records import MAX_PROBLEM_SAMPLES, RecordReader, conforms, reason_group
 from testbed.accounting.text import where_text
 from testbed.accounting.verdict import late_where
 from testbed.experiment import hostmon
 from testbed.scenario.spec import Scenario
+from testbed.subsystems import SUBSYSTEMS, driver_counters
 
 log = logging.getLogger(__name__)
 
 _conforms = conforms      # the name the schema tests know the fast record check by (it moved to testbed/accounting)
 
 SUMMARY_FILE = "summary.json"
-DRIVER_COUNTERS = ("planned", "submitted", "accepted", "refused", "unreachable", "published", "publish_refused",
-                   "publish_unreachable")
+DRIVER_COUNTERS = ("planned", "submitted", "accepted", "refused", "unreachable") + driver_counters()
 # Thesis Table 6.1 size ranges in fragments, plus anything larger (empirical/fixed sizes)
 BUCKETS: tuple[tuple[str, int, float], ...] = (("1", 0, 1), ("2-30", 2, 30), ("31-100", 31, 100),
                                                (">100", 101, math.inf))
@@ -83,7 +78,7 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
     `verdict` is the loss checker's answer for rep_dir when the caller already has it (else it is made here)."""
     rep_dir = Path(rep_dir)
     if verdict is None:
-        verdict = check_run(rep_dir)
+        verdict = check_run(rep_dir, SUBSYSTEMS)
     # The checker has counted the problems of the record files it reads: `checked_files` reads them again
     # without counting them into the schema figures; `reader` counts the files only the summary reads.
     checked_files = RecordReader(rep_dir)
@@ -161,7 +156,9 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
         throughput["measured_model_s"] = measured
         throughput["model_bytes_per_s_2plus"] = round(large_bytes / measured, 3)
 
-    overflowed, rate_control = rates.account(rep_dir, reader, scenario, submissions)
+    accounts: dict[str, Any] = {}
+    for sub in SUBSYSTEMS:
+        accounts.update(sub.account(rep_dir, reader, scenario, submissions))
     stall_info = _stall(first.values(), ends, host_records, drain, wall_duration, scale, scenario, verdict)
 
     missing = [name for name in ("scenario.yaml", "topology.json", "events.jsonl", "host.jsonl")
@@ -202,9 +199,7 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
         "host_samples": len(host_records),
         "events": dict(sorted(events.items())),
         "driver": driver,
-        "pubsub": pubsub.account(rep_dir, reader),
-        "overflowed": overflowed,
-        "rate_control": rate_control,
+        **accounts,
         "schema": {"problems": verdict.record_problems + reader.problems,
                    "first": (verdict.first_problems + reader.samples)[:MAX_PROBLEM_SAMPLES],
                    "lines": verdict.record_lines + reader.lines},
@@ -270,7 +265,8 @@ def check(summary: dict) -> list[str]:
     if isinstance(sat, dict) and sat.get("saturated"):
         problems.append(f"host CPU above {sat.get('threshold')}% in {100 * float(sat.get('fraction_above', 0)):.0f}% "
                         f"of {sat.get('samples')} samples: the emulation results are not trustworthy")
-    problems.extend(pubsub.problems(summary.get("pubsub") if isinstance(summary.get("pubsub"), dict) else None))
+    for sub in SUBSYSTEMS:
+        problems.extend(sub.problems(summary))
     sch = summary.get("schema")
     if isinstance(sch, dict) and sch.get("problems"):
         first = (sch.get("first") or ["?"])[0]

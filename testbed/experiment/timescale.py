@@ -17,7 +17,8 @@ RBSAD, removal intervals and durations"):
   explicit topology links
 - node settings resources.removal_interval, resources.reservation_timeout,
   resources.rbsad in nodes.all and nodes.per_node
-- rate_control's interval and consumer.every (x) and rate (/)
+- each subsystem's own sections (testbed/subsystems/: `to_wall`), e.g. rate_control's interval and
+  consumer.every (x) and rate (/)
 - the routing stack's times: routing.monitor.interval and .timeout, each
   monitor.links interval, routing.damping.half_life and .max_suppress,
   routing.refresh and .max_age, in the `routing:` section and in the node
@@ -37,6 +38,7 @@ from typing import Any
 
 from testbed.scenario.loader import ScenarioError
 from testbed.scenario.spec import Fault, Generator, LinkOverride, RoutingSpec, Scenario
+from testbed.subsystems import SUBSYSTEMS
 from testbed.topology.model import Direction
 
 log = logging.getLogger(__name__)
@@ -70,10 +72,8 @@ def to_wall(scenario: Scenario) -> Scenario:
     for link in list(wall.links) + list(wall.topology.links):
         _scale_override(link, k)
     _scale_routing(wall.routing, k)
-    rc = wall.rate_control
-    rc.interval *= k
-    rc.rate /= k
-    rc.consumer.every *= k
+    for sub in SUBSYSTEMS:              # the subsystems' own sections (testbed/subsystems/)
+        sub.to_wall(wall, k)
     _scale_node_settings(wall.nodes.all, k)
     for settings in wall.nodes.per_node.values():
         _scale_node_settings(settings, k)

@@ -33,7 +33,7 @@ from testbed.topology.model import Direction, Link, Topology
 
 
 class NodeSettings(Protocol):
-    """What the overlay reads of the scenario's `nodes:` section (testbed.scenario.spec.NodesSpec is one);
+    """What the overlay reads of the scenario's `nodes:` section (testbed.scenario.parts.NodesSpec is one);
     a protocol, so that the topology layer does not import the scenario layer above it."""
 
     @property

@@ -1,7 +1,9 @@
 """The scenario's sections, in the order a resolved scenario file lists them.
 
-A new top-level key is one new module here exporting a `Section` (see base.py)
-and one line in SECTIONS; the loader walks this registry and needs no change.
+A new top-level key is one new module here exporting a `Section` (see base.py;
+its value's dataclass lives in that module too) and one line in SECTIONS: the
+loader walks this registry, and the Scenario (testbed/scenario/spec.py) gets
+the section's attribute, with its `default`, from it; neither needs a change.
 """
 from __future__ import annotations
 

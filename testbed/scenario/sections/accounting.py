@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from testbed.scenario.checks import Check, given
-from testbed.scenario.sections.base import Section
-from testbed.scenario.spec import Scenario
+from testbed.scenario.sections.base import Scenario, Section
 
 
 def _read_max_late(c: Check, raw: Any, s: Scenario) -> None:
@@ -14,4 +13,5 @@ def _read_max_late(c: Check, raw: Any, s: Scenario) -> None:
     s.max_late = None if value is None else c.integer(("max_late",), value, 0)
 
 
-MAX_LATE = Section("max_late", read=_read_max_late, plain=lambda s: s.max_late)
+MAX_LATE = Section("max_late", read=_read_max_late, plain=lambda s: s.max_late,
+                   default=lambda: None)

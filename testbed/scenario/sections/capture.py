@@ -5,9 +5,9 @@ import copy
 from typing import Any
 
 from testbed.scenario.checks import MISSING, Check, KeyPath
-from testbed.scenario.sections.base import Section
+from testbed.scenario.parts import CaptureSpec
+from testbed.scenario.sections.base import Scenario, Section
 from testbed.scenario.sections.refs import link_name
-from testbed.scenario.spec import CaptureSpec, Scenario
 from testbed.topology.model import Topology
 
 
@@ -28,4 +28,5 @@ def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
 
 
 CAPTURE = Section("capture", check=_check,
-                  plain=lambda s: {"links": copy.deepcopy(s.capture.links), "snaplen": s.capture.snaplen})
+                  plain=lambda s: {"links": copy.deepcopy(s.capture.links), "snaplen": s.capture.snaplen},
+                  default=CaptureSpec)

@@ -6,10 +6,10 @@ from typing import Any
 
 from testbed import units
 from testbed.scenario.checks import Check, KeyPath, names_text, show
-from testbed.scenario.sections.base import Section
+from testbed.scenario.parts import Fault
+from testbed.scenario.sections.base import Scenario, Section
 from testbed.scenario.sections.links import DIRECTION_KEYS, parse_direction
 from testbed.scenario.sections.refs import link_name, node_list
-from testbed.scenario.spec import Fault, Scenario
 from testbed.topology.model import Direction, Topology
 
 FAULT_ACTIONS = ("link_down", "link_up", "link_set", "partition", "heal", "kill", "restart", "pause", "resume")
@@ -71,4 +71,4 @@ def _plain(s: Scenario) -> list[dict[str, Any]]:
             for f in s.faults]
 
 
-FAULTS = Section("faults", check=_check, plain=_plain)
+FAULTS = Section("faults", check=_check, plain=_plain, default=list)

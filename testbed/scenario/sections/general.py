@@ -6,8 +6,7 @@ from typing import Any
 
 from testbed import units
 from testbed.scenario.checks import Check, given, show
-from testbed.scenario.sections.base import Section
-from testbed.scenario.spec import Scenario
+from testbed.scenario.sections.base import Scenario, Section
 
 RUNTIMES = ("netns", "docker")
 SHAPERS = ("auto", "netem", "wire")
@@ -43,8 +42,12 @@ def _read_shaper(c: Check, raw: Any, s: Scenario) -> None:
 
 
 NAME = Section("name", read=_read_name, plain=lambda s: s.name)
-SEED = Section("seed", read=_read_seed, plain=lambda s: s.seed)
-DURATION = Section("duration", read=_read_duration, plain=lambda s: s.duration)
-TIME_SCALE = Section("time_scale", read=_read_time_scale, plain=lambda s: s.time_scale)
-RUNTIME = Section("runtime", read=_read_runtime, plain=lambda s: s.runtime)
-SHAPER = Section("shaper", read=_read_shaper, plain=lambda s: s.shaper)
+SEED = Section("seed", read=_read_seed, plain=lambda s: s.seed, default=lambda: 1)
+DURATION = Section("duration", read=_read_duration, plain=lambda s: s.duration,
+                   default=lambda: 60.0)
+TIME_SCALE = Section("time_scale", read=_read_time_scale, plain=lambda s: s.time_scale,
+                     default=lambda: 1.0)
+RUNTIME = Section("runtime", read=_read_runtime, plain=lambda s: s.runtime,
+                  default=lambda: "netns")
+SHAPER = Section("shaper", read=_read_shaper, plain=lambda s: s.shaper,
+                 default=lambda: "auto")

@@ -7,8 +7,8 @@ from typing import Any
 
 from testbed import units
 from testbed.scenario.checks import Check, KeyPath, names_text, show
-from testbed.scenario.sections.base import Section
-from testbed.scenario.spec import LinkOverride, Scenario
+from testbed.scenario.parts import LinkOverride
+from testbed.scenario.sections.base import Scenario, Section
 from testbed.topology.model import Direction, GilbertElliott, Topology
 
 DIRECTION_KEYS = ("delay", "jitter", "loss", "loss_model", "duplicate", "reorder", "rate", "queue")
@@ -90,7 +90,8 @@ def _read_link_defaults(c: Check, raw: Any, s: Scenario) -> None:
     s.link_defaults = parse_direction(c, path, c.mapping(path, raw, DIRECTION_KEYS), Direction())
 
 
-LINK_DEFAULTS = Section("link_defaults", read=_read_link_defaults, plain=lambda s: s.link_defaults.to_scenario())
+LINK_DEFAULTS = Section("link_defaults", read=_read_link_defaults, plain=lambda s: s.link_defaults.to_scenario(),
+                        default=Direction)
 
 
 # ---- links: overrides of generated links ------------------------------------------------------
@@ -116,4 +117,4 @@ def _check_links(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
 
 
 LINKS = Section("links", read=_read_links, check=_check_links, plain=lambda s: [link_plain(l) for l in s.links],
-                needs=("link_defaults",))
+                needs=("link_defaults",), default=list)

@@ -13,8 +13,8 @@ import difflib
 from typing import Any
 
 from testbed.scenario.checks import Check, KeyPath, names_text, show
-from testbed.scenario.sections.base import Section
-from testbed.scenario.spec import NodesSpec, Scenario
+from testbed.scenario.parts import NodesSpec
+from testbed.scenario.sections.base import Scenario, Section
 from testbed.topology import overlay
 from testbed.topology.model import Topology
 
@@ -117,4 +117,4 @@ def _plain(s: Scenario) -> dict[str, Any]:
     return out
 
 
-NODES = Section("nodes", check=_check, plain=_plain)
+NODES = Section("nodes", check=_check, plain=_plain, default=NodesSpec)

@@ -5,8 +5,7 @@ import copy
 from typing import Any
 
 from testbed.scenario.checks import Check
-from testbed.scenario.sections.base import Section
-from testbed.scenario.spec import Scenario
+from testbed.scenario.sections.base import Scenario, Section
 from testbed.topology.model import Topology
 
 
@@ -21,4 +20,4 @@ def section(scenario_keys: tuple[str, ...]) -> Section:
                                        f"workload.drain)")
         s.quick = dict(quick)
 
-    return Section("quick", check=check, plain=lambda s: copy.deepcopy(s.quick))
+    return Section("quick", check=check, plain=lambda s: copy.deepcopy(s.quick), default=dict)

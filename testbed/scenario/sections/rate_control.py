@@ -23,8 +23,8 @@ from node.rate.config import RATE_POLICIES
 from node.names import is_user_name
 from testbed import units
 from testbed.scenario.checks import MISSING, Check, names_text, show
-from testbed.scenario.sections.base import Section
-from testbed.scenario.spec import ConsumerSpec, RateControlSpec, Scenario
+from testbed.scenario.parts import ConsumerSpec, RateControlSpec
+from testbed.scenario.sections.base import Scenario, Section
 from testbed.topology import overlay
 from testbed.topology.model import Topology
 
@@ -93,4 +93,5 @@ def _plain(s: Scenario) -> Any:
             "consumer": {"user": rc.consumer.user, "messages": rc.consumer.messages, "every": rc.consumer.every}}
 
 
-RATE_CONTROL = Section("rate_control", read=_read, check=_check, plain=_plain, needs=("nodes",))
+RATE_CONTROL = Section("rate_control", read=_read, check=_check, plain=_plain, needs=("nodes",),
+                       default=RateControlSpec)

@@ -17,9 +17,9 @@ from typing import Any
 from node.routing.config import CostConfig, DampingConfig, MonitorConfig, ProbeLinkConfig
 from testbed import units
 from testbed.scenario.checks import MISSING, Check, KeyPath, show
-from testbed.scenario.sections.base import Section
+from testbed.scenario.parts import RoutingSpec
+from testbed.scenario.sections.base import Scenario, Section
 from testbed.scenario.sections.refs import link_name
-from testbed.scenario.spec import RoutingSpec, Scenario
 from testbed.topology import overlay
 from testbed.topology.model import Topology
 
@@ -178,4 +178,11 @@ def _plain(s: Scenario) -> dict[str, Any]:
             "max_age": r.max_age}
 
 
-ROUTING = Section("routing", read=_read, check=_check, plain=_plain, shorthand="policy")
+
+def _policy_name(value: Any) -> Any:
+    """The file's shorthand `routing: delay` given to the Scenario's constructor: the whole RoutingSpec."""
+    return RoutingSpec(policy=value) if isinstance(value, str) else value
+
+
+ROUTING = Section("routing", read=_read, check=_check, plain=_plain, shorthand="policy", default=RoutingSpec,
+                  coerce=_policy_name)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from testbed.scenario.checks import Check
-from testbed.scenario.sections.base import Section
-from testbed.scenario.spec import Scenario, SecuritySpec
+from testbed.scenario.parts import SecuritySpec
+from testbed.scenario.sections.base import Scenario, Section
 
 
 def _read(c: Check, raw: Any, s: Scenario) -> None:
@@ -19,4 +19,5 @@ def _read(c: Check, raw: Any, s: Scenario) -> None:
                               auth=c.boolean(("security", "auth"), m.get("auth", False)))
 
 
-SECURITY = Section("security", read=_read, plain=lambda s: {"tls": s.security.tls, "auth": s.security.auth})
+SECURITY = Section("security", read=_read, plain=lambda s: {"tls": s.security.tls, "auth": s.security.auth},
+                   default=SecuritySpec)

@@ -15,8 +15,8 @@ from typing import Any
 from node.broker.topics import pattern_problem
 from node.names import is_user_name
 from testbed.scenario.checks import Check, KeyPath, names_text, show
-from testbed.scenario.sections.base import Section
-from testbed.scenario.spec import Scenario, SubscriptionSpec
+from testbed.scenario.parts import SubscriptionSpec
+from testbed.scenario.sections.base import Scenario, Section
 from testbed.topology.model import Topology
 
 
@@ -55,4 +55,4 @@ def _plain(s: Scenario) -> list[dict[str, Any]]:
     return [{"node": x.node, "pattern": x.pattern, "name": x.name, "durable": x.durable} for x in s.subscriptions]
 
 
-SUBSCRIPTIONS = Section("subscriptions", check=_check, plain=_plain)
+SUBSCRIPTIONS = Section("subscriptions", check=_check, plain=_plain, default=list)

@@ -7,8 +7,8 @@ import itertools
 from typing import Any
 
 from testbed.scenario.checks import Check
-from testbed.scenario.sections.base import Section
-from testbed.scenario.spec import Scenario, SweepSpec
+from testbed.scenario.parts import SweepSpec
+from testbed.scenario.sections.base import Scenario, Section
 from testbed.topology.model import Topology
 
 UNSWEPT = ("sweep", "quick", "name")      # keys a grid cannot vary
@@ -70,4 +70,4 @@ def _plain(s: Scenario) -> dict[str, Any]:
     return out
 
 
-SWEEP = Section("sweep", check=_check, plain=_plain)
+SWEEP = Section("sweep", check=_check, plain=_plain, default=SweepSpec)

@@ -6,8 +6,7 @@ from typing import Any
 from node.errors import UserError
 from testbed.runtime.base import normalise_sysctls
 from testbed.scenario.checks import Check
-from testbed.scenario.sections.base import Section
-from testbed.scenario.spec import Scenario
+from testbed.scenario.sections.base import Scenario, Section
 from testbed.topology.model import Topology
 
 
@@ -31,4 +30,4 @@ def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
     s.sysctls = dict(sysctls)
 
 
-SYSCTLS = Section("sysctls", check=_check, plain=lambda s: dict(s.sysctls))
+SYSCTLS = Section("sysctls", check=_check, plain=lambda s: dict(s.sysctls), default=dict)

@@ -8,9 +8,9 @@ from typing import Any
 
 from node.names import NODE_NAME_RULE, is_node_name
 from testbed.scenario.checks import Check, KeyPath, names_text, show
-from testbed.scenario.sections.base import Section
+from testbed.scenario.parts import TopologySpec
+from testbed.scenario.sections.base import Scenario, Section
 from testbed.scenario.sections.links import link_plain, parse_link_entry
-from testbed.scenario.spec import Scenario, TopologySpec
 from testbed.topology import generators
 from testbed.topology.model import Topology
 
@@ -114,4 +114,5 @@ def _plain(s: Scenario) -> dict[str, Any]:
             "data_pool": t.data_pool, "loopback_pool": t.loopback_pool, "mgmt_pool": t.mgmt_pool}
 
 
-TOPOLOGY = Section("topology", read=_read, check=_check, plain=_plain, needs=("link_defaults",))
+TOPOLOGY = Section("topology", read=_read, check=_check, plain=_plain, needs=("link_defaults",),
+                   default=TopologySpec)

@@ -10,12 +10,11 @@ from typing import Any
 
 from testbed import units
 from testbed.scenario.checks import Check, KeyPath, names_text, show
-from testbed.scenario.sections.base import Section
+from testbed.scenario.parts import Generator, Interarrival, PublishSpec, RecipientChoice, SizeDist, WorkloadSpec
+from testbed.scenario.sections.base import Scenario, Section
 from testbed.scenario.sections.refs import node_list
 from node.broker.topics import topic_problem
 from node.names import is_user_name
-from testbed.scenario.spec import (Generator, Interarrival, PublishSpec, RecipientChoice, Scenario, SizeDist,
-                                   WorkloadSpec)
 from testbed.topology.model import Topology
 
 INTERARRIVALS = ("normal", "exponential", "constant", "piecewise")
@@ -196,4 +195,4 @@ def _plain(s: Scenario) -> dict[str, Any]:
             "generators": [_generator_plain(g) for g in s.workload.generators]}
 
 
-WORKLOAD = Section("workload", check=_check, plain=_plain)
+WORKLOAD = Section("workload", check=_check, plain=_plain, default=WorkloadSpec)

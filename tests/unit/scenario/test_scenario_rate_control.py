@@ -3,8 +3,9 @@ one-line errors."""
 import pytest
 
 from node.registry import config_from_dict as from_dict
-from testbed.experiment import nodeconfig, timescale
+from testbed.experiment import timescale
 from testbed.scenario import ScenarioError, dump_resolved, load_text
+from testbed.subsystems.rate import rate_config
 
 BASE = """\
 name: mq
@@ -48,11 +49,11 @@ def test_time_scale_converts_times_and_the_rate() -> None:
 
 def test_node_configs_carry_each_role() -> None:
     wall = timescale.to_wall(load(GOOD))
-    root, c1 = nodeconfig.rate_config(wall, "root"), nodeconfig.rate_config(wall, "c1")
+    root, c1 = rate_config(wall, "root"), rate_config(wall, "c1")
     assert root == {"clients": ["c1", "c2"], "rate_bps": 4e6, "interval": 2.0, "policy": "decile", "role": "root",
                     "queue_limit": 4_000_000, "consumer": "app", "retry": 0.25}
     assert c1["role"] == "client" and c1["root"] == "root" and c1["queue_limit"] == 1_000_000
-    assert nodeconfig.rate_config(wall, "r1") == {}
+    assert rate_config(wall, "r1") == {}
     # the node's own loader takes them (the testbed validates every config before a daemon starts)
     for name, rate in (("root", root), ("c1", c1)):
         peers = {"c1": "127.0.0.1:1", "c2": "127.0.0.1:2"} if name == "root" else {"root": "127.0.0.1:3"}
