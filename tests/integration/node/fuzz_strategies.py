@@ -24,7 +24,6 @@ crash (Fuzzer.log_problems).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import math
 import re
@@ -36,11 +35,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import grpc
-import yaml
 from hypothesis import strategies as st
 
 from node.broker.topics import pattern_problem, topic_problem
 from node.codec import SEQ_MAX
+from node.config import as_dict, dump
 from node.registry import config_from_dict as from_dict
 from node.link import GRPC_OPTIONS, VERSION
 from node.names import is_user_name
@@ -72,12 +71,12 @@ def build_network(workdir: Path) -> LocalNet:
     try:
         for name in LINK_TARGETS:
             node = net.nodes[name]
-            raw = dataclasses.asdict(node.cfg)
+            raw = as_dict(node.cfg)
             raw["neighbours"][FAKE] = f"127.0.0.1:{free_port()}"      # nothing listens there: the fuzzer plays it
             if name == "n3":
                 raw["routing"]["mode"] = "dynamic"
             node.cfg = from_dict(raw)
-            node.cfg_path.write_text(yaml.safe_dump(dataclasses.asdict(node.cfg), sort_keys=False))
+            node.cfg_path.write_text(dump(node.cfg))
         net.start(wait=False)       # LocalNet.wait_sessions would wait for FAKE, which never comes by itself
         for name in NAMES:
             net.wait_ready(name)

@@ -1,15 +1,13 @@
 """Helpers for the resource-management integration tests: ring routes, a load generator, a progress watchdog."""
 from __future__ import annotations
 
-import dataclasses
 import random
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import yaml
-
+from node.config import dump
 from testbed.localnet import LocalNet
 
 # Fast session timers so a test never waits long on a dead peer.
@@ -31,7 +29,7 @@ def set_routes(net: LocalNet, routes: dict[str, dict[str, str]]) -> None:
     for name, table in routes.items():
         node = net.nodes[name]
         node.cfg.routes = dict(table)
-        node.cfg_path.write_text(yaml.safe_dump(dataclasses.asdict(node.cfg), sort_keys=False))
+        node.cfg_path.write_text(dump(node.cfg))
 
 
 @dataclass
