@@ -49,6 +49,7 @@ from node.names import is_message_id, is_node_name, is_user_name
 from node.peer import Peer
 from node.records import Records
 from node.reports import NewMessage
+from node.routing import CopyHeader
 from node.rpc import link_pb2, pubsub_pb2
 from node.piece import Piece
 from node.spool import Spool
@@ -168,14 +169,15 @@ class Broker:
                                    publish_ts=now, expires_ts=now + (lifetime or self.cfg.default_lifetime),
                                    hops=0, payload=payload, publisher=publisher, size=n)
         matched = self.interest.matching(topic)
-        durable, live = self._split(pub, matched, big=n > self._live_max())
+        route: dict[str, str | None] = {}       # target -> next hop: the router is asked once per target
+        durable, live = self._split(pub, matched, big=n > self._live_max(), route=route)
         if durable:
-            reason = await self._handle(pub, 0, durable, inbox_id=None)
+            reason = await self._handle(pub, 0, durable, inbox_id=None, route=route)
             if reason:
                 self.counters.refused += 1
                 return pubsub_pb2.PublishReply(accepted=False, reason=reason)
         if live:
-            self._live_forward(pub, 0, live)
+            self._live_forward(pub, 0, live, route)
         self.counters.published += 1
         expected = sorted(f"{node}/{s.name}" for node, subs in matched.items() for s in subs)
         expected_durable = sorted(f"{node}/{s.name}" for node, subs in matched.items() for s in subs if s.durable)
@@ -185,7 +187,8 @@ class Broker:
         return pubsub_pb2.PublishReply(accepted=True, pub_id=pub_id, expected=len(expected),
                                        expected_durable=len(expected_durable))
 
-    def _split(self, pub: link_pb2.Publication, matched: dict[str, list[Sub]], big: bool) -> tuple[set[str], set[str]]:
+    def _split(self, pub: link_pb2.Publication, matched: dict[str, list[Sub]], big: bool,
+               route: dict[str, str | None]) -> tuple[set[str], set[str]]:
         """(durable targets, live targets). A next hop gets one copy: a stored one when any target beyond it has
         a durable subscription (the others ride along), a live frame otherwise; a publication too big for one
         frame always goes stored (the engine fragments it). Downstream a stored copy stays stored."""
@@ -197,7 +200,7 @@ class Broker:
             if t == self.me:
                 (durable if t in wants_durable else live).add(t)
             else:
-                groups[self._next_hop(pub, t)].add(t)
+                groups[self._next_hop(pub, t, route)].add(t)
         for ts in groups.values():
             (durable if big or ts & wants_durable else live).update(ts)
         return durable, live
@@ -277,14 +280,15 @@ class Broker:
             return None
         return await self._handle(pub, hops, set(pub.targets), inbox_id=msg_id)
 
-    async def _handle(self, pub: link_pb2.Publication, hops: int, targets: set[str], inbox_id: str | None) -> str | None:
+    async def _handle(self, pub: link_pb2.Publication, hops: int, targets: set[str], inbox_id: str | None,
+                      route: dict[str, str | None] | None = None) -> str | None:
         """Store what one publication does here (local durable queues, copies for next hops, the targets handled,
         the inbox row gone) in one transaction, then hand it to local live subscribers. None when done."""
         while True:
             local = self.me in targets
             queue_for = [s.name for s in self.durable.values() if local and matches(s.pattern, pub.topic)]
             body = _stored(pub) if queue_for else b""
-            messages = self._copies(pub, hops, targets - {self.me})
+            messages = self._copies(pub, hops, targets - {self.me}, {} if route is None else route)
             op = store.op_handle(self.me, pub, hops, targets, queue_for, body, inbox_id)
             try:
                 reason = await self.engine.originate_together(messages, op)
@@ -306,12 +310,13 @@ class Broker:
             self._to_live_subscribers(pub, hops)
         return None
 
-    def _copies(self, pub: link_pb2.Publication, hops: int, remote: set[str]) -> list[NewMessage]:
+    def _copies(self, pub: link_pb2.Publication, hops: int, remote: set[str],
+                route: dict[str, str | None]) -> list[NewMessage]:
         """One stored copy per next hop, carrying the targets beyond it (a target with no route now: a copy
         addressed to it, kept by the engine as an orphan until a route appears)."""
         groups: dict[str, list[str]] = defaultdict(list)
         for t in sorted(remote):
-            hop = self._next_hop(pub, t)
+            hop = self._next_hop(pub, t, route)
             groups[hop if hop is not None else t].append(t)
         lifetime = max(0.001, pub.expires_ts - time.time())
         out = []
@@ -322,10 +327,14 @@ class Broker:
                                   orphan_ok=True))
         return out
 
-    def _next_hop(self, pub: link_pb2.Publication, target: str) -> str | None:
-        header = Piece(f"{PUB_PREFIX}{pub.pub_id}", target, 0, pub.size, 0, self.me, pub.publisher, [],
-                       pub.priority, pub.publish_ts, pub.expires_ts, PUB_KIND, 1, b"")
-        return self.engine.router.next_hop(header)
+    def _next_hop(self, pub: link_pb2.Publication, target: str, route: dict[str, str | None]) -> str | None:
+        """The next hop of the copy for `target`, asked of the router once per publication and target here
+        (`route` keeps the answers of this handling)."""
+        if target not in route:
+            route[target] = self.engine.router.next_hop(CopyHeader(
+                msg_id=f"{PUB_PREFIX}{pub.pub_id}", dst=target, src=self.me, originator=pub.publisher,
+                prio=pub.priority, kind=PUB_KIND))
+        return route[target]
 
     # -- the live path ------------------------------------------------------------------------------
     def _on_live(self, peer: Peer, frame: link_pb2.Frame) -> None:
@@ -344,9 +353,10 @@ class Broker:
         if hops > self.bc.max_hops:
             self.counters.hop_limit += 1
             return
-        self._live_forward(pub, hops, set(pub.targets))
+        self._live_forward(pub, hops, set(pub.targets), {})
 
-    def _live_forward(self, pub: link_pb2.Publication, hops: int, targets: set[str]) -> None:
+    def _live_forward(self, pub: link_pb2.Publication, hops: int, targets: set[str],
+                      route: dict[str, str | None]) -> None:
         fresh = set()
         for t in targets:
             before = self._recent.get((pub.pub_id, t))
@@ -362,7 +372,7 @@ class Broker:
             self._to_live_subscribers(pub, hops)
         groups: dict[str, list[str]] = defaultdict(list)
         for t in sorted(fresh - {self.me}):
-            hop = self._next_hop(pub, t)
+            hop = self._next_hop(pub, t, route)
             groups[hop or ""].append(t)
         for hop, ts in groups.items():
             p = self.peers.get(hop)

@@ -15,14 +15,30 @@ next-hop table alone) for tests of the engine.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from node.piece import Piece
 from node.routing.static import StaticRouter
 
 
+@dataclass(frozen=True)
+class CopyHeader:
+    """A message copy as the router sees it, for a copy that is not a stored piece yet (a broker's onward copy):
+    a Piece answers the same attributes."""
+    msg_id: str
+    dst: str
+    src: str
+    originator: str
+    prio: int
+    kind: str = ""
+    users: list[str] = field(default_factory=list)
+    off: int = 0
+    data: bytes | None = None          # the first bytes of the body (keyword rules), if any
+
+
 class Router(Protocol):
-    def next_hop(self, copy: Piece) -> str | None:
+    def next_hop(self, copy: Piece | CopyHeader) -> str | None:
         """The neighbour to send this copy to, or None when there is no route (the copy becomes an orphan)."""
 
     def watch(self, changed: Callable[[], None]) -> None:
@@ -41,4 +57,4 @@ class Router(Protocol):
         """`peer` refused a copy for good (fail-over passes it over for a while)."""
 
 
-__all__ = ["Router", "StaticRouter"]
+__all__ = ["CopyHeader", "Router", "StaticRouter"]
