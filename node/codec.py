@@ -1,6 +1,6 @@
 """The wire codec of the Link protocol: Fragment and Run frames <-> spool pieces.
 
-Frames from a neighbour are validated here (one reason string per refused
+Frames from a neighbour are validated here (one Refusal per refused
 fragment); the engine only ever sees valid pieces. A Run frame carries
 consecutive fragments of one message copy with the header once.
 """
@@ -14,6 +14,7 @@ from node.names import is_message_id, is_node_name, is_user_name
 from node.reports import REPORT_KIND, REPORTER
 from node.rpc import link_pb2
 from node.piece import Piece
+from node.refusal import Refusal
 
 # a subsystem's message kinds a neighbour may pass on: kind -> (msg_id, originator) -> accepted
 # (node/subsystem.py MessageKind.accept, collected by the engine's hooks)
@@ -64,18 +65,19 @@ def _check_range(off: int, n: int, total: int, cfg: NodeConfig) -> str | None:
     return None
 
 
-def piece_from_frame(f: link_pb2.Fragment, cfg: NodeConfig, accept: Accept = NO_KINDS) -> Piece | str:
-    """Validate a Fragment frame from a neighbour; a string is the reason to refuse it."""
+def piece_from_frame(f: link_pb2.Fragment, cfg: NodeConfig, accept: Accept = NO_KINDS) -> Piece | Refusal:
+    """Validate a Fragment frame from a neighbour: the piece, or why it is refused (for good)."""
     reason = _check_header(f, cfg, accept) or _check_range(f.offset, len(f.data), f.total_size, cfg)
     if reason:
-        return reason
+        return Refusal(reason)
     return Piece(f.msg_id, f.recipients[0].node, f.offset, f.total_size, f.hops, f.src, f.originator,
                  [r.user for r in f.recipients], f.priority, f.submit_ts, f.expires_ts, f.kind,
                  f.fragments or 1, bytes(f.data))
 
 
-def pieces_from_run(run: link_pb2.Run, cfg: NodeConfig, accept: Accept = NO_KINDS) -> list[tuple[int, Piece | str]]:
-    """(seq, piece or reason to refuse it) for every fragment of a Run frame; the header is checked once."""
+def pieces_from_run(run: link_pb2.Run, cfg: NodeConfig,
+                    accept: Accept = NO_KINDS) -> list[tuple[int, Piece | Refusal]]:
+    """(seq, piece or why it is refused) for every fragment of a Run frame; the header is checked once."""
     h = run.head
     data = run.data
     reason = _check_header(h, cfg, accept)
@@ -85,19 +87,19 @@ def pieces_from_run(run: link_pb2.Run, cfg: NodeConfig, accept: Accept = NO_KIND
         reason = "a run whose sequence numbers overflow"
     if reason:
         # refusals name sequence numbers; those past the 64-bit range cannot be named and are dropped
-        return [(h.seq + i, reason) for i in range(min(len(data), max(0, SEQ_MAX - h.seq + 1)))]
+        return [(h.seq + i, Refusal(reason)) for i in range(min(len(data), max(0, SEQ_MAX - h.seq + 1)))]
     # shared by all pieces of the run: nothing mutates these per piece
     dst = h.recipients[0].node
     users = [r.user for r in h.recipients]
     msg_id, total, hops, src, originator = h.msg_id, h.total_size, h.hops, h.src, h.originator
     prio, submit_ts, expires_ts, kind, frags = h.priority, h.submit_ts, h.expires_ts, h.kind, h.fragments or 1
-    out: list[tuple[int, Piece | str]] = []
+    out: list[tuple[int, Piece | Refusal]] = []
     seq, off = h.seq, h.offset
     limit = cfg.limits.max_frame_bytes
     for d in data:
         n = len(d)
         if n > limit or off + n > total or (n == 0 and total > 0):
-            out.append((seq, _check_range(off, n, total, cfg) or "bad byte range"))
+            out.append((seq, Refusal(_check_range(off, n, total, cfg) or "bad byte range")))
         else:
             out.append((seq, Piece(msg_id, dst, off, total, hops, src, originator, users, prio, submit_ts,
                                    expires_ts, kind, frags, d)))

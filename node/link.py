@@ -265,14 +265,14 @@ class LinkSession:
                 kind = fr.WhichOneof("kind")
                 if kind == "fragment":
                     p = piece_from_frame(fr.fragment, self.cfg, accept)
-                    if isinstance(p, str):
-                        refused.append((fr.fragment.seq, p))
+                    if isinstance(p, Refusal):
+                        refused.append((fr.fragment.seq, p.reason))
                     else:
                         frags.append((fr.fragment.seq, p))
                 elif kind == "run":
                     for seq, p in pieces_from_run(fr.run, self.cfg, accept):
-                        if isinstance(p, str):
-                            refused.append((seq, p))
+                        if isinstance(p, Refusal):
+                            refused.append((seq, p.reason))
                         else:
                             frags.append((seq, p))
                 elif kind == "ack":

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from node.piece import Piece, split
+from node.refusal import Refusal
 from node.reports import NewMessage
 from node.resource_manager import CONGESTED
 from node.spool import MAIL_KINDS, Op, Spool
@@ -76,7 +77,7 @@ class Origination:
         # (an RPC, a session) is cancelled, or a durable message would sit unqueued until a restart
         return await asyncio.shield(self._originate(m))
 
-    def _prepare(self, m: NewMessage) -> "Prepared | str":
+    def _prepare(self, m: NewMessage) -> "Prepared | Refusal":
         """The pieces of a message this node originates, routed and admitted; or why it is refused."""
         n = len(m.payload)
         msg_id = m.msg_id or f"{self.e.me}-{uuid.uuid4().hex[:16]}"
@@ -101,23 +102,23 @@ class Origination:
                 hops[p.dst] = self.e.router.next_hop(p)
         unroutable = sorted(d for d, h in hops.items() if h is None)
         if unroutable and not m.orphan_ok:
-            return f"no route to {unroutable[0]}"
+            return Refusal(f"no route to {unroutable[0]}")
         if not m.kind:          # user mail only: a report or a subsystem's message is never refused for room
             for h in sorted({h for h in hops.values() if h is not None}):
                 full = self.e.policy.link_full(h)
                 if full:
-                    return f"{CONGESTED} ({full} at {self.e.me})"
+                    return Refusal(f"{CONGESTED} ({full} at {self.e.me})")
         reason = self.e.policy.admit_submission(pieces, frags, internal=m.kind != "")
         if reason:
-            return reason
+            return Refusal(reason)
         return Prepared(m, msg_id, dsts, now, prio, frags, pieces,
                         Spool.op_origin(msg_id, m.originator, dsts, n, prio, now, expires))
 
     async def _originate(self, m: NewMessage) -> tuple[bool, str, str]:
         n = len(m.payload)
         prep = self._prepare(m)
-        if isinstance(prep, str):
-            return self._refuse_submission(m.originator, m.recipients, n, prep)
+        if isinstance(prep, Refusal):
+            return self._refuse_submission(m.originator, m.recipients, n, prep.reason)
         pieces, msg_id = prep.pieces, prep.msg_id
         every = pieces
         try:
@@ -147,11 +148,11 @@ class Origination:
         preps: list[Prepared] = []
         for m in messages:
             prep = self._prepare(m)
-            if isinstance(prep, str):
+            if isinstance(prep, Refusal):
                 for done in preps:
                     for p in done.pieces:
                         self.e.policy.dropped(p)
-                return prep
+                return prep.reason
             preps.append(prep)
         inserts = [Spool.op_insert(prep.pieces) for prep in preps]
 

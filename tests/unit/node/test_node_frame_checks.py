@@ -31,20 +31,20 @@ from tests.unit.node.test_node_seams import Wire
 ])
 def test_neighbour_frames_with_bad_headers_are_refused(kw: dict, expect: str) -> None:
     reason = piece_from_frame(frag(**kw), CFG)
-    assert isinstance(reason, str) and expect in reason
+    assert isinstance(reason, Refusal) and expect in reason.reason
 
 
 def test_a_report_made_by_a_node_passes() -> None:
     p = piece_from_frame(frag(kind="ndr", msg_id="ndr.n1-abc.n3", originator="mailer-daemon"), CFG)
-    assert not isinstance(p, str) and p.kind == "ndr"
+    assert not isinstance(p, Refusal) and p.kind == "ndr"
 
 
 def test_a_run_whose_sequence_numbers_overflow_is_refused_not_an_exception() -> None:
     head = frag(seq=SEQ_MAX - 1, data=b"", total_size=30)
     out = pieces_from_run(link_pb2.Run(head=head, data=[b"x" * 10] * 3), CFG)
     assert [seq for seq, _r in out] == [SEQ_MAX - 1, SEQ_MAX]           # the third cannot even be named
-    assert all(isinstance(r, str) and "overflow" in r for _s, r in out)
-    assert [link_pb2.Refuse(seq=s, reason=r).seq for s, r in out] == [SEQ_MAX - 1, SEQ_MAX]
+    assert all(isinstance(r, Refusal) and "overflow" in r.reason for _s, r in out)
+    assert [link_pb2.Refuse(seq=s, reason=r.reason).seq for s, r in out] == [SEQ_MAX - 1, SEQ_MAX]
 
 
 def test_a_failed_store_answers_not_now_and_the_retry_is_stored(tmp_path: Path) -> None:

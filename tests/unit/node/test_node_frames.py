@@ -7,6 +7,7 @@ from node import config
 
 from node import registry
 from node.codec import frame_from_piece, piece_from_frame
+from node.refusal import Refusal
 from node.piece import split
 from node.rpc import link_pb2
 from node.piece import Piece
@@ -43,7 +44,7 @@ def test_valid_fragment_becomes_a_piece() -> None:
 ])
 def test_bad_fragments_are_refused_with_a_reason(kw: dict, words: str) -> None:
     reason = piece_from_frame(frag(**kw), CFG)
-    assert isinstance(reason, str) and words in reason
+    assert isinstance(reason, Refusal) and words in reason.reason
 
 
 def test_frame_round_trip_counts_a_hop() -> None:

@@ -7,6 +7,7 @@ from node import config
 
 from node import registry
 from node.codec import MAX_RUN, frames_from_pieces, piece_from_frame, pieces_from_run
+from node.refusal import Refusal
 from node.piece import split
 from node.rpc import link_pb2
 from node.piece import Piece
@@ -64,15 +65,15 @@ def test_a_bad_run_header_refuses_every_fragment_and_a_bad_range_only_its_own() 
     bad_head.CopyFrom(frames[0].run)
     bad_head.head.hops = 0
     got = pieces_from_run(bad_head, CFG)
-    assert len(got) == len(ps) and all(isinstance(r, str) and "hop count" in r for _s, r in got)
+    assert len(got) == len(ps) and all(isinstance(r, Refusal) and "hop count" in r.reason for _s, r in got)
     too_long = link_pb2.Run()
     too_long.CopyFrom(frames[0].run)
     too_long.data.append(b"x" * 600)                  # past the end of the 5500-byte message
     got = pieces_from_run(too_long, CFG)
     assert all(isinstance(q, Piece) for _s, q in got[:-1])
-    assert isinstance(got[-1][1], str) and "does not fit" in got[-1][1]
+    assert isinstance(got[-1][1], Refusal) and "does not fit" in got[-1][1].reason
     huge = link_pb2.Run(head=frames[0].run.head, data=[b""] * (MAX_RUN + 1))
-    assert all(isinstance(r, str) for _s, r in pieces_from_run(huge, CFG))
+    assert all(isinstance(r, Refusal) for _s, r in pieces_from_run(huge, CFG))
 
 
 def test_range_delete_removes_exactly_the_acknowledged_pieces(tmp_path: Path) -> None:
