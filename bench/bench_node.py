@@ -22,8 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.localnet import LocalNet, NetnsLinks  # noqa: E402
-from node.piece import split  # noqa: E402
-from node.piece import Piece
+from node.piece import Piece  # noqa: E402
 from node.spool import Spool  # noqa: E402
 
 N = 30_000

@@ -29,7 +29,6 @@ from typing import Any
 
 import yaml
 
-from node import config as node_config
 
 from node import registry
 from node.routing.config import ProbeLinkConfig

@@ -2,7 +2,6 @@
 slowest link within the hold time, or the receiver ends the session mid-transfer and the transfer restarts
 for ever (the livelock seen on Fig. 6.4's ring at 40 kbit/s)."""
 from experiment_scenarios import node_configs_of as configs
-from node import config as node_config
 from node import registry
 from testbed.experiment import holdtime, timescale
 from testbed.scenario import load_text

@@ -3,7 +3,6 @@ the start-up fallback, per-link probe settings at both ends, and per-node rules 
 import pytest
 
 from experiment_scenarios import node_configs_of as configs
-from node import config as node_config
 from node import registry
 from node.errors import UserError
 from testbed.experiment import timescale

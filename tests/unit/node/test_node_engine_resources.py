@@ -20,9 +20,9 @@ from node.transfer_queue import TransferQueue
 
 def cfg_for(tmp: Path, mode: str = "fragmenting", **res) -> config.NodeConfig:
     return registry.config_from_dict({"name": "n3", "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2",
-                             "neighbours": {"n2": "127.0.0.1:3", "n4": "127.0.0.1:4"}, "routes": {"n5": "n4", "n1": "n2"},
-                             "mode": mode, "fragment_size": 100, "wire_chunk": 100, "records_dir": str(tmp),
-                             "resources": res})
+                                      "neighbours": {"n2": "127.0.0.1:3", "n4": "127.0.0.1:4"}, "routes": {"n5": "n4", "n1": "n2"},
+                                      "mode": mode, "fragment_size": 100, "wire_chunk": 100, "records_dir": str(tmp),
+                                      "resources": res})
 
 
 async def engine(tmp: Path, mode: str = "fragmenting", **res):

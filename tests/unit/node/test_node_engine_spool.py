@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def cfg_for(tmp: Path, name: str = "n3", mode: str = "fragmenting", **kw) -> config.NodeConfig:
     return registry.config_from_dict({"name": name, "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2",
-                             "neighbours": {"n2": "127.0.0.1:3", "n4": "127.0.0.1:4"}, "routes": {"n5": "n4", "n1": "n2"},
-                             "mode": mode, "fragment_size": 100, "wire_chunk": 100, "records_dir": str(tmp),
-                             **kw})
+                                      "neighbours": {"n2": "127.0.0.1:3", "n4": "127.0.0.1:4"}, "routes": {"n5": "n4", "n1": "n2"},
+                                      "mode": mode, "fragment_size": 100, "wire_chunk": 100, "records_dir": str(tmp),
+                                      **kw})
 
 
 def pieces_of(payload: bytes, msg: str = "m1", dst: str = "n3", hops: int = 2, chunk: int = 100,

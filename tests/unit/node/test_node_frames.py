@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import pytest
 
-from node import config
-
 from node import registry
 from node.codec import frame_from_piece, piece_from_frame
 from node.refusal import Refusal
@@ -13,7 +11,7 @@ from node.rpc import link_pb2
 from node.piece import Piece
 
 CFG = registry.config_from_dict({"name": "n2", "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2",
-                        "wire_chunk": 1000, "limits": {"max_message_size": 10_000, "max_frame_bytes": 2000, "max_hops": 8}})
+                                 "wire_chunk": 1000, "limits": {"max_message_size": 10_000, "max_frame_bytes": 2000, "max_hops": 8}})
 
 
 def frag(**kw) -> link_pb2.Fragment:

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node import config
-
 from node import registry
 from node.codec import MAX_RUN, frames_from_pieces, piece_from_frame, pieces_from_run
 from node.refusal import Refusal
@@ -14,7 +12,7 @@ from node.piece import Piece
 from node.spool import Spool
 
 CFG = registry.config_from_dict({"name": "n2", "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2", "wire_chunk": 1000,
-                        "limits": {"max_message_size": 100_000, "max_frame_bytes": 2000, "max_hops": 8}})
+                                 "limits": {"max_message_size": 100_000, "max_frame_bytes": 2000, "max_hops": 8}})
 
 
 def _pieces(msg: str = "m1", size: int = 5500, chunk: int = 1000, dst: str = "n3") -> list[Piece]:

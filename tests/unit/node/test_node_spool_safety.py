@@ -110,15 +110,13 @@ def test_a_failing_fsync_refuses_instead_of_acknowledging(tmp_path: Path) -> Non
     import json
     import time
 
-    from node import config
-
     from node import registry
     from node.mta import make_engine
     from node.records import Records
     from node.piece import Piece
 
     cfg = registry.config_from_dict({"name": "n3", "data_listen": "127.0.0.1:1", "mgmt_listen": "127.0.0.1:2",
-                            "neighbours": {"n2": "127.0.0.1:3"}, "records_dir": str(tmp_path)})
+                                     "neighbours": {"n2": "127.0.0.1:3"}, "records_dir": str(tmp_path)})
 
     def transit(msg: str) -> Piece:
         return Piece(msg, "n2", 0, 10, 1, "n1", "alice", ["bob"], 1, time.time(), time.time() + 60, "", 1, b"x" * 10)

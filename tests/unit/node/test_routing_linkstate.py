@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from node import config
-
 from node import registry
 from node.peer import Peer
 from node.records import Records
@@ -18,8 +16,8 @@ from node.spool import Spool
 
 def make(tmp_path: Path, spool: Spool) -> tuple[DynamicTable, dict[str, Peer]]:
     cfg = registry.config_from_dict({"name": "n1", "data_listen": "127.0.0.1:7000", "mgmt_listen": "127.0.0.1:7001",
-                            "neighbours": {"n2": "127.0.0.1:7002", "n3": "127.0.0.1:7004"},
-                            "routing": {"mode": "dynamic", "monitor": {"enabled": False}}})
+                                     "neighbours": {"n2": "127.0.0.1:7002", "n3": "127.0.0.1:7004"},
+                                     "routing": {"mode": "dynamic", "monitor": {"enabled": False}}})
     table = DynamicTable(cfg, spool, Records(tmp_path, "n1"), StaticRouter(cfg.neighbours, {}))
     peers = {n: Peer(n, queue=None, capabilities=frozenset({CAPABILITY})) for n in ("n2", "n3")}  # type: ignore[arg-type]
     for p in peers.values():

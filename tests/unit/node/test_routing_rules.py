@@ -6,8 +6,6 @@ from typing import Any
 
 import pytest
 
-from node import config
-
 from node import registry
 from node.config import ConfigError
 from node.errors import UserError

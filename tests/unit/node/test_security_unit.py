@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from node import config
-
 from node import registry
 from node.config import ConfigError
 from node.errors import UserError
@@ -27,7 +25,7 @@ BASE = {"name": "n1", "data_listen": "127.0.0.1:7000", "mgmt_listen": "127.0.0.1
 
 def test_security_section_loads_and_relative_paths_are_in_records_dir() -> None:
     cfg = registry.config_from_dict({**BASE, "records_dir": "/r/n1", "data_listen_also": ["10.0.0.1:7000"],
-                            "security": {"tls": {"cert": "node.crt", "key": "/abs/k", "ca": "ca.crt"},
+                                     "security": {"tls": {"cert": "node.crt", "key": "/abs/k", "ca": "ca.crt"},
                                          "auth": {"admin": digest("a"), "users": {"alice": digest("b")}}}})
     assert cfg.security.tls.enabled and cfg.security.auth.enabled
     assert cfg.security_path("node.crt") == Path("/r/n1/node.crt") and cfg.security_path("/abs/k") == Path("/abs/k")
