@@ -33,18 +33,18 @@ from node.config import NodeConfig
 from node import expiry
 from node.hooks import EngineHooks
 from node.metrics import engine_snapshot
-from node.origination import Origination
+from node.origination import NewMessage, Origination
 from node.payloads import PayloadReader
 from node.peer import Peer
+from node.piece import Piece
 from node.policy import AdmissionPolicy, make_policy
 from node.records import Records
 from node.refusal import Refusal
-from node.reports import REPORT_KIND, NewMessage, Reporter
+from node.reports import REPORT_KIND, Reporter
 from node.resource_manager import RETRY_CAP
 from node.routing import Router, StaticRouter
 from node.routing.cache import CopyRoutes
 from node.rpc import link_pb2
-from node.piece import Piece
 from node.spool import MAIL_KINDS, Op, Spool
 from node.states import PieceState as S
 

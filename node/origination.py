@@ -17,7 +17,6 @@ from typing import Any
 
 from node.piece import Piece, split
 from node.refusal import Refusal
-from node.reports import NewMessage
 from node.resource_manager import CONGESTED
 from node.spool import MAIL_KINDS, Op, Spool
 from node.states import PieceState as S
@@ -29,6 +28,20 @@ log = logging.getLogger("node.mta")
 # SUBMIT_CHUNK pieces, each forwardable once durable, so the first fragments travel while the rest are written.
 SUBMIT_CHUNK = 256
 SUBMIT_EARLY_MIN = 2 * SUBMIT_CHUNK
+
+
+@dataclass
+class NewMessage:
+    """A message this node originates: a user's submission, a report or a subsystem's
+    message (`kind`: its message kind)."""
+    originator: str
+    recipients: list[tuple[str, str]]        # (node, user)
+    payload: bytes
+    priority: int
+    lifetime: float
+    kind: str = ""
+    msg_id: str | None = None
+    orphan_ok: bool = False                  # no route now: keep it as an orphan instead of refusing it
 
 
 @dataclass

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from typing import Awaitable, Callable
 
+from node.origination import NewMessage
 from node.records import Records
 from node.piece import Piece
 from node.spool import Spool
@@ -21,19 +21,6 @@ from node.spool import Spool
 REPORT_KIND = "ndr"
 REPORTER = "mailer-daemon"
 NOTED_MAX = 10_000      # recent reports remembered to keep one record per copy, event and reason
-
-
-@dataclass
-class NewMessage:
-    """A message this node originates: from a user's submission or a report."""
-    originator: str
-    recipients: list[tuple[str, str]]        # (node, user)
-    payload: bytes
-    priority: int
-    lifetime: float
-    kind: str = ""
-    msg_id: str | None = None
-    orphan_ok: bool = False                  # no route now: keep it as an orphan instead of refusing it
 
 
 Originate = Callable[[NewMessage], Awaitable[tuple[bool, str, str]]]

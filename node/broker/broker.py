@@ -48,7 +48,7 @@ from node.mta import Engine
 from node.names import is_message_id, is_node_name, is_user_name
 from node.peer import Peer
 from node.records import Records
-from node.reports import NewMessage
+from node.origination import NewMessage
 from node.routing import CopyHeader
 from node.rpc import link_pb2, pubsub_pb2
 from node.piece import Piece

@@ -22,7 +22,7 @@ from node.hooks import MessageKind
 from node.piece import Piece
 from node.refusal import Refusal
 from node.registry import SUBSYSTEMS, config_from_dict
-from node.reports import NewMessage
+from node.origination import NewMessage
 from node.rpc import control_pb2, control_pb2_grpc, link_pb2
 from node.subsystem import Authorizer, FrameHandler, Subsystem
 from testbed.localnet import free_port
