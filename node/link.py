@@ -38,6 +38,7 @@ from typing import Any, Awaitable, Callable
 import grpc
 from google.protobuf.message import DecodeError
 
+from node import credits
 from node.codec import frames_from_pieces, piece_from_frame, pieces_from_run
 from node.config import NodeConfig
 from node.errors import clip
@@ -197,7 +198,7 @@ class LinkSession:
         frames.extend(link_pb2.Frame(refuse=r) for r in self.refuses)
         self.refuses = []
         self._answered.set()
-        frames.extend(self.engine.credit_frames(self.peer.name))
+        frames.extend(credits.frames(self.engine.policy, self.peer))
         frames.extend(self.peer.take_control())
         return frames
 
@@ -224,7 +225,7 @@ class LinkSession:
                 last_write = loop.time()
                 continue
             wake.clear()
-            if (self.ack_seqs or self.refuses or peer.outbox or self.engine.has_credits(peer.name)
+            if (self.ack_seqs or self.refuses or peer.outbox or self.engine.policy.has_credits(peer.name)
                     or (room > 0 and queue.has_ready())):
                 continue
             # The keepalive is due `keepalive` seconds after the last write, however often the writer is woken
@@ -284,8 +285,7 @@ class LinkSession:
                     if p is not None:
                         self.engine.refused(name, p, fr.refuse.reason, fr.refuse.retry_after)
                 elif kind == "credit":
-                    c = fr.credit
-                    self.engine.credited(name, c.msg_id, c.dst, c.credits)
+                    credits.received(peer, fr.credit)
                 elif kind == "keepalive":
                     pass
                 elif kind == "open":

@@ -44,7 +44,6 @@ from node.reports import REPORT_KIND, Reporter
 from node.resource_manager import RETRY_CAP
 from node.routing import Router, StaticRouter
 from node.routing.cache import CopyRoutes
-from node.rpc import link_pb2
 from node.spool import MAIL_KINDS, Op, Spool
 from node.states import PieceState as S
 
@@ -429,25 +428,6 @@ class Engine:
         self.peers[peer].stats.retransmissions += len(pieces)
         if pieces:
             self.peers[peer].wake.set()
-
-    # -- message-stream credits (resource management) -------------------------------------------
-    def credit_frames(self, peer: str) -> list[link_pb2.Frame]:
-        """Credits this node owes `peer` for its streams, as frames for the next batch."""
-        out = [link_pb2.Frame(credit=link_pb2.Credit(msg_id=m, dst=d, credits=n))
-               for (m, d), n in self.policy.take_credits(peer)]
-        self.peers[peer].stats.credits_out += len(out)
-        return out
-
-    def has_credits(self, peer: str) -> bool:
-        return self.policy.has_credits(peer)
-
-    def credited(self, peer: str, msg_id: str, dst: str, n: int) -> None:
-        q = self.peers[peer].queue
-        if not msg_id:
-            q.retry_now()                 # ROOM: the peer freed space, offer what it refused again now
-        elif n > 0:
-            self.peers[peer].stats.credits_in += 1
-            q.credit((msg_id, dst), min(n, 1 << 16))
 
     def session_up(self, peer: str) -> None:
         self.policy.session_up(peer)

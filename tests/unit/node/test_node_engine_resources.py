@@ -9,7 +9,7 @@ from pathlib import Path
 
 from node import config, schema
 
-from node import registry
+from node import credits, registry
 from node.mta import make_engine
 from node.piece import split
 from node.records import Records
@@ -78,7 +78,7 @@ def test_a_full_class_refuses_for_now_and_an_ack_frees_the_buffer(tmp_path: Path
         assert [p.msg_id for p in sent] == ["a"]
         eng.acked("n4", sent)                         # n4 stored it: the class-1 buffer is ours again
         assert await eng.receive("n2", second) == [None]
-        assert eng.credit_frames("n2")[0].credit.msg_id == ""    # ROOM: n2 was refused, now there is space
+        assert credits.frames(eng.policy, eng.peers["n2"])[0].credit.msg_id == ""   # ROOM: n2 was refused, now room
         await close(eng)
     asyncio.run(go())
 
