@@ -11,9 +11,10 @@ alike; the medians are compared:
 
 Prints `measured / bound = ratio` lines: after / before, bound 1 +- tolerance (default 10%). This machine's
 run-to-run spread is about +-15%, so a pair outside the bound is worth a second look, not a verdict.
-Needs root (namespaces); one figure runs at a time, and nothing else should run beside it.
+Needs root (namespaces); one figure runs at a time, and nothing else should run beside it. Not a `bench_*`
+file: `make bench` runs those without arguments, and this one needs the two checkouts.
 
-    python bench/bench_revisions.py BEFORE_DIR AFTER_DIR [--rounds 5] [--figures hop,quickstart,pubsub]
+    python bench/compare_revisions.py BEFORE_DIR AFTER_DIR [--rounds 5] [--figures hop,quickstart,pubsub]
 """
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def main() -> int:
     bad = [n for n in names if n not in FIGURES] + [str(d) for d in (args.before, args.after)
                                                      if not (d / ".venv" / "bin" / "python").exists()]
     if bad or args.rounds < 1:
-        print(f"bench_revisions: unknown figure or checkout without .venv: {', '.join(bad) or '--rounds < 1'}",
+        print(f"compare_revisions: unknown figure or checkout without .venv: {', '.join(bad) or '--rounds < 1'}",
               file=sys.stderr)
         return 2
     for name in names:
