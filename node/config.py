@@ -19,7 +19,7 @@ A node's config file (the testbed writes one per host; it can also be written by
     control_token: ""               # when set, Control calls need metadata authorization=<token> (legacy)
     security: {tls: {cert: node.crt, key: node.key, ca: ca.crt},
                auth: {admin: <sha256 hex>, users: {alice: <sha256 hex>}}}
-                                    # mTLS between nodes and client tokens; see SecurityConfig (absent = off)
+                                    # mTLS between nodes and client tokens; node/security/config.py (absent = off)
     local_users: []                 # users with a mailbox here; empty accepts any user
     batch: {max_frames: 512, max_bytes: 1048576, min_bytes: 16384, target_delay: 0.02, commit_window: 0.002, max_commit: 4096, window_frames: 8192}
     session: {keepalive: 1.0, hold_time: 5.0, backoff_min: 0.1, backoff_max: 5.0}
@@ -27,9 +27,14 @@ A node's config file (the testbed writes one per host; it can also be written by
              max_link_queue: 268435456}   # without resources: bytes queued per neighbour before "not now"
     resources: {buffer_classes: true, transit_buffers: 100, ...}   # Brachman's resource management; see ResourcesConfig (absent = off)
     routing: {mode: dynamic, nodes: [...], monitor: {...}, cost: {...}, damping: {...}, rules: [...]}
-                                    # see RoutingConfig; absent = static routes only
-    broker: {enabled: true, max_hops: 32, window: 256, live_buffer: 1024, ...}   # see BrokerConfig
-    rate: {role: client, root: r1, queue_limit: 1000000}    # MQ rate control; see RateConfig (absent = off)
+                                    # node/routing/config.py; absent = static routes only
+    broker: {enabled: true, max_hops: 32, window: 256, live_buffer: 1024, ...}   # node/broker/config.py
+    rate: {role: client, root: r1, queue_limit: 1000000}    # MQ rate control; node/rate/config.py (absent = off)
+
+The core keys are read here; `security`, `routing`, `broker` and `rate` are the sections of the node's
+subsystems (node/subsystem.py), each a dataclass in its own package, read with the core by
+node/registry.py `load_config` / `config_from_dict`. A subsystem without a section in the file gets its
+defaults; a section no subsystem owns is an unknown key.
 
 Which end dials: the node whose name sorts first dials its neighbour; the other
 only accepts. So every pair has exactly one session and no tie-break is needed.

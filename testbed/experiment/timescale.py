@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 # resources keys of the node config (node/config.py ResourcesConfig) that are model seconds
 SCALED_RESOURCE_KEYS: tuple[str, ...] = ("removal_interval", "reservation_timeout", "rbsad")
-# routing keys of the node config (node/config.py RoutingConfig and its sub-sections) that are model seconds
+# routing keys of the node config (node/routing/config.py RoutingConfig and its sub-sections) that are model seconds
 SCALED_ROUTING_KEYS: tuple[str, ...] = ("refresh", "max_age")
 SCALED_MONITOR_KEYS: tuple[str, ...] = ("interval", "timeout")
 SCALED_DAMPING_KEYS: tuple[str, ...] = ("half_life", "max_suppress")

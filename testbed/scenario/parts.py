@@ -193,7 +193,7 @@ class RoutingSpec:
     and `scenario.routing == "delay"` reads as in the file. Code that needs the policy itself reads
     `.policy`.
 
-    The settings of the dynamic stack are the node config's own dataclasses (node/config.py), so the
+    The settings of the dynamic stack are the node config's own dataclasses (node/routing/config.py), so the
     defaults live in one place; only `monitor.links` differs: here it is keyed by topology link name
     ("n1-n2"), and the testbed turns each entry into per-neighbour settings at both ends. Times are
     model seconds like every scenario duration.
