@@ -32,7 +32,7 @@ import pandas as pd
 from node.errors import UserError
 
 from ..layout import Run
-from .base import Page, RunData, Section
+from .base import Page, RunData, Section, empty_table
 from .routing import read_events
 
 DURABLE, LIVE = "durable", "non-durable"
@@ -53,18 +53,14 @@ LOSS_COLUMNS = ["cell", "rep", "kind", "subscriptions", "expected", "received", 
 ABSENT_NOTE = "no pub/sub records (nodes/*/publications.jsonl, subscribers/*/*/) in these runs."
 
 
-def _empty(columns: list[str]) -> pd.DataFrame:
-    return pd.DataFrame(columns=columns)
-
-
 @dataclass
 class PubSubTables:
     """What the Publish/subscribe section shows; `present` is False when no run has pub/sub records."""
     present: bool = False
-    latency: pd.DataFrame = field(default_factory=lambda: _empty(LATENCY_COLUMNS))
-    cdf: pd.DataFrame = field(default_factory=lambda: _empty(CDF_COLUMNS))
-    fanout: pd.DataFrame = field(default_factory=lambda: _empty(FANOUT_COLUMNS))
-    losses: pd.DataFrame = field(default_factory=lambda: _empty(LOSS_COLUMNS))
+    latency: pd.DataFrame = field(default_factory=lambda: empty_table(LATENCY_COLUMNS))
+    cdf: pd.DataFrame = field(default_factory=lambda: empty_table(CDF_COLUMNS))
+    fanout: pd.DataFrame = field(default_factory=lambda: empty_table(FANOUT_COLUMNS))
+    losses: pd.DataFrame = field(default_factory=lambda: empty_table(LOSS_COLUMNS))
     notes: list[str] = field(default_factory=list)
 
     def named(self) -> dict[str, pd.DataFrame]:

@@ -26,7 +26,7 @@ import pandas as pd
 import yaml
 
 from ..layout import Run
-from .base import Page, RunData, Section
+from .base import Page, RunData, Section, empty_table
 
 MA_WIDTH = 60                    # the paper's moving-average width (root queue, Fig. 12), in samples
 OVERFLOW = "overflow"            # node/rate/admission.py OVERFLOW (the refusal reason of a full client queue)
@@ -36,18 +36,14 @@ STATEMENT_COLUMNS = ["statement (paper §4.4)", "paper", "ours", "holds"]
 ABSENT_NOTE = "no rate control in these runs."
 
 
-def _empty(columns: list[str]) -> pd.DataFrame:
-    return pd.DataFrame(columns=columns)
-
-
 @dataclass
 class RateTables:
     present: bool = False
-    series: pd.DataFrame = field(default_factory=lambda: _empty(SERIES_COLUMNS))      # per client report
-    overflow_curve: pd.DataFrame = field(default_factory=lambda: _empty(["cell", "rep", "control", "client", "t", "n"]))
-    root: pd.DataFrame = field(default_factory=lambda: _empty(["cell", "rep", "control", "t", "queue_bytes", "ma"]))
-    overflow: pd.DataFrame = field(default_factory=lambda: _empty(OVERFLOW_COLUMNS))
-    statements: pd.DataFrame = field(default_factory=lambda: _empty(STATEMENT_COLUMNS))
+    series: pd.DataFrame = field(default_factory=lambda: empty_table(SERIES_COLUMNS))      # per client report
+    overflow_curve: pd.DataFrame = field(default_factory=lambda: empty_table(["cell", "rep", "control", "client", "t", "n"]))
+    root: pd.DataFrame = field(default_factory=lambda: empty_table(["cell", "rep", "control", "t", "queue_bytes", "ma"]))
+    overflow: pd.DataFrame = field(default_factory=lambda: empty_table(OVERFLOW_COLUMNS))
+    statements: pd.DataFrame = field(default_factory=lambda: empty_table(STATEMENT_COLUMNS))
     burst: tuple[float, float] | None = None
     client2: str = ""
     notes: list[str] = field(default_factory=list)

@@ -28,7 +28,7 @@ from node import schema
 from node.errors import UserError
 
 from ..layout import Run
-from .base import Page, RunData, Section
+from .base import Page, RunData, Section, empty_table
 
 REASONS = ("initial", "cost", "switch", "withdrawn", "unreachable", "static")
 TIMELINE_ROWS = 50              # route changes shown per node and run (the last ones)
@@ -51,19 +51,15 @@ CONVERGENCE_COLUMNS = ["cell", "rep", "t_s", "event", "target", "change", "windo
 POLICY_COLUMNS = ["setting", "policy", "runs", "messages", "mean_delay_s", "p50_delay_s", "p95_delay_s"]
 
 
-def _empty(columns: list[str]) -> pd.DataFrame:
-    return pd.DataFrame(columns=columns)
-
-
 @dataclass
 class RoutingTables:
     """What the Routing section shows; `present` is False when no run has routing records."""
     present: bool = False
-    changes: pd.DataFrame = field(default_factory=lambda: _empty(COUNT_COLUMNS))
-    timeline: pd.DataFrame = field(default_factory=lambda: _empty(TIMELINE_COLUMNS))
-    latency: pd.DataFrame = field(default_factory=lambda: _empty(LATENCY_COLUMNS))
-    convergence: pd.DataFrame = field(default_factory=lambda: _empty(CONVERGENCE_COLUMNS))
-    policy_delay: pd.DataFrame = field(default_factory=lambda: _empty(POLICY_COLUMNS))
+    changes: pd.DataFrame = field(default_factory=lambda: empty_table(COUNT_COLUMNS))
+    timeline: pd.DataFrame = field(default_factory=lambda: empty_table(TIMELINE_COLUMNS))
+    latency: pd.DataFrame = field(default_factory=lambda: empty_table(LATENCY_COLUMNS))
+    convergence: pd.DataFrame = field(default_factory=lambda: empty_table(CONVERGENCE_COLUMNS))
+    policy_delay: pd.DataFrame = field(default_factory=lambda: empty_table(POLICY_COLUMNS))
     policy_note: str = NO_SWEEP_NOTE
 
     def named(self) -> dict[str, pd.DataFrame]:
@@ -495,7 +491,7 @@ def policy_delays(uniq: Any, runs: list[Run]) -> tuple[pd.DataFrame, str]:
 
     cells = policy_cells(runs)
     if not cells:
-        return _empty(POLICY_COLUMNS), NO_SWEEP_NOTE
+        return empty_table(POLICY_COLUMNS), NO_SWEEP_NOTE
     spark = uniq.sparkSession
     table = spark.createDataFrame([(c, s, p) for c, (s, p) in sorted(cells.items())],
                                   "cell string, setting string, policy string")
