@@ -15,12 +15,12 @@ import pandas as pd
 from ..layout import Run
 
 
-@dataclass(frozen=True)
 def empty_table(columns: list[str]) -> pd.DataFrame:
     """A table with these columns and no rows: what a section shows for runs without its records."""
     return pd.DataFrame(columns=columns)
 
 
+@dataclass(frozen=True)
 class RunData:
     """What a section may read while it is built: the runs and the report's shared Spark tables."""
     spark: Any                  # the SparkSession
