@@ -1,4 +1,7 @@
-"""Suite-wide guard: a test run must leave nothing of the testbed's behind.
+"""Suite-wide: tests that need root are skipped without it, and a test run must leave nothing of the testbed's behind.
+
+Tests marked `root` (network namespaces, TAP devices, `testbed run`) are skipped when not running as root;
+everything else runs anyway.
 
 At the end of the session every namespace or interface carrying the testbed
 prefix is checked against the run registry. One that belongs to no registered
@@ -28,6 +31,15 @@ def leaked_resources(owner_pid: int) -> list[str]:
         if record is None or not registry.pid_alive(record.owner_pid) or record.owner_pid == owner_pid:
             leaks.append(name)
     return leaks
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.geteuid() == 0:
+        return
+    skip = pytest.mark.skip(reason="needs root: network namespaces and TAP devices")
+    for item in items:
+        if item.get_closest_marker("root") is not None:
+            item.add_marker(skip)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
