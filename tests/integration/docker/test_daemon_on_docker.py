@@ -16,7 +16,8 @@ from testbed.runtime.docker import CONTAINER_WORKDIR, DockerHost
 from testbed.topology.generators import linear
 from testbed.topology.model import Direction
 
-pytestmark = pytest.mark.timeout(240)
+# networks from the testbed's default management pool: one at a time (two starting together may pick one subnet)
+pytestmark = [pytest.mark.xdist_group("testbed-network"), pytest.mark.timeout(240)]
 
 DATA_PORT, MGMT_PORT = 7000, 7001
 UP_WITHIN = 60.0      # generous bound for a daemon to answer Health (2 cores, other tests running)

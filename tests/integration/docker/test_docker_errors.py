@@ -15,7 +15,8 @@ from testbed.runtime.docker import _has_rules
 REPO = Path(__file__).resolve().parents[3]
 NO_ENGINE = "unix:///nonexistent/wanbed-test/docker.sock"
 
-pytestmark = pytest.mark.timeout(120)
+# networks from the testbed's default management pool: one at a time (two starting together may pick one subnet)
+pytestmark = [pytest.mark.xdist_group("testbed-network"), pytest.mark.timeout(120)]
 
 
 def test_no_engine_is_one_sentence(monkeypatch: pytest.MonkeyPatch) -> None:

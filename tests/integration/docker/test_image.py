@@ -10,7 +10,8 @@ import pytest
 from testbed import image
 from testbed.docker_engine import docker
 
-pytestmark = pytest.mark.timeout(900)
+# networks from the testbed's default management pool: one at a time (two starting together may pick one subnet)
+pytestmark = [pytest.mark.xdist_group("testbed-network"), pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[3]
 

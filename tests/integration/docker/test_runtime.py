@@ -13,7 +13,8 @@ from testbed.docker_engine import docker
 from testbed.runtime.docker import DockerRuntime, clean_orphans
 from testbed.runtime.netns import netns_exists
 
-pytestmark = pytest.mark.timeout(300)
+# networks from the testbed's default management pool: one at a time (two starting together may pick one subnet)
+pytestmark = [pytest.mark.xdist_group("testbed-network"), pytest.mark.timeout(300)]
 
 
 def _labelled(run_id: str) -> list[str]:

@@ -15,7 +15,9 @@ from network_support import TESTS_DIR, free_mgmt_subnet, ours_left
 from testbed import netstate, registry
 from testbed.runtime.netns import netns_pids
 
-pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
+# networks from the testbed's default management pool: one at a time (two starting together may pick one subnet)
+pytestmark = [pytest.mark.xdist_group("testbed-network"),
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
               pytest.mark.timeout(240)]
 
 REPO = Path(__file__).resolve().parents[3]
