@@ -81,6 +81,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             group = shared_fixture_group(item)
             if group is not None:
                 item.add_marker(pytest.mark.xdist_group(group))
+        if getattr(config.option, "loadgroup", False):
+            name_xdist_group(item)
+
+
+def name_xdist_group(item: pytest.Item) -> None:
+    """Append "@group" to a grouped test's node id, which is what --dist loadgroup schedules by.
+
+    pytest-xdist 3.8 does this itself by setting `item._nodeid`, but pytest 9 keeps a node's id in `_id`,
+    so without this every test would be scheduled on its own. Should xdist's own renaming work again, the
+    suffix is there twice ("t@g@g"), which xdist still reads as group g.
+    """
+    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")})
+    if names:
+        item._id = type(item._id).parse(f"{item.nodeid}@{'_'.join(names)}")
 
 
 def pytest_configure(config: pytest.Config) -> None:
