@@ -53,9 +53,10 @@ stubs: $(STUBS_STAMP)
 $(STUBS_STAMP): $(PROTOS) $(VENV)/.installed node/stubs.py
 	$(PY) -m node.stubs generate
 
-# Two pytest-xdist workers, one a core of the 2-core CI machine. Tests sharing a fixture wider than one test
-# stay on one worker, and tests marked `alone` run while the other worker waits (tests/conftest.py).
-TEST_WORKERS ?= 2
+# pytest-xdist workers: the suite mostly waits (timers, links, subprocesses), so three keep the 2-core CI machine
+# busy. Tests sharing a fixture wider than one test stay on one worker, and tests marked `alone` run while
+# the other workers wait (tests/conftest.py).
+TEST_WORKERS ?= 3
 
 test: setup
 	@# pytest exits 5 when nothing was collected; that is not a failure of the project.

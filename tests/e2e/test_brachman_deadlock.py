@@ -13,9 +13,6 @@ import pytest
 
 from tests.e2e.test_testbed_run import REPO, leftovers, quick_run_in_tempdir
 
-# timing-sensitive (measured delays, rates or fault timing): runs while no other test does
-pytestmark = pytest.mark.alone
-
 SCENARIO = REPO / "scenarios" / "brachman-deadlock.yaml"
 
 

@@ -19,9 +19,6 @@ from testbed.scenario import load
 from tests.e2e.test_testbed_run import MODES, REPO, leftovers, quick_run_in_tempdir, read_jsonl
 from tests.integration.support import recoveries
 
-# timing-sensitive (measured delays, rates or fault timing): runs while no other test does
-pytestmark = pytest.mark.alone
-
 DRILL = REPO / "scenarios" / "drill-nemesis.yaml"
 QUICK = load(DRILL, quick=True)
 ORIGINATOR, RELAY, RECIPIENT, PAUSED = "n3", "n4", "n5", "n2"      # the roles the scenario's header names

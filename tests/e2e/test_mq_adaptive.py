@@ -14,9 +14,6 @@ import pytest
 from node import schema
 from tests.e2e.test_testbed_run import REPO, leftovers, quick_run_in_tempdir, read_jsonl
 
-# timing-sensitive (measured delays, rates or fault timing): runs while no other test does
-pytestmark = pytest.mark.alone
-
 SCENARIO = REPO / "scenarios" / "mq-adaptive.yaml"
 RUN_TIMEOUT = 400.0
 

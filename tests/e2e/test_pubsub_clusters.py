@@ -15,9 +15,6 @@ import pytest
 
 from tests.e2e.test_testbed_run import REPO, leftovers, only_rep, quick_run_in_tempdir, read_jsonl
 
-# timing-sensitive (measured delays, rates or fault timing): runs while no other test does
-pytestmark = pytest.mark.alone
-
 SCENARIO = REPO / "scenarios" / "pubsub-clusters.yaml"
 RUN_TIMEOUT = 300.0
 

@@ -11,9 +11,6 @@ import pytest
 
 from tests.e2e.test_testbed_run import REPO, run_cli
 
-# networks from the testbed's default management pool: one at a time (two starting together may pick one subnet)
-pytestmark = pytest.mark.xdist_group("testbed-network")
-
 FIGURE = f"""
 title: "tiny: throughput by mode"
 scenario: {REPO / 'scenarios' / 'quickstart.yaml'}

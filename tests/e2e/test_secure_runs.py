@@ -19,9 +19,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-# networks from the testbed's default management pool: one at a time (two starting together may pick one subnet)
-pytestmark = pytest.mark.xdist_group("testbed-network")
-
 REPO = Path(__file__).resolve().parents[2]
 SECURE = ["--set", "security.tls=true", "--set", "security.auth=true"]
 RUNS = {"quickstart": ["--set", "sweep={grid: {nodes.all.mode: [fragmenting]}, reps: 1}"],

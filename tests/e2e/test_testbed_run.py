@@ -27,9 +27,6 @@ from testbed.accounting import check_run
 from testbed.cleanup import root_links
 from testbed.runtime.netns import list_netns
 
-# networks from the testbed's default management pool: one at a time (two starting together may pick one subnet)
-pytestmark = pytest.mark.xdist_group("testbed-network")
-
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
 MODES = ("fragmenting", "non-fragmenting")

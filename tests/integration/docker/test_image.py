@@ -10,8 +10,8 @@ import pytest
 from testbed import image
 from testbed.docker_engine import docker
 
-# networks from the testbed's default management pool: one at a time (two starting together may pick one subnet)
-pytestmark = [pytest.mark.xdist_group("testbed-network"), pytest.mark.timeout(900)]
+# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
+pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -19,8 +19,8 @@ from testbed.topology.model import Direction
 from tests.integration.support import binomial_interval
 
 # timing-sensitive (measured delays, rates or fault timing): runs while no other test does
-# networks from the testbed's default management pool: one at a time (two starting together may pick one subnet)
-pytestmark = [pytest.mark.xdist_group("testbed-network"), pytest.mark.alone, pytest.mark.timeout(240)]
+# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
+pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.alone, pytest.mark.timeout(240)]
 
 DELAY = 0.015        # one-way delay per direction on the link (s)
 LOSS = 0.10          # random loss a -> b only

@@ -25,8 +25,7 @@ from testbed.runtime.netns import list_netns
 from testbed.scenario.loader import load_text
 from tests.integration.support import recoveries
 
-# networks from the testbed's default management pool: one at a time (two starting together may pick one subnet)
-pytestmark = [pytest.mark.xdist_group("testbed-network"), pytest.mark.root, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.root, pytest.mark.timeout(240)]
 
 BASE = """
 name: celltest

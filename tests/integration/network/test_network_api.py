@@ -12,9 +12,7 @@ from network_support import HAVE_PLANNER, HAVE_SHAPER, grid, linear, ping, ring,
 from node.schema import validate
 from node.errors import UserError
 
-# networks from the testbed's default management pool: one at a time (two starting together may pick one subnet)
-pytestmark = [pytest.mark.xdist_group("testbed-network"),
-              pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
               pytest.mark.timeout(120)]
 
 needs_shaper = pytest.mark.skipif(not HAVE_SHAPER, reason="the link shaper (testbed.shaping.make_shaper) has not landed")

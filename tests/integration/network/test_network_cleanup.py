@@ -15,9 +15,7 @@ from network_support import TESTS_DIR, VethShaper, free_mgmt_subnet, hand_plan, 
 from testbed import registry
 from testbed.network import Network
 
-# networks from the testbed's default management pool: one at a time (two starting together may pick one subnet)
-pytestmark = [pytest.mark.xdist_group("testbed-network"),
-              pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
               pytest.mark.timeout(120)]
 
 REPO = Path(__file__).resolve().parents[3]

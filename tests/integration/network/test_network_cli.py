@@ -14,8 +14,8 @@ import pytest
 from network_support import HAVE_LOADER, HAVE_PLANNER, HAVE_SHAPER, TESTS_DIR, free_mgmt_subnet, ours_left
 from testbed import netstate, registry
 
-# networks from the testbed's default management pool: one at a time (two starting together may pick one subnet)
-pytestmark = [pytest.mark.xdist_group("testbed-network"),
+# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
+pytestmark = [pytest.mark.xdist_group("testbed-up"),
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
               pytest.mark.timeout(180)]
 
