@@ -53,9 +53,14 @@ stubs: $(STUBS_STAMP)
 $(STUBS_STAMP): $(PROTOS) $(VENV)/.installed node/stubs.py
 	$(PY) -m node.stubs generate
 
+# pytest-xdist workers: the suite mostly waits (timers, links, subprocesses), so three keep the 2-core CI machine
+# busy. Tests sharing a fixture wider than one test stay on one worker, and tests marked `alone` run while
+# the other workers wait (tests/conftest.py).
+TEST_WORKERS ?= 3
+
 test: setup
 	@# pytest exits 5 when nothing was collected; that is not a failure of the project.
-	$(PY) -m pytest -q -rs tests || { rc=$$?; [ $$rc -eq 5 ] && echo "no tests collected" || exit $$rc; }
+	$(PY) -m pytest -q -rs -n $(TEST_WORKERS) --dist loadgroup tests || { rc=$$?; [ $$rc -eq 5 ] && echo "no tests collected" || exit $$rc; }
 
 test-unit: setup
 	$(PY) -m pytest -q tests/unit

@@ -1,39 +1,138 @@
-"""Suite-wide guard: a test run must leave nothing of the testbed's behind.
+"""Suite-wide: tests that need root are skipped without it, and a test run must leave nothing of the testbed's behind.
+
+Tests marked `root` (network namespaces, TAP devices, `testbed run`) are skipped when not running as root;
+everything else runs anyway.
 
 At the end of the session every namespace or interface carrying the testbed
 prefix is checked against the run registry. One that belongs to no registered
 run, to a run whose owner is dead, or to a run owned by this very pytest
 process is a leak, and the session fails — a leak here is a leak on a user's
 machine. Resources of runs owned by other live processes (a parallel test
-session, a user's `testbed up`) are left alone.
+session, a user's `testbed up`) are left alone. Under pytest-xdist the check runs once, in the
+controller, and the runs of its workers count as its own.
+
+Under pytest-xdist a test marked `alone` runs while the other workers wait (tests/worker_turns.py).
 """
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
 
 import pytest
 
 from testbed import registry
 from testbed.cleanup import root_links
 from testbed.runtime.netns import list_netns
+from tests.worker_turns import TurnFiles, Turns
+
+# What the controller learns from its xdist workers as they finish: their pids and the session's lock files.
+WORKER_PIDS = pytest.StashKey[set[int]]()
+TURN_FILES = pytest.StashKey[TurnFiles]()
+# A worker's handles on the session's locks.
+TURNS = pytest.StashKey[Turns]()
 
 
-def leaked_resources(owner_pid: int) -> list[str]:
+def leaked_resources(owner_pids: set[int]) -> list[str]:
     leaks = []
     for name in list_netns() + root_links():
         run_id = registry.run_id_of(name)
         if run_id is None:
             continue
         record = registry.load(run_id)
-        if record is None or not registry.pid_alive(record.owner_pid) or record.owner_pid == owner_pid:
+        if record is None or not registry.pid_alive(record.owner_pid) or record.owner_pid in owner_pids:
             leaks.append(name)
     return leaks
 
 
+# The scopes of a fixture that several tests share, widest first.
+SHARED_SCOPES = ("session", "package", "module", "class")
+
+
+def shared_fixture_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test that uses a fixture of ours wider than one test, or None.
+
+    Tests sharing such a fixture run on one worker, so it is made once (a Spark session, a Docker engine,
+    a module's network or `testbed run`): a session-wide fixture groups by the folder of the conftest that
+    defines it, a narrower one by the test's module.
+    """
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    widest: tuple[int, str] | None = None
+    for name in item.fixturenames:
+        defs = info.name2fixturedefs.get(name)
+        if not defs or not defs[-1].baseid or defs[-1].scope not in SHARED_SCOPES:
+            continue                                  # not ours (a plugin's: no baseid), or per test
+        fixture = defs[-1]
+        rank = SHARED_SCOPES.index(fixture.scope)
+        group = fixture.baseid if fixture.scope in ("session", "package") else item.nodeid.split("::")[0]
+        if widest is None or rank < widest[0]:
+            widest = (rank, group)
+    return None if widest is None else widest[1]
+
+
+@pytest.hookimpl(tryfirst=True)      # before xdist reads the groups (its hook has no order of its own)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip_root = None if os.geteuid() == 0 else pytest.mark.skip(reason="needs root: network namespaces and TAP devices")
+    for item in items:
+        if skip_root is not None and item.get_closest_marker("root") is not None:
+            item.add_marker(skip_root)
+        if item.get_closest_marker("xdist_group") is None:
+            group = shared_fixture_group(item)
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
+        if getattr(config.option, "loadgroup", False):
+            name_xdist_group(item)
+
+
+def name_xdist_group(item: pytest.Item) -> None:
+    """Append "@group" to a grouped test's node id, which is what --dist loadgroup schedules by.
+
+    pytest-xdist 3.8 does this itself by setting `item._nodeid`, but pytest 9 keeps a node's id in `_id`,
+    so without this every test would be scheduled on its own. Should xdist's own renaming work again, the
+    suffix is there twice ("t@g@g"), which xdist still reads as group g.
+    """
+    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")})
+    if names:
+        item._id = type(item._id).parse(f"{item.nodeid}@{'_'.join(names)}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        config.stash[TURNS] = Turns(TurnFiles(workerinput["testrunuid"]))
+
+
+@pytest.hookimpl(tryfirst=True, wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    # Outermost (tryfirst), so that waiting for a turn is not counted against the test's timeout.
+    turns = item.config.stash.get(TURNS, None)
+    if turns is None:
+        return (yield)
+    with turns.alone() if item.get_closest_marker("alone") is not None else turns.beside_others():
+        return (yield)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist, in the controller: a worker has finished."""
+    config = node.config
+    config.stash.setdefault(WORKER_PIDS, set()).add(node.workeroutput.get("pid", -1))
+    config.stash[TURN_FILES] = TurnFiles(node.workerinput["testrunuid"])
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if os.geteuid() != 0 or hasattr(session.config, "workerinput"):
+    config = session.config
+    if hasattr(config, "workerinput"):
+        config.workeroutput["pid"] = os.getpid()      # the controller's leak check counts our runs as its own
+        config.stash[TURNS].close()
         return
-    leaks = leaked_resources(os.getpid())
+    if TURN_FILES in config.stash:
+        config.stash[TURN_FILES].remove()
+    if os.geteuid() != 0:
+        return
+    leaks = leaked_resources({os.getpid(), *config.stash.get(WORKER_PIDS, set())})
     if leaks:
         print("\nLEAK: the test run left testbed resources behind: " + ", ".join(sorted(leaks)))
         session.exitstatus = 1

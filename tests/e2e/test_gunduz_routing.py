@@ -17,6 +17,9 @@ from testbed.accounting import check_run
 from testbed.scenario import load
 from tests.e2e.test_testbed_run import REPO, leftovers, only_rep, quick_run_in_tempdir, read_jsonl
 
+# timing-sensitive (measured delays, rates or fault timing): runs while no other test does
+pytestmark = pytest.mark.alone
+
 SCENARIO = REPO / "scenarios" / "gunduz-9broker.yaml"
 QUICK = load(SCENARIO, quick=True)
 MS_PER_UNIT = 10.0

@@ -16,6 +16,9 @@ import pytest
 from testbed.accounting import check_run
 from tests.e2e.test_testbed_run import REPO, leftovers, only_rep, quick_run_in_tempdir, read_jsonl
 
+# timing-sensitive (measured delays, rates or fault timing): runs while no other test does
+pytestmark = pytest.mark.alone
+
 SCENARIO = REPO / "scenarios" / "intercontinental.yaml"
 # Adverts a node may make in the quick run: one per session change and per published cost change (32 at
 # most measured, on cgl1 with the degraded link); a node answering its own advert's echo made hundreds.

@@ -16,7 +16,8 @@ from testbed.docker_engine import docker
 from testbed.runtime.docker import PREFIX_LABEL, RUN_LABEL, run_containers
 from testbed.runtime.netns import list_netns
 
-pytestmark = pytest.mark.timeout(240)
+# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
+pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.timeout(240)]
 
 REPO = Path(__file__).resolve().parents[3]
 

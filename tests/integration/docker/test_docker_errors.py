@@ -15,7 +15,8 @@ from testbed.runtime.docker import _has_rules
 REPO = Path(__file__).resolve().parents[3]
 NO_ENGINE = "unix:///nonexistent/wanbed-test/docker.sock"
 
-pytestmark = pytest.mark.timeout(120)
+# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
+pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.timeout(120)]
 
 
 def test_no_engine_is_one_sentence(monkeypatch: pytest.MonkeyPatch) -> None:

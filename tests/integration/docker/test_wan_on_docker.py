@@ -18,7 +18,9 @@ from testbed.topology.generators import linear
 from testbed.topology.model import Direction
 from tests.integration.support import binomial_interval
 
-pytestmark = pytest.mark.timeout(240)
+# timing-sensitive (measured delays, rates or fault timing): runs while no other test does
+# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
+pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.alone, pytest.mark.timeout(240)]
 
 DELAY = 0.015        # one-way delay per direction on the link (s)
 LOSS = 0.10          # random loss a -> b only

@@ -13,7 +13,9 @@ import pytest
 
 from network_support import ping, rtt_avg_ms
 
-pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, TAP devices"),
+# timing-sensitive (measured delays, rates or fault timing): runs while no other test does
+pytestmark = [pytest.mark.alone,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, TAP devices"),
               pytest.mark.timeout(180)]
 
 # the configured round trip plus at most this much per link crossed (userspace emulator, loaded 2-core machine)

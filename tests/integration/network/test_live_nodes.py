@@ -15,7 +15,9 @@ from network_support import TESTS_DIR, free_mgmt_subnet, ours_left
 from testbed import netstate, registry
 from testbed.runtime.netns import netns_pids
 
-pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
+# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
+pytestmark = [pytest.mark.xdist_group("testbed-up"),
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
               pytest.mark.timeout(240)]
 
 REPO = Path(__file__).resolve().parents[3]

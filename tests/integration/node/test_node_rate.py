@@ -15,7 +15,8 @@ import pytest
 from nodenet_support import FAST, wait_until
 from tests.integration.support import kill_with_pieces_in_flight
 
-pytestmark = pytest.mark.timeout(180)
+# timing-sensitive (measured delays, rates or fault timing): runs while no other test does
+pytestmark = [pytest.mark.alone, pytest.mark.timeout(180)]
 CLIENTS = ["c1", "c2", "c3"]
 R = 2_000_000.0
 T = 0.5

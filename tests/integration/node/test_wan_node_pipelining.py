@@ -20,7 +20,8 @@ import pytest
 from testbed.localnet import NetnsLinks
 from nodenet_support import wait_until
 
-pytestmark = [pytest.mark.root, pytest.mark.timeout(180),
+# timing-sensitive (measured delays, rates or fault timing): runs while no other test does
+pytestmark = [pytest.mark.alone, pytest.mark.root, pytest.mark.timeout(180),
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces and tc"),
               pytest.mark.skipif(shutil.which("tc") is None, reason="needs tc (iproute2)")]
 

@@ -18,6 +18,9 @@ import pytest
 from testbed.localnet import LocalNet
 from resnet_support import delivered_ids, submit_load, watch_progress
 
+# timing-sensitive (measured delays, rates or fault timing): runs while no other test does
+pytestmark = pytest.mark.alone
+
 F = 1000
 NAMES = [f"n{i}" for i in range(1, 7)]
 PER_NODE = 40

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.root, pytest.mark.timeout(240)]
+# timing-sensitive (measured delays, rates or fault timing): runs while no other test does
+pytestmark = [pytest.mark.alone, pytest.mark.root, pytest.mark.timeout(240)]
 
 if os.geteuid() != 0:
     pytest.skip("needs root for network namespaces and TAP devices", allow_module_level=True)

@@ -19,7 +19,8 @@ from testbed.topology.model import Direction, GilbertElliott
 from shaping_rig import B_IP, LinkRig
 from tests.integration.support import binomial_interval
 
-pytestmark = pytest.mark.timeout(90)
+# timing-sensitive (measured delays, rates or fault timing): runs while no other test does
+pytestmark = [pytest.mark.alone, pytest.mark.timeout(90)]
 
 # Processing slack of the userspace path (Python relay + namespace stack) per one-way trip: generous sanity bound.
 SLACK = 0.010  # per trip: CPU scheduling slack on a busy 2-core host; bench_wire.py measures the real p99 error (~0.3 ms)

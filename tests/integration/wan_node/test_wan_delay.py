@@ -17,7 +17,8 @@ import pytest
 
 from wan_node_support import wan_with_daemons
 
-pytestmark = [pytest.mark.root, pytest.mark.timeout(240)]
+# timing-sensitive (measured delays, rates or fault timing): runs while no other test does
+pytestmark = [pytest.mark.alone, pytest.mark.root, pytest.mark.timeout(240)]
 
 RATE_MBIT = 8.0
 B = RATE_MBIT * 1e6 / 8          # bytes per second

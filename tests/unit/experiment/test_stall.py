@@ -49,7 +49,7 @@ def test_the_final_table_and_its_warnings_show_a_stall(tmp_path) -> None:
     """A stalled rep is late, not failing: the table says STALLED and a warning says why."""
     import io
 
-    from test_accounting_check import plan_with
+    from tests.unit.accounting.test_accounting_check import plan_with
     from testbed.experiment import runner
 
     info = stall.stall([], start=0.0, end=30.0, stall_after=10.0, held=16, held_where=WHERE)

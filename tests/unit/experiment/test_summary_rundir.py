@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from testbed.experiment import summary
-from experiment_scenarios import ring_scenario
-from spool_support import piece, write_spool
+from tests.unit.experiment.experiment_scenarios import ring_scenario
+from tests.unit.experiment.spool_support import piece, write_spool
 
 pytestmark = pytest.mark.timeout(30)
 

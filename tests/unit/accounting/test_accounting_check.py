@@ -18,9 +18,9 @@ from testbed.experiment import runner, summary, sweep
 from testbed.scenario.loader import dump_resolved, load_text
 from testbed.scenario.checks import ScenarioError
 
-from experiment_scenarios import ring_scenario
-from spool_support import piece, write_spool
-from test_summary_rundir import T0, dlv, sub, write_lines
+from tests.unit.experiment.experiment_scenarios import ring_scenario
+from tests.unit.experiment.spool_support import piece, write_spool
+from tests.unit.experiment.test_summary_rundir import T0, dlv, sub, write_lines
 
 pytestmark = pytest.mark.timeout(60)
 
