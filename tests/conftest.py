@@ -16,6 +16,7 @@ Under pytest-xdist a test marked `alone` runs while the other workers wait (test
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Generator
 
 import pytest
@@ -24,6 +25,12 @@ from testbed import registry
 from testbed.cleanup import root_links
 from testbed.runtime.netns import list_netns
 from tests.worker_turns import TurnFiles, Turns
+
+# Several tests send SIGINT to a process they started and expect Ctrl-C's effect. A suite started as a
+# background job of a non-interactive shell (`make test &`) inherits SIGINT ignored, and an ignored signal stays
+# ignored across exec: those processes would never see it. A handled signal is reset to the default at exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # What the controller learns from its xdist workers as they finish: their pids and the session's lock files.
 WORKER_PIDS = pytest.StashKey[set[int]]()

@@ -39,6 +39,34 @@ def wait_until(pred: Callable[[], object], timeout: float, step: float = 0.1, wh
         time.sleep(step)
 
 
+def signal_and_wait(proc: Any, sig: int, timeout: float) -> int:
+    """Send `sig` to a child process (a subprocess.Popen) and wait for its end; its status. A child still
+    running after `timeout` s fails the test with what the kernel says of it (state, signal dispositions,
+    where each thread waits), then is killed: a signal that was ignored or never acted on shows there."""
+    proc.send_signal(sig)
+    try:
+        return proc.wait(timeout)
+    except Exception:
+        evidence = process_evidence(proc.pid)
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"process {proc.pid} still running {timeout:g} s after signal {sig}:\n{evidence}") \
+            from None
+
+
+def process_evidence(pid: int) -> str:
+    """State, signal masks and per-thread wait channels of a live process, for a failure message."""
+    base = Path(f"/proc/{pid}")
+    try:
+        status = [ln for ln in (base / "status").read_text().splitlines()
+                  if ln.split(":")[0] in ("State", "Threads", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")]
+        threads = [f"thread {t.name} {(t / 'comm').read_text().strip()}: {(t / 'wchan').read_text().strip()}"
+                   for t in sorted((base / "task").iterdir(), key=lambda t: int(t.name))]
+    except OSError as exc:
+        return f"(cannot read {base}: {exc})"
+    return "\n".join(status + threads)
+
+
 def recoveries(node_log: Path) -> list[dict[str, int]]:
     """What a node found in its spool at each start, in order (the first start normally finds nothing):
     pieces, queued (for a next hop), partial (messages being reassembled here), held, orphans."""

@@ -13,6 +13,7 @@ import pytest
 
 from network_support import TESTS_DIR, VethShaper, free_mgmt_subnet, hand_plan, linear, ours_left, ping
 from testbed import registry
+from tests.integration.support import signal_and_wait
 from testbed.network import Network
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
@@ -87,8 +88,7 @@ def _holder(tmp_path: Path) -> tuple[subprocess.Popen, dict]:
 
 def test_sigint_to_the_holding_process_tears_down(tmp_path: Path) -> None:
     p, info = _holder(tmp_path)
-    p.send_signal(signal.SIGINT)
-    p.wait(timeout=60)
+    signal_and_wait(p, signal.SIGINT, 60)
     assert p.returncode != 0              # KeyboardInterrupt after teardown
     assert ours_left(info["run_id"]) == []
     assert gone(info["pid"])
@@ -97,8 +97,7 @@ def test_sigint_to_the_holding_process_tears_down(tmp_path: Path) -> None:
 
 def test_sigterm_to_the_holding_process_tears_down(tmp_path: Path) -> None:
     p, info = _holder(tmp_path)
-    p.send_signal(signal.SIGTERM)
-    p.wait(timeout=60)
+    signal_and_wait(p, signal.SIGTERM, 60)
     assert ours_left(info["run_id"]) == [] and gone(info["pid"])
 
 
@@ -132,8 +131,7 @@ def test_sigint_in_the_middle_of_start_tears_down(tmp_path: Path) -> None:
         time.sleep(0.05)
     time.sleep(0.8)                                  # hosts exist, links half made (0.5 s each)
     assert ours_left(info["run_id"]), "the network never started building"
-    p.send_signal(signal.SIGINT)
-    p.wait(timeout=60)
+    signal_and_wait(p, signal.SIGINT, 60)
     assert p.returncode != 0
     assert "KeyboardInterrupt" in p.stderr.read()
     assert ours_left(info["run_id"]) == []

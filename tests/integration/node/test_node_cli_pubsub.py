@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from nodenet_support import FAST, wait_until
+from tests.integration.support import signal_and_wait
 from testbed import cli
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -83,7 +84,7 @@ class Sub:
         return self.proc.returncode, out.splitlines(), err.splitlines()
 
     def interrupt(self) -> tuple[int, list[str], list[str]]:
-        self.proc.send_signal(signal.SIGINT)
+        signal_and_wait(self.proc, signal.SIGINT, 20)
         return self.finish()
 
 
