@@ -406,6 +406,12 @@ class Engine:
             return
         st.refused_out += 1
         log.warning("%s refused %s/%s@%d: %s", peer, p.msg_id, p.dst, p.off, reason)
+        if p.expires_ts and p.expires_ts < time.time():
+            # its lifetime ended on the way (a neighbour refuses such a piece): no hop would take it now;
+            # this node still holds the copy, so it reports it (once per copy)
+            self.policy.dropped(p)
+            self._spawn(self._expire(p))
+            return
         self.router.refused(peer)             # a fail-over rule may now name another neighbour
         hop = self.routes.hop(p)
         if hop is not None and hop != peer:

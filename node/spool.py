@@ -108,12 +108,14 @@ def _piece(row: tuple) -> Piece:
 
 Op = Callable[[sqlite3.Connection], Any]
 
-# (table, column, type, default) added since the first spools: open() adds them to an older file
-_ADDED_COLUMNS = (("seen", "hops", "INTEGER", 0), ("seen", "len", "INTEGER", -1), ("seen", "total", "INTEGER", -1),
-                  ("done", "expires_ts", "REAL", 0), ("ndr", "expires_ts", "REAL", 0))
-# Rows of `done` and `ndr` without an expiry (older spools, aborts) are forgotten this long after they were made.
+# (table, column, type, default, then) added since the first spools: open() adds them to an older file, and runs
+# `then` once. The `done` rows of a spool from before their expiry column are forgotten FORGET_UNDATED after
+# they were made (their message's lifetime is unknown; a week is what such spools kept them).
 FORGET_UNDATED = 7 * 86400.0
-
+_ADDED_COLUMNS = (("seen", "hops", "INTEGER", 0, ""), ("seen", "len", "INTEGER", -1, ""),
+                  ("seen", "total", "INTEGER", -1, ""),
+                  ("done", "expires_ts", "REAL", 0, f"UPDATE done SET expires_ts = ts + {FORGET_UNDATED}"),
+                  ("ndr", "expires_ts", "REAL", 0, ""))
 
 
 def _came_back(c: sqlite3.Connection, p: "Piece", hops_then: int) -> bool:
@@ -125,9 +127,15 @@ def _came_back(c: sqlite3.Connection, p: "Piece", hops_then: int) -> bool:
         return False
     if c.execute("SELECT 1 FROM frag WHERE msg_id=? AND dst=? AND off=?", (p.msg_id, p.dst, p.off)).fetchone():
         return False
-    log.warning("%s for %s (offset %d) came back with %d hops (%d when it passed here): a routing loop; "
-                "keeping it", p.msg_id, p.dst, p.off, p.hops, hops_then)
+    log.warning("%s for %s (offset %d) came back with %d hops (%d when it passed here): a routing loop",
+                p.msg_id, p.dst, p.off, p.hops, hops_then)
     return True
+
+
+# Why a piece whose lifetime ended before it arrived is refused. Its duplicate-check rows may be pruned already
+# (op_prune), so it cannot be told from a new piece: storing it could deliver a message twice, or report one
+# that was delivered. Its sender still holds it and reports it (node/mta.py `refused`).
+EXPIRED_ON_ARRIVAL = "lifetime expired before it arrived"
 
 _SEEN_AROUND = """SELECT off, hops, len, total FROM seen WHERE msg_id=?1 AND dst=?2 AND off BETWEEN
   ifnull((SELECT max(off) FROM seen WHERE msg_id=?1 AND dst=?2 AND off < ?3), ?3) AND
@@ -218,9 +226,11 @@ class Spool:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")   # fsync the WAL at every commit: acks mean durable
             conn.executescript(SCHEMA)
-            for table, column, kind, default in _ADDED_COLUMNS:       # spools from before these columns
+            for table, column, kind, default, then in _ADDED_COLUMNS:       # spools from before these columns
                 if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind} NOT NULL DEFAULT {default}")
+                    if then:
+                        conn.execute(then)
             if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise sqlite3.DatabaseError("integrity check failed")
         except sqlite3.DatabaseError:
@@ -364,11 +374,16 @@ class Spool:
         same range, or its total size differs from the other pieces' (one originator cut every piece of a
         message the same way; anything else is a broken or forged frame that would corrupt the reassembly).
 
+        A piece whose lifetime is over is refused (EXPIRED_ON_ARRIVAL) unless it is a duplicate of one taken
+        here: the clock is read in the writer, so no prune committed before this transaction can have dropped
+        rows of a piece it takes (op_prune forgets only what expired before its cut-off).
+
         A piece in state "whole" (a complete message for this node) is delivered in the same transaction.
         """
         def op(c: sqlite3.Connection) -> list[bool | str]:
             # Batched: one look-up per message copy for `done` and for already-seen byte ranges, then
             # executemany, because per-row statements cost more CPU than the fsync at 10k fragments/s.
+            now = time.time()
             out: list[bool | str] = [False] * len(pieces)
             by_msg: dict[tuple[str, str], list[int]] = {}
             for i, p in enumerate(pieces):
@@ -388,6 +403,9 @@ class Spool:
                     if p.state == PieceState.WHOLE:
                         if done_rows and done_rows[-1][:2] == (msg_id, dst):
                             continue       # the same one-piece message twice in one batch
+                        if 0 < p.expires_ts < now:
+                            out[i] = EXPIRED_ON_ARRIVAL
+                            continue
                         # a one-piece message for this node: straight into the mailbox (`done` dedups it)
                         if p.kind in MAIL_KINDS:
                             for user in p.users or [""]:
@@ -398,10 +416,12 @@ class Spool:
                         done_rows.append((p.msg_id, p.dst, "delivered", deliver_ts, p.expires_ts))
                         out[i] = True
                         continue
-                    if p.off in have:
-                        if not _came_back(c, p, have[p.off]):
-                            continue
-                    else:
+                    if p.off in have and not _came_back(c, p, have[p.off]):
+                        continue                  # a retransmission: acked, not stored again
+                    if 0 < p.expires_ts < now:
+                        out[i] = EXPIRED_ON_ARRIVAL
+                        continue
+                    if p.off not in have:
                         why = ranges.take(p)
                         if why:
                             out[i] = why
@@ -518,14 +538,13 @@ class Spool:
     @staticmethod
     def op_prune(before: float) -> Op:
         """Forget what only matters while a message can still arrive: byte ranges seen, copies delivered or
-        aborted, reports made, for messages whose lifetime ended before `before` (no neighbour still holds a
-        piece of them: an expired piece is dropped, not sent); the `origin` row of an expired message once no
-        piece of it is held here. Returns how many rows went."""
+        aborted, reports made, for messages whose lifetime ended before `before` (a piece that arrives after
+        its lifetime is refused, op_receive, so none of them can be taken again); the `origin` row of an
+        expired message once no piece of it is held here. Rows without a lifetime (expires_ts 0: a piece
+        without one may arrive at any time) stay. Returns how many rows went."""
         def op(c: sqlite3.Connection) -> int:
-            undated = time.time() - FORGET_UNDATED
-            n = c.execute("DELETE FROM seen WHERE expires_ts < ?", (before,)).rowcount
-            n += c.execute("DELETE FROM done WHERE (expires_ts > 0 AND expires_ts < ?) OR (expires_ts = 0 AND ts < ?)",
-                           (before, undated)).rowcount
+            n = c.execute("DELETE FROM seen WHERE expires_ts > 0 AND expires_ts < ?", (before,)).rowcount
+            n += c.execute("DELETE FROM done WHERE expires_ts > 0 AND expires_ts < ?", (before,)).rowcount
             n += c.execute("DELETE FROM ndr WHERE expires_ts > 0 AND expires_ts < ?", (before,)).rowcount
             n += c.execute("DELETE FROM origin WHERE expires_ts < ? AND NOT EXISTS "
                            "(SELECT 1 FROM frag WHERE frag.msg_id = origin.msg_id)", (before,)).rowcount
