@@ -23,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import bisect
 import concurrent.futures
+import fcntl
 import json
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -32,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from node.errors import UserError
 from node.piece import Piece
 from node.states import PieceState
 
@@ -189,6 +192,57 @@ def _lazy_pieces(rows) -> list[Piece]:
     return out
 
 
+class SpoolUnavailable(UserError):
+    """The spool cannot be opened now (held by another process, locked, I/O error, disk full): the node does not
+    start, and the spool is left as it is."""
+
+
+class _IntegrityCheckFailed(sqlite3.DatabaseError):
+    """PRAGMA quick_check found damage."""
+
+
+# SQLite's primary result codes that mean the file itself is damaged (extended codes keep them in the low byte)
+_SQLITE_CORRUPT = 11
+_SQLITE_NOTADB = 26
+
+
+def _damaged(exc: sqlite3.Error) -> bool:
+    """True when `exc` says the spool file is damaged, not that it cannot be used now."""
+    if isinstance(exc, _IntegrityCheckFailed):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+
+
+class SpoolLock:
+    """An exclusive lock on `<spool>.lock` beside the spool file, held while a process has the spool open: a
+    second node started on the same spool stops before it reads or writes anything in it. The file names the
+    holder's pid. (A file of its own: closing a descriptor of the spool file opened beside SQLite's would drop
+    SQLite's own locks on it, and a damaged spool file is renamed away.)"""
+
+    def __init__(self, spool: Path) -> None:
+        self.path = Path(f"{spool}.lock")
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise SpoolUnavailable(f"cannot open the spool lock {self.path}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            os.close(fd)
+            who = f"process {holder}" if holder.isdigit() else "another process"
+            raise SpoolUnavailable(f"the spool {spool} is in use by {who} (another node on the same spool?)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)       # closing the descriptor drops the lock
+            self._fd = None
+
+
 class Spool:
     """One SQLite file, one writer thread, group commit; see the module docstring."""
 
@@ -205,20 +259,41 @@ class Spool:
         # the writer's fsync nor block the event loop (WAL: readers and the writer do not block each other)
         self._reader: concurrent.futures.ThreadPoolExecutor | None = None
         self._rconn: sqlite3.Connection | None = None
+        self._lock: SpoolLock | None = None
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Take the spool's lock, then open it. A damaged file (SQLite says corrupt or not a database, or the
+        integrity check fails) is moved aside and the node starts with an empty spool; any other error (locked,
+        I/O error, disk full, cannot open) raises SpoolUnavailable and leaves the spool as it is."""
         try:
-            conn = self._connect()
-        except sqlite3.DatabaseError as exc:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpoolUnavailable(f"cannot open the spool {self.path}: {exc.strerror or exc}") from None
+        self._lock = SpoolLock(self.path)
+        try:
+            conn = self._open_or_quarantine()
+        except BaseException:
+            self._lock.release()
+            self._lock = None
+            raise
+        self._thread = threading.Thread(target=self._writer, args=(conn,), name="spool-writer", daemon=True)
+        self._thread.start()
+
+    def _open_or_quarantine(self) -> sqlite3.Connection:
+        try:
+            return self._connect()
+        except sqlite3.Error as exc:
+            if not _damaged(exc):
+                raise SpoolUnavailable(f"cannot open the spool {self.path}: {exc}; leaving it as it is") from None
             # a damaged file must not become a crash loop: keep it aside for inspection, start afresh
             self.quarantined = self._quarantine()
             log.error("spool %s is damaged (%s): moved aside to %s; starting with an empty spool",
                       self.path, exc, self.quarantined)
-            conn = self._connect()
-        self._thread = threading.Thread(target=self._writer, args=(conn,), name="spool-writer", daemon=True)
-        self._thread.start()
+        try:
+            return self._connect()
+        except sqlite3.Error as exc:
+            raise SpoolUnavailable(f"cannot make a new spool {self.path}: {exc}") from None
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -232,8 +307,8 @@ class Spool:
                     if then:
                         conn.execute(then)
             if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-                raise sqlite3.DatabaseError("integrity check failed")
-        except sqlite3.DatabaseError:
+                raise _IntegrityCheckFailed("integrity check failed")
+        except sqlite3.Error:
             conn.close()
             raise
         return conn
@@ -253,10 +328,15 @@ class Spool:
             self._reader.submit(self._close_reader)
             self._reader.shutdown(wait=True)
             self._reader = None
+        writing = False
         if self._thread is not None:
             self._q.put(None)
             self._thread.join(timeout=30)
+            writing = self._thread.is_alive()
             self._thread = None
+        if self._lock is not None and not writing:
+            self._lock.release()          # after the writer's last commit (else at exit): the next process may have it
+            self._lock = None
 
     # -- the group-commit writer --------------------------------------------
     def _writer(self, conn: sqlite3.Connection) -> None:
