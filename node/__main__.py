@@ -16,6 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", required=True, help="node configuration YAML (see node/config.py)")
     ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = ap.parse_args(argv)
+    os.umask(0o077)      # the spool holds mail, the records who wrote to whom: the node's files are its own
     from node import registry
     from node.daemon import NodeDaemon
 

@@ -47,6 +47,8 @@ def _check_header(f: link_pb2.Fragment, cfg: NodeConfig, accept: Accept) -> str 
         return "fragment with an invalid recipient user"
     if not (math.isfinite(f.submit_ts) and math.isfinite(f.expires_ts)):
         return "fragment with a timestamp that is not a finite number"
+    if f.submit_ts < 0 or f.expires_ts < 0:      # 0 is "none"; below it only a broken or forged sender
+        return "fragment with a negative timestamp"
     if f.priority > lim.max_priority:
         return f"priority {f.priority} outside 0..{lim.max_priority}"
     if f.kind and not ((f.kind == REPORT_KIND and f.originator == REPORTER and f.msg_id.startswith("ndr."))

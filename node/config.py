@@ -24,7 +24,9 @@ A node's config file (the testbed writes one per host; it can also be written by
     batch: {max_frames: 512, max_bytes: 1048576, min_bytes: 16384, target_delay: 0.02, commit_window: 0.002, max_commit: 4096, window_frames: 8192}
     session: {keepalive: 1.0, hold_time: 5.0, backoff_min: 0.1, backoff_max: 5.0}
     limits: {max_message_size: 67108864, max_frame_bytes: 1048576, max_recipients: 64, max_hops: 64,
-             max_link_queue: 268435456}   # without resources: bytes queued per neighbour before "not now"
+             max_link_queue: 268435456,   # without resources: bytes queued per neighbour before "not now"
+             max_orphan_bytes: 268435456,       # bytes of copies without a next hop before "not now"/"congested"
+             max_submission_bytes: 268435456}  # size x distinct recipient nodes of one submission
     resources: {buffer_classes: true, transit_buffers: 100, ...}   # Brachman's resource management; see ResourcesConfig (absent = off)
     routing: {mode: dynamic, nodes: [...], monitor: {...}, cost: {...}, damping: {...}, rules: [...]}
                                     # node/routing/config.py; absent = static routes only
@@ -92,6 +94,11 @@ class LimitsConfig:
     # and submissions "congested" (the queue, and the node's memory, must not grow with the spool)
     max_link_queue: int = 256 << 20
     max_priority: int = 15
+    # bytes of copies kept without a next hop (orphans, node/orphans.py) above which a neighbour's piece that would
+    # be one is refused "not now" and a submission that would leave one "congested"
+    max_orphan_bytes: int = 256 << 20
+    # bytes one submission may make this node store: its size times its distinct recipient nodes
+    max_submission_bytes: int = 256 << 20
 
 
 @dataclass
@@ -225,8 +232,9 @@ class NodeConfig:
                 raise ConfigError(f"{key} must be positive.")
         if self.session.hold_time <= self.session.keepalive:
             raise ConfigError("session.hold_time must be longer than session.keepalive.")
-        if self.limits.max_link_queue < 1:
-            raise ConfigError("limits.max_link_queue must be at least 1 byte.")
+        for key in ("max_link_queue", "max_orphan_bytes", "max_submission_bytes"):
+            if getattr(self.limits, key) < 1:
+                raise ConfigError(f"limits.{key} must be at least 1 byte.")
         if self.batch.max_frames < 1 or self.batch.window_frames < 1 or self.batch.max_commit < 1:
             raise ConfigError("batch sizes must be at least 1.")
         if not (1 <= self.batch.min_bytes <= self.batch.max_bytes) or self.batch.target_delay <= 0:

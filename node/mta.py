@@ -11,7 +11,8 @@ Around it: the originating side (node/origination.py: submissions, reports and
 subsystems' messages made durable), the clock (node/expiry.py), the router
 (asked once per message copy, node/routing/cache.py), the admission policy
 (node/policy.py, which also builds each link's queue, node/transfer_queue.py),
-the peers handed to link sessions (node/peer.py) and reports (node/reports.py).
+the peers handed to link sessions (node/peer.py), the copies kept without a next hop (node/orphans.py)
+and reports (node/reports.py).
 Pieces and their states: node/piece.py, node/states.py.
 
 Subsystems plug in at one seam (node/subsystem.py, listed in node/registry.py):
@@ -34,14 +35,15 @@ from node import expiry
 from node.hooks import EngineHooks
 from node.metrics import engine_snapshot
 from node.origination import NewMessage, Origination
+from node.orphans import Orphans
 from node.payloads import PayloadReader
 from node.peer import Peer
 from node.piece import Piece
 from node.policy import AdmissionPolicy, make_policy
 from node.records import Records
 from node.refusal import Refusal
-from node.reports import REPORT_KIND, Reporter
-from node.resource_manager import RETRY_CAP
+from node.reports import ORPHAN, REPORT_KIND, Reporter
+from node.resource_manager import CONGESTED, RETRY_CAP
 from node.routing import Router, StaticRouter
 from node.routing.cache import CopyRoutes
 from node.spool import MAIL_KINDS, Op, Spool
@@ -99,7 +101,9 @@ class Engine:
         self.reporter = Reporter(self.me, spool, records, cfg.default_lifetime, self.originate, log)
         self.partial: dict[tuple[str, str], Pending] = {}
         self.held: dict[tuple[str, str], Pending] = {}
-        self.orphans: dict[tuple[str, str, int], Piece] = {}
+        # copies without a next hop, their bytes in the spool (node/orphans.py); a body keyword rule needs the
+        # first bytes of every copy
+        self.orphans = Orphans(cfg.limits.max_orphan_bytes, getattr(self.router, "reads_body", False))
         # bytes of pieces recovered without them, read when a link sends them (a few batches read ahead)
         self.payloads = PayloadReader(spool, 8 * cfg.batch.max_bytes)
         self.delivered = 0
@@ -147,7 +151,7 @@ class Engine:
             elif p.state == S.PART:
                 self._collect(self.partial, p)
             elif p.state == S.ORPHAN:
-                self.orphans[p.key] = p
+                self.orphans.add(p)
         for mkey, pend in list(self.held.items()):
             if pend.got >= pend.total:
                 await self._release_held(mkey)
@@ -187,12 +191,18 @@ class Engine:
         transit = self.transit_state()
         consumers = self.hooks.consumers
         link_full = self.policy.link_full
+        orphan_bytes = 0        # this batch's pieces that will be orphans
         for i, p in enumerate(pieces):
             if p.dst != me:
                 h = hop(p)
-                full = link_full(h) if h is not None else None
-                if full:           # not now: the sender keeps it and offers it again once the queue drained
-                    result[i] = Refusal(f"queue_full: {full} at {me}", QUEUE_FULL_RETRY)
+                if h is not None:
+                    full = link_full(h)
+                    why = f"queue_full: {full} at {me}" if full else None
+                else:
+                    full = self.orphans.full(orphan_bytes + p.size)
+                    why = f"{CONGESTED}: {full} at {me}" if full else None
+                if why:            # not now: the sender keeps it and offers it again once there is room
+                    result[i] = Refusal(why, QUEUE_FULL_RETRY)
                     st.deferred_in += 1
                     continue
             if p.dst == me and p.kind not in MAIL_KINDS and p.kind not in consumers:
@@ -208,8 +218,11 @@ class Engine:
                 continue
             if p.dst == me:
                 p.state = S.WHOLE if p.off == 0 and p.size == p.total else S.PART
+            elif hop(p) is not None:
+                p.state = transit
             else:
-                p.state = transit if hop(p) is not None else S.ORPHAN
+                p.state = S.ORPHAN
+                orphan_bytes += p.size
             keep.append(p)
         st.refused_in += sum(1 for r in result if r is not None and not r.for_now)     # not the "not now" ones
         if not keep:
@@ -247,8 +260,8 @@ class Engine:
                     self._spawn(self._release_held(p.mkey))
             elif p.state == S.ORPHAN:
                 self.policy.dropped(p)       # an orphan waits for a route, not for a buffer
-                self.orphans[p.key] = p
-                self._spawn(self.reporter.report(p, f"no route from {self.me} to {p.dst}", event="orphan"))
+                self.orphans.add(p)
+                self._spawn(self.reporter.report(p, f"no route from {self.me} to {p.dst}", event=ORPHAN))
             else:
                 self._enqueue(p)
         return result
@@ -313,11 +326,11 @@ class Engine:
         peer.wake.set()
 
     def _orphan(self, p: Piece, reason: str) -> None:
-        """Keep `p` until a route or rule change gives it another chance, and report it."""
+        """Keep `p` until a route or rule change gives it another chance (or its lifetime ends), and record it."""
         p.state = S.ORPHAN
-        self.orphans[p.key] = p
+        self.orphans.add(p)
         self._spawn(self.spool.run(Spool.op_set_state(p.msg_id, p.dst, S.ORPHAN, p.off)))
-        self._spawn(self.reporter.report(p, reason, event="orphan"))
+        self._spawn(self.reporter.report(p, reason, event=ORPHAN))
 
     # -- the link side -------------------------------------------------------------
     def take(self, peer: str, max_frames: int, max_bytes: int) -> list[Piece]:
@@ -406,6 +419,12 @@ class Engine:
             return
         st.refused_out += 1
         log.warning("%s refused %s/%s@%d: %s", peer, p.msg_id, p.dst, p.off, reason)
+        if p.expires_ts and p.expires_ts < time.time():
+            # its lifetime ended on the way (a neighbour refuses such a piece): no hop would take it now;
+            # this node still holds the copy, so it reports it (once per copy)
+            self.policy.dropped(p)
+            self._spawn(self._expire(p))
+            return
         self.router.refused(peer)             # a fail-over rule may now name another neighbour
         hop = self.routes.hop(p)
         if hop is not None and hop != peer:

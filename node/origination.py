@@ -67,7 +67,7 @@ class Origination:
                      size: int | None, priority: int = 1, lifetime: float = 0.0) -> tuple[bool, str, str]:
         """Accept a user's message (durably) or refuse it with a reason; returns (accepted, msg_id, reason)."""
         n = len(payload) if payload is not None else int(size or 0)
-        reason = submission_problem(self.e.cfg, recipients, n, priority, lifetime)
+        reason = submission_problem(self.e.cfg, recipients, n, priority, lifetime) or self._too_much(recipients, n)
         if reason:
             return self._refuse_submission(originator, recipients, n, reason)
         msg_id = f"{self.e.me}-{uuid.uuid4().hex[:16]}"
@@ -75,6 +75,16 @@ class Origination:
             seed = (msg_id + " ").encode()
             payload = (seed * (n // len(seed) + 1))[:n]
         return await self.originate(NewMessage(originator, recipients, payload, priority, lifetime, msg_id=msg_id))
+
+    def _too_much(self, recipients: list[tuple[str, str]], n: int) -> str | None:
+        """Why storing a message of `n` bytes for `recipients` would take too much of this node, or None: each
+        recipient node's copy is stored apart (and may be held for as long as its lifetime)."""
+        nodes = len({node for node, _u in recipients})
+        cap = self.e.cfg.limits.max_submission_bytes
+        if n * nodes > cap:
+            return (f"a message of {n} bytes to {nodes} nodes would store {n * nodes} bytes here "
+                    f"(limit {cap}, limits.max_submission_bytes)")
+        return None
 
     def _refuse_submission(self, originator: str, recipients: list[tuple[str, str]], n: int,
                            reason: str) -> tuple[bool, str, str]:
@@ -116,6 +126,10 @@ class Origination:
         unroutable = sorted(d for d, h in hops.items() if h is None)
         if unroutable and not m.orphan_ok:
             return Refusal(f"no route to {unroutable[0]}")
+        if unroutable:          # its copies for these would be orphans (node/orphans.py)
+            full = self.e.orphans.full(sum(p.size for p in pieces if p.dst in unroutable))
+            if full:
+                return Refusal(f"{CONGESTED} ({full} at {self.e.me})")
         if not m.kind:          # user mail only: a report or a subsystem's message is never refused for room
             for h in sorted({h for h in hops.values() if h is not None}):
                 full = self.e.policy.link_full(h)

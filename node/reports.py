@@ -2,7 +2,9 @@
 
 Every undeliverable copy gets one line in reports.jsonl and one log line; the
 originator gets one report message per copy per node (remembered durably in
-the spool), never a report about a report. The report is a new message from
+the spool), never a report about a report. An orphan (a copy kept without a
+next hop, node/orphans.py) is only recorded (event "orphan"): it is not final,
+a route may still appear; the report message goes when its lifetime ends. The report is a new message from
 `mailer-daemon` at this node: it is stored and queued through the engine's
 `originate` path, not through the engine's `submit` (no user-input checks, no
 re-entry into the submission path); like any message it gets a submission record.
@@ -19,6 +21,7 @@ from node.piece import Piece
 from node.spool import Spool
 
 REPORT_KIND = "ndr"
+ORPHAN = "orphan"       # the event of a copy kept without a next hop: recorded, not reported yet
 REPORTER = "mailer-daemon"
 NOTED_MAX = 10_000      # recent reports remembered to keep one record per copy, event and reason
 
@@ -39,7 +42,8 @@ class Reporter:
         self._noted: dict[tuple[str, str, str, str], None] = {}     # recent (copy, event, reason), oldest first
 
     async def report(self, p: Piece, reason: str, event: str = "ndr_made") -> None:
-        """Record why the copy `p` is not delivered and tell its originator (once per copy per node)."""
+        """Record why the copy `p` is not delivered and, when that is final (not an orphan), tell its originator
+        (once per copy per node)."""
         note = (p.msg_id, p.dst, event, reason)
         if note in self._noted:          # many pieces of one copy: one record and one log line
             return
@@ -48,8 +52,10 @@ class Reporter:
             del self._noted[next(iter(self._noted))]
         self.records.write("report", event=event, msg_id=p.msg_id, dst=p.dst, reason=reason, src=p.src,
                            originator=p.originator)
-        self.log.warning("message %s for %s not delivered: %s", p.msg_id, p.dst, reason)
-        if p.kind != "" or not p.src:      # never a report about a report, nor about a subsystem's message
+        final = event != ORPHAN
+        self.log.warning("message %s for %s %s: %s", p.msg_id, p.dst, "not delivered" if final else "kept as an orphan",
+                         reason)
+        if not final or p.kind != "" or not p.src:   # never a report about a report, nor a subsystem's message
             return
         if not await self.spool.run(Spool.op_ndr_once(p.msg_id, p.dst, p.expires_ts)):
             return

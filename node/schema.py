@@ -57,8 +57,9 @@ RECORDS: dict[str, tuple[Field, ...]] = {
         _f("neighbours", dict, "per neighbour: queue and traffic counters"),
         _f("delivered", int, "messages delivered here so far"),
     ),
-    # nodes/<node>/reports.jsonl: non-delivery reports made here (expiry, refusal, reassembly timeout,
-    # unroutable) and reports that reached the originator ("event": "ndr_made" | "ndr_delivered" | "orphan")
+    # nodes/<node>/reports.jsonl: non-delivery reports made here (lifetime expired, reassembly timed out), reports
+    # that reached the originator, and copies kept without a next hop ("event": "ndr_made" | "ndr_delivered" |
+    # "orphan"; an orphan is not final: its report message goes with the ndr_made line when its lifetime ends)
     "report": COMMON + (
         _f("event", str, "'ndr_made', 'ndr_delivered' or 'orphan'"),
         _f("msg_id", str, "the message the report is about"),

@@ -23,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import bisect
 import concurrent.futures
+import fcntl
 import json
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -32,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from node.errors import UserError
 from node.piece import Piece
 from node.states import PieceState
 
@@ -108,12 +111,14 @@ def _piece(row: tuple) -> Piece:
 
 Op = Callable[[sqlite3.Connection], Any]
 
-# (table, column, type, default) added since the first spools: open() adds them to an older file
-_ADDED_COLUMNS = (("seen", "hops", "INTEGER", 0), ("seen", "len", "INTEGER", -1), ("seen", "total", "INTEGER", -1),
-                  ("done", "expires_ts", "REAL", 0), ("ndr", "expires_ts", "REAL", 0))
-# Rows of `done` and `ndr` without an expiry (older spools, aborts) are forgotten this long after they were made.
+# (table, column, type, default, then) added since the first spools: open() adds them to an older file, and runs
+# `then` once. The `done` rows of a spool from before their expiry column are forgotten FORGET_UNDATED after
+# they were made (their message's lifetime is unknown; a week is what such spools kept them).
 FORGET_UNDATED = 7 * 86400.0
-
+_ADDED_COLUMNS = (("seen", "hops", "INTEGER", 0, ""), ("seen", "len", "INTEGER", -1, ""),
+                  ("seen", "total", "INTEGER", -1, ""),
+                  ("done", "expires_ts", "REAL", 0, f"UPDATE done SET expires_ts = ts + {FORGET_UNDATED}"),
+                  ("ndr", "expires_ts", "REAL", 0, ""))
 
 
 def _came_back(c: sqlite3.Connection, p: "Piece", hops_then: int) -> bool:
@@ -125,9 +130,15 @@ def _came_back(c: sqlite3.Connection, p: "Piece", hops_then: int) -> bool:
         return False
     if c.execute("SELECT 1 FROM frag WHERE msg_id=? AND dst=? AND off=?", (p.msg_id, p.dst, p.off)).fetchone():
         return False
-    log.warning("%s for %s (offset %d) came back with %d hops (%d when it passed here): a routing loop; "
-                "keeping it", p.msg_id, p.dst, p.off, p.hops, hops_then)
+    log.warning("%s for %s (offset %d) came back with %d hops (%d when it passed here): a routing loop",
+                p.msg_id, p.dst, p.off, p.hops, hops_then)
     return True
+
+
+# Why a piece whose lifetime ended before it arrived is refused. Its duplicate-check rows may be pruned already
+# (op_prune), so it cannot be told from a new piece: storing it could deliver a message twice, or report one
+# that was delivered. Its sender still holds it and reports it (node/mta.py `refused`).
+EXPIRED_ON_ARRIVAL = "lifetime expired before it arrived"
 
 _SEEN_AROUND = """SELECT off, hops, len, total FROM seen WHERE msg_id=?1 AND dst=?2 AND off BETWEEN
   ifnull((SELECT max(off) FROM seen WHERE msg_id=?1 AND dst=?2 AND off < ?3), ?3) AND
@@ -181,6 +192,57 @@ def _lazy_pieces(rows) -> list[Piece]:
     return out
 
 
+class SpoolUnavailable(UserError):
+    """The spool cannot be opened now (held by another process, locked, I/O error, disk full): the node does not
+    start, and the spool is left as it is."""
+
+
+class _IntegrityCheckFailed(sqlite3.DatabaseError):
+    """PRAGMA quick_check found damage."""
+
+
+# SQLite's primary result codes that mean the file itself is damaged (extended codes keep them in the low byte)
+_SQLITE_CORRUPT = 11
+_SQLITE_NOTADB = 26
+
+
+def _damaged(exc: sqlite3.Error) -> bool:
+    """True when `exc` says the spool file is damaged, not that it cannot be used now."""
+    if isinstance(exc, _IntegrityCheckFailed):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+
+
+class SpoolLock:
+    """An exclusive lock on `<spool>.lock` beside the spool file, held while a process has the spool open: a
+    second node started on the same spool stops before it reads or writes anything in it. The file names the
+    holder's pid. (A file of its own: closing a descriptor of the spool file opened beside SQLite's would drop
+    SQLite's own locks on it, and a damaged spool file is renamed away.)"""
+
+    def __init__(self, spool: Path) -> None:
+        self.path = Path(f"{spool}.lock")
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise SpoolUnavailable(f"cannot open the spool lock {self.path}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            os.close(fd)
+            who = f"process {holder}" if holder.isdigit() else "another process"
+            raise SpoolUnavailable(f"the spool {spool} is in use by {who} (another node on the same spool?)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)       # closing the descriptor drops the lock
+            self._fd = None
+
+
 class Spool:
     """One SQLite file, one writer thread, group commit; see the module docstring."""
 
@@ -197,20 +259,41 @@ class Spool:
         # the writer's fsync nor block the event loop (WAL: readers and the writer do not block each other)
         self._reader: concurrent.futures.ThreadPoolExecutor | None = None
         self._rconn: sqlite3.Connection | None = None
+        self._lock: SpoolLock | None = None
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Take the spool's lock, then open it. A damaged file (SQLite says corrupt or not a database, or the
+        integrity check fails) is moved aside and the node starts with an empty spool; any other error (locked,
+        I/O error, disk full, cannot open) raises SpoolUnavailable and leaves the spool as it is."""
         try:
-            conn = self._connect()
-        except sqlite3.DatabaseError as exc:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpoolUnavailable(f"cannot open the spool {self.path}: {exc.strerror or exc}") from None
+        self._lock = SpoolLock(self.path)
+        try:
+            conn = self._open_or_quarantine()
+        except BaseException:
+            self._lock.release()
+            self._lock = None
+            raise
+        self._thread = threading.Thread(target=self._writer, args=(conn,), name="spool-writer", daemon=True)
+        self._thread.start()
+
+    def _open_or_quarantine(self) -> sqlite3.Connection:
+        try:
+            return self._connect()
+        except sqlite3.Error as exc:
+            if not _damaged(exc):
+                raise SpoolUnavailable(f"cannot open the spool {self.path}: {exc}; leaving it as it is") from None
             # a damaged file must not become a crash loop: keep it aside for inspection, start afresh
             self.quarantined = self._quarantine()
             log.error("spool %s is damaged (%s): moved aside to %s; starting with an empty spool",
                       self.path, exc, self.quarantined)
-            conn = self._connect()
-        self._thread = threading.Thread(target=self._writer, args=(conn,), name="spool-writer", daemon=True)
-        self._thread.start()
+        try:
+            return self._connect()
+        except sqlite3.Error as exc:
+            raise SpoolUnavailable(f"cannot make a new spool {self.path}: {exc}") from None
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -218,12 +301,14 @@ class Spool:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")   # fsync the WAL at every commit: acks mean durable
             conn.executescript(SCHEMA)
-            for table, column, kind, default in _ADDED_COLUMNS:       # spools from before these columns
+            for table, column, kind, default, then in _ADDED_COLUMNS:       # spools from before these columns
                 if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind} NOT NULL DEFAULT {default}")
+                    if then:
+                        conn.execute(then)
             if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-                raise sqlite3.DatabaseError("integrity check failed")
-        except sqlite3.DatabaseError:
+                raise _IntegrityCheckFailed("integrity check failed")
+        except sqlite3.Error:
             conn.close()
             raise
         return conn
@@ -243,10 +328,15 @@ class Spool:
             self._reader.submit(self._close_reader)
             self._reader.shutdown(wait=True)
             self._reader = None
+        writing = False
         if self._thread is not None:
             self._q.put(None)
             self._thread.join(timeout=30)
+            writing = self._thread.is_alive()
             self._thread = None
+        if self._lock is not None and not writing:
+            self._lock.release()          # after the writer's last commit (else at exit): the next process may have it
+            self._lock = None
 
     # -- the group-commit writer --------------------------------------------
     def _writer(self, conn: sqlite3.Connection) -> None:
@@ -364,11 +454,16 @@ class Spool:
         same range, or its total size differs from the other pieces' (one originator cut every piece of a
         message the same way; anything else is a broken or forged frame that would corrupt the reassembly).
 
+        A piece whose lifetime is over is refused (EXPIRED_ON_ARRIVAL) unless it is a duplicate of one taken
+        here: the clock is read in the writer, so no prune committed before this transaction can have dropped
+        rows of a piece it takes (op_prune forgets only what expired before its cut-off).
+
         A piece in state "whole" (a complete message for this node) is delivered in the same transaction.
         """
         def op(c: sqlite3.Connection) -> list[bool | str]:
             # Batched: one look-up per message copy for `done` and for already-seen byte ranges, then
             # executemany, because per-row statements cost more CPU than the fsync at 10k fragments/s.
+            now = time.time()
             out: list[bool | str] = [False] * len(pieces)
             by_msg: dict[tuple[str, str], list[int]] = {}
             for i, p in enumerate(pieces):
@@ -388,6 +483,9 @@ class Spool:
                     if p.state == PieceState.WHOLE:
                         if done_rows and done_rows[-1][:2] == (msg_id, dst):
                             continue       # the same one-piece message twice in one batch
+                        if 0 < p.expires_ts < now:
+                            out[i] = EXPIRED_ON_ARRIVAL
+                            continue
                         # a one-piece message for this node: straight into the mailbox (`done` dedups it)
                         if p.kind in MAIL_KINDS:
                             for user in p.users or [""]:
@@ -398,10 +496,12 @@ class Spool:
                         done_rows.append((p.msg_id, p.dst, "delivered", deliver_ts, p.expires_ts))
                         out[i] = True
                         continue
-                    if p.off in have:
-                        if not _came_back(c, p, have[p.off]):
-                            continue
-                    else:
+                    if p.off in have and not _came_back(c, p, have[p.off]):
+                        continue                  # a retransmission: acked, not stored again
+                    if 0 < p.expires_ts < now:
+                        out[i] = EXPIRED_ON_ARRIVAL
+                        continue
+                    if p.off not in have:
                         why = ranges.take(p)
                         if why:
                             out[i] = why
@@ -518,14 +618,13 @@ class Spool:
     @staticmethod
     def op_prune(before: float) -> Op:
         """Forget what only matters while a message can still arrive: byte ranges seen, copies delivered or
-        aborted, reports made, for messages whose lifetime ended before `before` (no neighbour still holds a
-        piece of them: an expired piece is dropped, not sent); the `origin` row of an expired message once no
-        piece of it is held here. Returns how many rows went."""
+        aborted, reports made, for messages whose lifetime ended before `before` (a piece that arrives after
+        its lifetime is refused, op_receive, so none of them can be taken again); the `origin` row of an
+        expired message once no piece of it is held here. Rows without a lifetime (expires_ts 0: a piece
+        without one may arrive at any time) stay. Returns how many rows went."""
         def op(c: sqlite3.Connection) -> int:
-            undated = time.time() - FORGET_UNDATED
-            n = c.execute("DELETE FROM seen WHERE expires_ts < ?", (before,)).rowcount
-            n += c.execute("DELETE FROM done WHERE (expires_ts > 0 AND expires_ts < ?) OR (expires_ts = 0 AND ts < ?)",
-                           (before, undated)).rowcount
+            n = c.execute("DELETE FROM seen WHERE expires_ts > 0 AND expires_ts < ?", (before,)).rowcount
+            n += c.execute("DELETE FROM done WHERE expires_ts > 0 AND expires_ts < ?", (before,)).rowcount
             n += c.execute("DELETE FROM ndr WHERE expires_ts > 0 AND expires_ts < ?", (before,)).rowcount
             n += c.execute("DELETE FROM origin WHERE expires_ts < ? AND NOT EXISTS "
                            "(SELECT 1 FROM frag WHERE frag.msg_id = origin.msg_id)", (before,)).rowcount
