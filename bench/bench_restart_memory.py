@@ -83,7 +83,7 @@ def drain(net: LocalNet, ids: list[str], timeout: float, peak: list[int]) -> flo
 def forget(net: LocalNet, ids: list[str]) -> None:
     """Empty n2's mailbox between drains (its spool would otherwise hold every run)."""
     with net.client("n2") as c:
-        c.delete_mail(ids)
+        c.delete_mail(ids, no_user=True)
 
 
 def main() -> int:

@@ -99,8 +99,11 @@ class NodeClient:
             if not token or (limit and len(items) >= limit):
                 return items[:limit] if limit else items
 
-    def delete_mail(self, msg_ids: list[str], user: str = "") -> int:
-        return self._call(self.submit.DeleteMail, submit_pb2.DeleteMailRequest(user=user, msg_ids=msg_ids)).deleted
+    def delete_mail(self, msg_ids: list[str], user: str = "", no_user: bool = False) -> int:
+        """Delete `user`'s copies (a user token: "" is its own), or with `no_user` the copies addressed to the node
+        without a user; the node never takes "" for every user."""
+        req = submit_pb2.DeleteMailRequest(user=user, msg_ids=msg_ids, no_user=no_user)
+        return self._call(self.submit.DeleteMail, req).deleted
 
     def status(self, msg_id: str) -> submit_pb2.StatusReply:
         return self._call(self.submit.Status, submit_pb2.StatusRequest(msg_id=msg_id))

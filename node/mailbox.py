@@ -6,6 +6,7 @@ recipient space of those messages is free again.
 from __future__ import annotations
 
 import json
+import sqlite3
 
 from node.policy import AdmissionPolicy
 from node.spool import Spool
@@ -14,6 +15,9 @@ from node.states import MessageStatus, message_status
 
 PAGE_ITEMS = 1000
 PAGE_BYTES = 8 << 20
+# A user's own messages at this node: those it sent here and those delivered to its mailbox here.
+_OWNS = ("SELECT 1 FROM origin WHERE msg_id=?1 AND originator=?2 UNION ALL "
+         "SELECT 1 FROM mailbox WHERE msg_id=?1 AND user=?2 LIMIT 1")
 
 
 def _key(row: dict) -> tuple[float, str, str]:
@@ -42,9 +46,17 @@ class Mailbox:
         self.spool = spool
         self.policy = policy
 
-    async def status(self, msg_id: str) -> tuple[MessageStatus | None, dict]:
-        info = await self.spool.run(Spool.op_status(msg_id))
-        return message_status(info), info
+    async def status(self, msg_id: str, user: str | None = None) -> tuple[MessageStatus | None, dict]:
+        """The message's status and the spool's facts about it; with `user`, only for that user's own message
+        (another's is (None, {}), as if this node never saw it: its existence is not the user's business)."""
+        status = Spool.op_status(msg_id)
+
+        def op(c: sqlite3.Connection) -> dict | None:
+            if user is not None and c.execute(_OWNS, (msg_id, user)).fetchone() is None:
+                return None
+            return status(c)
+        info = await self.spool.run(op)
+        return (None, {}) if info is None else (message_status(info), info)
 
     async def page(self, user: str, include_payload: bool, limit: int = 0,
                    token: str = "") -> tuple[list[dict], str]:
@@ -55,6 +67,7 @@ class Mailbox:
         return rows, (_token(rows[-1]) if more else "")
 
     async def delete(self, user: str, msg_ids: list[str]) -> int:
+        """Delete `user`'s copies of the messages ("": the copies addressed to the node without a user)."""
         n = await self.spool.run(Spool.op_delete_mail(user, msg_ids))
         if n:
             for m in msg_ids:

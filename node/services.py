@@ -24,7 +24,7 @@ log = logging.getLogger("node.services")
 
 async def own_user(tokens: Tokens, context, asked: str, what: str) -> str:
     """The user whose mail a call may touch: a user token only its own (an empty user means it), the admin any
-    (an empty user: every user's)."""
+    (an empty user: every user's, for reading; DeleteMail refuses it)."""
     caller = tokens.caller(context)
     if caller.admin:
         return asked
@@ -60,7 +60,9 @@ class SubmitService(submit_pb2_grpc.SubmitServicer):
         return submit_pb2.SendReply(accepted=ok, msg_id=msg_id, reason=reason)
 
     async def Status(self, request: submit_pb2.StatusRequest, context) -> submit_pb2.StatusReply:  # noqa: N802
-        state, info = await self.mailbox.status(request.msg_id)
+        caller = self.tokens.caller(context)
+        # a user token: only messages its user sent here or received here (another's is NOT_FOUND too)
+        state, info = await self.mailbox.status(request.msg_id, None if caller.admin else caller.user)
         if state is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, clip(f"no message {request.msg_id!r} at {self.engine.me}"))
         return submit_pb2.StatusReply(msg_id=request.msg_id, state=state, detail=json.dumps(info, default=str))
@@ -78,9 +80,31 @@ class SubmitService(submit_pb2_grpc.SubmitServicer):
         return submit_pb2.MailboxReply(items=items, next_page_token=next_token)
 
     async def DeleteMail(self, request: submit_pb2.DeleteMailRequest, context) -> submit_pb2.DeleteMailReply:  # noqa: N802
-        user = await own_user(self.tokens, context, request.user, "delete")
+        if request.no_user:
+            if request.user:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no_user deletes the node's own mail: it "
+                                                                      "takes no user")
+            if not self.tokens.caller(context).admin:
+                await deny(context, "the mail addressed to the node without a user is the admin's to delete")
+            user = ""
+        else:
+            user = await own_user(self.tokens, context, request.user, "delete")
+            why = self._mail_user_problem(user)
+            if why:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, clip(why))
         n = await self.mailbox.delete(user, list(request.msg_ids))
         return submit_pb2.DeleteMailReply(deleted=n)
+
+    def _mail_user_problem(self, user: str) -> str | None:
+        """Why DeleteMail may not delete `user`'s copies: it names one user, never a wildcard."""
+        if not user:
+            return ("DeleteMail needs a user (an empty user is not every user's mail; no_user deletes the mail "
+                    "addressed to the node without a user)")
+        if not is_user_name(user):
+            return f"invalid user {user!r}"
+        if self.engine.local_users and user not in self.engine.local_users:
+            return f"no such user at {self.engine.me}: {user!r}"
+        return None
 
 
 MAX_RULES_JSON = 1 << 20     # bytes of a SetRules request's rule list

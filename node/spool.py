@@ -697,14 +697,10 @@ class Spool:
 
     @staticmethod
     def op_delete_mail(user: str, msg_ids: list[str]) -> Op:
+        """Delete `user`'s copies ("": those addressed to the node without a user; never every user's)."""
         def op(c: sqlite3.Connection) -> int:
-            n = 0
-            for m in msg_ids:
-                if user:
-                    n += c.execute("DELETE FROM mailbox WHERE msg_id=? AND user=?", (m, user)).rowcount
-                else:
-                    n += c.execute("DELETE FROM mailbox WHERE msg_id=?", (m,)).rowcount
-            return n
+            return sum(c.execute("DELETE FROM mailbox WHERE msg_id=? AND user=?", (m, user)).rowcount
+                       for m in msg_ids)
         return op
 
     @staticmethod

@@ -127,8 +127,8 @@ class Broker:
 
     async def start(self) -> None:
         """After the engine recovered: the durable subscriptions, our interest record, what the inbox holds."""
-        for name, pattern, backlog in await self.spool.run(store.op_create()):
-            self.durable[name] = DurableSubscription(name, pattern, backlog)
+        for name, pattern, backlog, owner in await self.spool.run(store.op_create()):
+            self.durable[name] = DurableSubscription(name, pattern, backlog, owner)
         await self.interest.start(self._own())
         for msg_id, payload in await self.spool.run(Spool.op_inbox(PUB_KIND)):
             self._unhandled.add(msg_id)
@@ -396,7 +396,9 @@ class Broker:
                 self.counters.local += 1
 
     # -- subscribers ----------------------------------------------------------------------------------
-    async def subscribe(self, start: pubsub_pb2.SubscribeStart) -> tuple[LiveSubscription | DurableSubscription, Stream]:
+    async def subscribe(self, start: pubsub_pb2.SubscribeStart, user: str,
+                        admin: bool) -> tuple[LiveSubscription | DurableSubscription, Stream]:
+        """Create or attach to a subscription for the caller `user` (the admin: `admin`); a new one is theirs."""
         why = pattern_problem(start.pattern)
         if why:
             raise BrokerError("INVALID_ARGUMENT", why)
@@ -416,11 +418,17 @@ class Broker:
                 raise BrokerError("ALREADY_EXISTS", f"{name!r} is a non-durable subscription at {self.me}")
             sub = self.durable.get(name)
             if sub is None:
-                await self.spool.run(store.op_subscribe(name, start.pattern, time.time()))
-                sub = self.durable.setdefault(name, DurableSubscription(name, start.pattern))
+                self._check_durable_quota(user, admin)
+                await self.spool.run(store.op_subscribe(name, start.pattern, time.time(), user))
+                sub = self.durable.setdefault(name, DurableSubscription(name, start.pattern, owner=user))
                 self._interest_changed()
-                log.info("%s: durable subscription %s on %s", self.me, name, start.pattern)
-            elif sub.pattern != start.pattern:
+                log.info("%s: durable subscription %s on %s, owner %s", self.me, name, start.pattern,
+                         user or "the admin")
+            # checked before anything else about it: the owner's stream must go on, and its pattern stays private
+            if not sub.may(user, admin):
+                raise BrokerError("PERMISSION_DENIED", f"durable subscription {name!r} at {self.me} belongs to "
+                                                       f"another user")
+            if sub.pattern != start.pattern:
                 raise BrokerError("FAILED_PRECONDITION", f"durable subscription {name!r} exists with pattern "
                                   f"{sub.pattern!r}; unsubscribe it first to change the pattern")
             sub.attach(stream, window)
@@ -429,10 +437,20 @@ class Broker:
             name = f"live-{uuid.uuid4().hex[:8]}"
         if name in self.live or name in self.durable:
             raise BrokerError("ALREADY_EXISTS", f"subscription {name!r} exists at {self.me}")
-        sub = LiveSubscription(name, start.pattern, self.bc.live_buffer, stream)
+        sub = LiveSubscription(name, start.pattern, self.bc.live_buffer, stream, owner=user)
         self.live[name] = sub
         self._interest_changed()
         return sub, stream
+
+    def _check_durable_quota(self, user: str, admin: bool) -> None:
+        """A user token may own at most broker.max_durable_per_user durable subscriptions here (the admin is the
+        operator: only the node's overall limit holds it)."""
+        cap = self.bc.max_durable_per_user
+        if admin or sum(1 for s in self.durable.values() if s.owner == user) < cap:
+            return
+        raise BrokerError("RESOURCE_EXHAUSTED", f"user {user!r} has {cap} durable subscriptions at {self.me}, the "
+                                                f"most one user may have (broker.max_durable_per_user); "
+                                                f"unsubscribe one first")
 
     def detach(self, sub: LiveSubscription | DurableSubscription, stream: Stream) -> None:
         """The client stream ended: a non-durable subscription goes, a durable one keeps collecting."""
@@ -484,8 +502,12 @@ class Broker:
             sub.backlog = max(0, sub.backlog - len(seqs))
             sub.wake()
 
-    async def unsubscribe(self, name: str) -> tuple[bool, int]:
-        """Remove a subscription (durable: with what waits for it). (removed, publications discarded)."""
+    async def unsubscribe(self, name: str, user: str, admin: bool) -> tuple[bool, int]:
+        """Remove a subscription (durable: with what waits for it). (removed, publications discarded); only its
+        owner or the admin may (BrokerError PERMISSION_DENIED, and nothing changes)."""
+        found = self.live.get(name) or self.durable.get(name)
+        if found is not None and not found.may(user, admin):
+            raise BrokerError("PERMISSION_DENIED", f"subscription {name!r} at {self.me} belongs to another user")
         live = self.live.pop(name, None)
         if live is not None:
             live.stream.end(f"unsubscribed {name!r}")
@@ -501,14 +523,18 @@ class Broker:
         log.info("%s: durable subscription %s removed (%d publications discarded)", self.me, name, discarded)
         return True, discarded
 
-    def subscriptions(self, remote: bool) -> list[pubsub_pb2.SubscriptionInfo]:
+    def subscriptions(self, remote: bool, user: str, admin: bool) -> list[pubsub_pb2.SubscriptionInfo]:
+        """This node's subscriptions (and with `remote` those other nodes advertised): the admin sees them all, a
+        user only its own (the advertised ones record no owner, so none of them)."""
         out = [pubsub_pb2.SubscriptionInfo(node=self.me, name=s.name, pattern=s.pattern, durable=True,
-                                           connected=s.stream is not None, backlog=s.backlog, delivered=s.delivered)
-               for s in self.durable.values()]
+                                           connected=s.stream is not None, backlog=s.backlog, delivered=s.delivered,
+                                           owner=s.owner)
+               for s in self.durable.values() if s.may(user, admin)]
         out += [pubsub_pb2.SubscriptionInfo(node=self.me, name=s.name, pattern=s.pattern, durable=False,
                                             connected=True, backlog=len(s.buffer), delivered=s.delivered,
-                                            dropped=s.dropped) for s in self.live.values()]
-        if remote:
+                                            dropped=s.dropped, owner=s.owner)
+                for s in self.live.values() if s.may(user, admin)]
+        if remote and admin:
             for origin, rec in sorted(self.interest.records.items()):
                 if origin != self.me:
                     out += [pubsub_pb2.SubscriptionInfo(node=origin, name=s.name, pattern=s.pattern,

@@ -22,8 +22,9 @@ NOT_A_REQUEST = "the client sent a message that is not a SubscribeRequest"
 
 
 class PubSubService(pubsub_pb2_grpc.PubSubServicer):
-    """With client tokens (security.auth) any known token publishes, subscribes and lists; a user token publishes
-    only as its user; removing a subscription (Unsubscribe) is the admin's."""
+    """With client tokens (security.auth) any known token publishes and subscribes; a user token publishes only
+    as its user. A subscription belongs to the user whose token made it: only that user or the admin attaches to
+    it, acknowledges for it, lists it or removes it (the broker decides: node/broker/broker.py)."""
 
     def __init__(self, broker: Broker, tokens: Tokens | None = None) -> None:
         self.broker = broker
@@ -55,8 +56,9 @@ class PubSubService(pubsub_pb2_grpc.PubSubServicer):
             return
         if first.WhichOneof("kind") != "start":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message of Subscribe must be `start`")
+        caller = self.tokens.caller(context)
         try:
-            sub, stream = await self.broker.subscribe(first.start)
+            sub, stream = await self.broker.subscribe(first.start, caller.user, caller.admin)
         except BrokerError as exc:
             await context.abort(getattr(grpc.StatusCode, exc.code), clip(str(exc)))   # it may echo a long name
         acks = asyncio.ensure_future(self._acks(context, sub, stream))
@@ -102,13 +104,17 @@ class PubSubService(pubsub_pb2_grpc.PubSubServicer):
             stream.end("client closed")
 
     async def Unsubscribe(self, request: pubsub_pb2.UnsubscribeRequest, context) -> pubsub_pb2.UnsubscribeReply:  # noqa: N802
-        if not self.tokens.caller(context).admin:      # subscriptions record no owner: a user cannot prove it is its
-            await deny(context, "removing a subscription needs the admin token")
-        removed, discarded = await self.broker.unsubscribe(request.name)
+        caller = self.tokens.caller(context)
+        try:
+            removed, discarded = await self.broker.unsubscribe(request.name, caller.user, caller.admin)
+        except BrokerError as exc:
+            await context.abort(getattr(grpc.StatusCode, exc.code), clip(str(exc)))
         if not removed:
             await context.abort(grpc.StatusCode.NOT_FOUND,
                                 clip(f"no subscription {request.name!r} at {self.broker.me}"))
         return pubsub_pb2.UnsubscribeReply(removed=True, discarded=discarded)
 
     async def ListSubscriptions(self, request: pubsub_pb2.ListSubscriptionsRequest, context):  # noqa: N802
-        return pubsub_pb2.ListSubscriptionsReply(subscriptions=self.broker.subscriptions(request.remote))
+        caller = self.tokens.caller(context)
+        return pubsub_pb2.ListSubscriptionsReply(
+            subscriptions=self.broker.subscriptions(request.remote, caller.user, caller.admin))

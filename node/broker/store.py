@@ -1,6 +1,7 @@
 """The broker's tables in the node's spool (one SQLite file, one writer: node/spool.py).
 
-  pub_subscription  durable subscriptions of this node: name, pattern
+  pub_subscription  durable subscriptions of this node: name, pattern, owner (the user whose token created it;
+                    "" for the admin, or anyone when the node has no client tokens)
   pub_queue         publications waiting for a durable subscription's client, in arrival order (`seq`);
                     a row goes when the client acknowledges it (or the publication's lifetime ends)
   pub_seen          (publication, target node) pairs this node has handled, with the broker hops the
@@ -17,7 +18,8 @@ from node.rpc import link_pb2
 from node.spool import Op
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS pub_subscription(name TEXT PRIMARY KEY, pattern TEXT NOT NULL, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS pub_subscription(name TEXT PRIMARY KEY, pattern TEXT NOT NULL, created REAL NOT NULL,
+  owner TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS pub_queue(seq INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, pub_id TEXT NOT NULL,
   hops INTEGER NOT NULL, expires_ts REAL NOT NULL, body BLOB NOT NULL, UNIQUE(name, pub_id));
 CREATE TABLE IF NOT EXISTS pub_seen(pub_id TEXT NOT NULL, target TEXT NOT NULL, hops INTEGER NOT NULL,
@@ -25,6 +27,9 @@ CREATE TABLE IF NOT EXISTS pub_seen(pub_id TEXT NOT NULL, target TEXT NOT NULL, 
 CREATE INDEX IF NOT EXISTS pub_seen_expiry ON pub_seen(expires_ts);
 CREATE INDEX IF NOT EXISTS pub_queue_expiry ON pub_queue(expires_ts);
 """
+# (table, column, declaration) added since the first spools: op_create adds them to an older file. A durable
+# subscription from before owners becomes the admin's ("").
+ADDED_COLUMNS = (("pub_subscription", "owner", "TEXT NOT NULL DEFAULT ''"),)
 
 
 class AlreadySeen(Exception):
@@ -37,19 +42,24 @@ class AlreadySeen(Exception):
 
 
 def op_create() -> Op:
-    def op(c: sqlite3.Connection) -> list[tuple[str, str, int]]:
+    """Create (or bring up to date) the tables; returns the durable subscriptions: (name, pattern, backlog, owner)."""
+    def op(c: sqlite3.Connection) -> list[tuple[str, str, int, str]]:
         for statement in SCHEMA.split(";"):      # not executescript: it would commit the writer's transaction
             if statement.strip():
                 c.execute(statement)
-        return [(n, p, int(k)) for n, p, k in c.execute(
-            "SELECT s.name, s.pattern, (SELECT COUNT(*) FROM pub_queue q WHERE q.name = s.name) "
+        for table, column, declaration in ADDED_COLUMNS:
+            if column not in {row[1] for row in c.execute(f"PRAGMA table_info({table})")}:
+                c.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+        return [(n, p, int(k), o) for n, p, k, o in c.execute(
+            "SELECT s.name, s.pattern, (SELECT COUNT(*) FROM pub_queue q WHERE q.name = s.name), s.owner "
             "FROM pub_subscription s ORDER BY s.name")]
     return op
 
 
-def op_subscribe(name: str, pattern: str, now: float) -> Op:
+def op_subscribe(name: str, pattern: str, now: float, owner: str) -> Op:
     def op(c: sqlite3.Connection) -> None:
-        c.execute("INSERT OR IGNORE INTO pub_subscription VALUES (?,?,?)", (name, pattern, now))
+        c.execute("INSERT OR IGNORE INTO pub_subscription(name, pattern, created, owner) VALUES (?,?,?,?)",
+                  (name, pattern, now, owner))
     return op
 
 

@@ -6,6 +6,9 @@ a row goes only when the client acknowledges it; a client that comes back
 (or a node that restarted) gets everything unacknowledged again, so a client
 that remembers what it processed sees each publication once. At most one
 client stream is attached to a durable subscription; a new one replaces it.
+Every subscription has an owner, the user whose token made it ("" for the
+admin, and for everyone on a node without client tokens): only the owner or
+the admin may attach to it, acknowledge for it, see it or remove it.
 
 A non-durable subscription exists while its client is connected. What
 arrives waits in a bounded buffer; when the client is too slow the newest
@@ -47,12 +50,16 @@ class LiveSubscription:
     pattern: str
     limit: int
     stream: Stream = field(default_factory=Stream)
+    owner: str = ""
     buffer: deque = field(default_factory=deque)
     delivered: int = 0
     dropped: int = 0
     told_dropped: int = 0
 
     durable = False
+
+    def may(self, user: str, admin: bool) -> bool:
+        return admin or user == self.owner
 
     def sub(self) -> Sub:
         return Sub(self.name, self.pattern, False)
@@ -81,6 +88,7 @@ class DurableSubscription:
     name: str
     pattern: str
     backlog: int = 0                        # rows in pub_queue for it
+    owner: str = ""                         # stored with it in pub_subscription
     stream: Stream | None = None            # the attached client, if any
     window: int = 256
     inflight: dict[str, int] = field(default_factory=dict)   # pub_id -> queue seq, sent and not acknowledged
@@ -89,6 +97,9 @@ class DurableSubscription:
     delivered: int = 0
 
     durable = True
+
+    def may(self, user: str, admin: bool) -> bool:
+        return admin or user == self.owner
 
     def sub(self) -> Sub:
         return Sub(self.name, self.pattern, True)

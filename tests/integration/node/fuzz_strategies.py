@@ -1096,6 +1096,7 @@ async def drive_call(fz: Fuzzer, call: Call) -> None:
             return
         allowed = {"Submit/Status": (grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND),
                    "Submit/ListMailbox": (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT),
+                   "Submit/DeleteMail": (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT),
                    "Control/SetRoutes": (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT),
                    "Control/SetRules": (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT),
                    "PubSub/Unsubscribe": (grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND)}.get(m, (grpc.StatusCode.OK,))

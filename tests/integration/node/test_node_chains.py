@@ -7,6 +7,7 @@ import random
 import pytest
 
 from node import schema
+from node.errors import UserError
 from nodenet_support import FAST, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -63,12 +64,16 @@ def test_chain_delivers_everything_exactly_once(localnet, mode: str, hops: int) 
 def test_multi_recipient_and_local_delivery(localnet) -> None:
     net = localnet(hops=2)
     with net.client("n2") as c:
-        r = c.send(["a@n1", "b@n3", "c@n2", "d@n3"], payload=b"to everyone")
+        r = c.send(["a@n1", "b@n3", "c@n2", "d@n3", "n3"], payload=b"to everyone")
         assert r.accepted
-    for node, users in (("n1", {"a"}), ("n2", {"c"}), ("n3", {"b", "d"})):
+    for node, users in (("n1", {"a"}), ("n2", {"c"}), ("n3", {"b", "d", ""})):
         with net.client(node) as c:
             wait_until(lambda: len(c.mailbox()) >= len(users), 20, what=f"{len(users)} items in the mailbox of {node}")
             items = c.mailbox(include_payload=True)
             assert {i.user for i in items} == users and all(i.payload == b"to everyone" for i in items)
             assert c.status(r.msg_id).state == "delivered"
-            assert c.delete_mail([r.msg_id]) == len(users) and c.mailbox() == []
+            # one user's copies at a time: an empty user is refused, not taken for every user
+            with pytest.raises(UserError, match="DeleteMail needs a user"):
+                c.delete_mail([r.msg_id])
+            assert [c.delete_mail([r.msg_id], user=u) for u in sorted(users - {""})] == [1] * len(users - {""})
+            assert c.delete_mail([r.msg_id], no_user=True) == ("" in users) and c.mailbox() == []

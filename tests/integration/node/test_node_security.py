@@ -2,12 +2,14 @@
 
 Link: a caller without a certificate, with a certificate of another CA, or with another node's certificate of the
 run's CA is refused, and the live session of the node it claims to be stays up (no reconnect). Clients: a missing
-or wrong token is UNAUTHENTICATED (never a traceback), a user sends only as itself and reads and deletes only its
-own mail, the admin sees everything, Control is the admin's.
+or wrong token is UNAUTHENTICATED (never a traceback), a user sends only as itself, reads, deletes and asks the
+status of only its own mail, the admin sees everything, Control is the admin's; a durable subscription is its
+owner's (and the admin's), also after a restart.
 """
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -17,6 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from node.client import SubscriptionEnded
 from node.link import _open_batch
 from node.rpc import control_pb2, control_pb2_grpc, link_pb2_grpc, pubsub_pb2, pubsub_pb2_grpc, submit_pb2, \
     submit_pb2_grpc
@@ -127,7 +130,7 @@ def _code(fn, *args, **kw) -> grpc.StatusCode:
 
 
 def test_tokens_decide_who_sends_reads_deletes_and_manages(localnet) -> None:
-    net = localnet(names=NAMES[:2], edges=EDGES[:1], auth=True, users=USERS)
+    net = localnet(names=NAMES[:2], edges=EDGES[:1], auth=True, users=USERS, local_users=["alice", "bob"])
     send = submit_pb2.SendRequest(recipients=[Recipient(node="n2", user="bob")], size=100)
     for token in (None, "", "not-a-token"):
         channel, md, submit, control, pubsub = _stubs(net, "n1", token)
@@ -149,13 +152,20 @@ def test_tokens_decide_who_sends_reads_deletes_and_manages(localnet) -> None:
     with channel:
         spoof = submit_pb2.SendRequest(originator="bob", recipients=[Recipient(node="n2", user="bob")], size=100)
         assert _code(submit.Send, spoof, metadata=md) == grpc.StatusCode.PERMISSION_DENIED
+        sent = {}
         for user in ("alice", "bob"):
             r = submit.Send(submit_pb2.SendRequest(recipients=[Recipient(node="n2", user=user)], size=100),
                             metadata=md, timeout=10)
             assert r.accepted, r.reason
+            sent[user] = r.msg_id
+        assert submit.Status(submit_pb2.StatusRequest(msg_id=sent["bob"]), metadata=md, timeout=10).state
         assert _code(control.Stats, control_pb2.StatsRequest(), metadata=md) == grpc.StatusCode.PERMISSION_DENIED
         assert control.Health(control_pb2.HealthRequest(), metadata=md, timeout=10).ready
     assert net.records("n1", "submission")[-1]["originator"] == "alice"   # the token's user, not a claim
+    channel, md, submit, _, _ = _stubs(net, "n1", net.secrets.token("n1", "bob"))
+    with channel:           # alice's messages are not bob's business
+        assert _code(submit.Status, submit_pb2.StatusRequest(msg_id=sent["bob"]), metadata=md) == \
+            grpc.StatusCode.NOT_FOUND
     wait_until(lambda: len(net.records("n2", "delivery")) == 2, 15, what="both deliveries")
 
     with net.client("n2", user="alice") as alice, net.client("n2", user="bob") as bob, net.client("n2") as admin:
@@ -166,6 +176,23 @@ def test_tokens_decide_who_sends_reads_deletes_and_manages(localnet) -> None:
         with pytest.raises(Exception, match="only its own user's mail"):
             alice.mailbox(user="bob")
         bobs = [i.msg_id for i in everyone if i.user == "bob"]
+        # Status: a user token learns only of its own messages (received here, or sent here: above at n1)
+        assert bob.status(sent["bob"]).state == "delivered"
+        with pytest.raises(Exception, match="no message"):
+            bob.status(sent["alice"])
+        # DeleteMail names one known user, even for the admin: an empty user is not everyone's copies
+        channel, md, submit, _, _ = _stubs(net, "n2", net.secrets.admin)
+        with channel:
+            for user in ("", "carol", "not a name"):
+                req = submit_pb2.DeleteMailRequest(user=user, msg_ids=list(sent.values()))
+                assert _code(submit.DeleteMail, req, metadata=md) == grpc.StatusCode.INVALID_ARGUMENT, user
+            req = submit_pb2.DeleteMailRequest(user="bob", msg_ids=list(sent.values()), no_user=True)
+            assert _code(submit.DeleteMail, req, metadata=md) == grpc.StatusCode.INVALID_ARGUMENT
+        channel, md, submit, _, _ = _stubs(net, "n2", net.secrets.token("n2", "bob"))
+        with channel:       # the node's own mail (no user) is the admin's
+            req = submit_pb2.DeleteMailRequest(msg_ids=list(sent.values()), no_user=True)
+            assert _code(submit.DeleteMail, req, metadata=md) == grpc.StatusCode.PERMISSION_DENIED
+        assert len(admin.mailbox()) == 2
         assert alice.delete_mail(bobs) == 0             # not hers: nothing deleted
         with pytest.raises(Exception, match="only its own user's mail"):
             alice.delete_mail(bobs, user="bob")
@@ -184,3 +211,59 @@ def test_tokens_decide_who_sends_reads_deletes_and_manages(localnet) -> None:
     assert out.returncode == 2 and "refused the call: unknown token" in out.stderr and "Traceback" not in out.stderr
     out = tb("mailbox", "n2", "--json", "--address", a2, token=net.secrets.admin)
     assert out.returncode == 0 and [i["user"] for i in json.loads(out.stdout)] == ["alice"], out.stderr
+
+
+def _next(events, pool: concurrent.futures.ThreadPoolExecutor):
+    """The next event of a subscription stream, or an exception after 10 s (a stream never blocks the test)."""
+    return pool.submit(next, events).result(timeout=10)
+
+
+def _subscribe(client, name: str, pool: concurrent.futures.ThreadPoolExecutor) -> str:
+    """"OK" once a durable subscribe to `name` is confirmed (then closed), else the code that ended it."""
+    sub = client.subscribe("t.>", name=name, durable=True)
+    try:
+        return "OK" if _next(iter(sub), pool).subscribed.name == name else "?"
+    except SubscriptionEnded as exc:
+        return exc.code
+    finally:
+        sub.close()
+
+
+def test_a_durable_subscription_is_its_owners(localnet) -> None:
+    """Only the owner or the admin attaches, lists or removes; a user owns at most max_durable_per_user; the
+    owner survives a restart."""
+    net = localnet(names=["n1"], edges=[], auth=True, users={"n1": ["alice", "bob"]},
+                   broker={"max_durable_per_user": 2})
+    tokens = {u: net.secrets.token("n1", u) for u in ("alice", "bob")} | {"admin": net.secrets.admin}
+    pool = concurrent.futures.ThreadPoolExecutor(4)
+    with net.client("n1", user="alice") as alice, net.client("n1", user="bob") as bob, net.client("n1") as admin:
+        mine = alice.subscribe("t.>", name="a1", durable=True)
+        events = iter(mine)
+        assert _next(events, pool).subscribed.name == "a1"
+        first = admin.publish("t.x", size=10).pub_id
+        assert _next(events, pool).delivery.pub_id == first          # not acknowledged: it stays queued
+        # bob can neither attach (so neither receive nor acknowledge) nor remove it, and alice's stream goes on
+        assert _subscribe(bob, "a1", pool) == "PERMISSION_DENIED"
+        channel, md, _, _, pubsub = _stubs(net, "n1", tokens["bob"])
+        with channel:
+            assert _code(pubsub.Unsubscribe, pubsub_pb2.UnsubscribeRequest(name="a1"), metadata=md) == \
+                grpc.StatusCode.PERMISSION_DENIED
+        second = admin.publish("t.x", size=10).pub_id
+        assert _next(events, pool).delivery.pub_id == second
+        # a user sees only its own (and no advertised ones); the admin all, with owners
+        assert [(i.name, i.owner, i.backlog) for i in alice.subscriptions()] == [("a1", "alice", 2)]
+        assert bob.subscriptions(remote=True) == []
+        # at most 2 durable subscriptions per user; the admin's are not counted
+        assert _subscribe(alice, "a2", pool) == "OK"
+        assert _subscribe(alice, "a3", pool) == "RESOURCE_EXHAUSTED"
+        assert _subscribe(admin, "ops", pool) == "OK"
+        mine.close()
+    net.stop("n1")
+    net.start("n1")
+    with net.client("n1", user="alice") as alice, net.client("n1", user="bob") as bob, net.client("n1") as admin:
+        assert [(i.name, i.owner) for i in admin.subscriptions()] == [("a1", "alice"), ("a2", "alice"), ("ops", "")]
+        assert _subscribe(bob, "a1", pool) == "PERMISSION_DENIED"        # the owner came back from the spool
+        assert _subscribe(alice, "a3", pool) == "RESOURCE_EXHAUSTED"
+        assert alice.unsubscribe("a1").discarded == 2                 # what bob could not take is still there
+        assert admin.unsubscribe("a2").removed
+    pool.shutdown(wait=False)
