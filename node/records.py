@@ -23,7 +23,7 @@ class Records:
         self.node = node
         self.dir.mkdir(parents=True, exist_ok=True)
         self._files: dict[str, IO[str]] = {}
-        self.failed = 0
+        self.failed = 0      # record lines lost to a write error: Control Stats `records_failed` tells the testbed
 
     def write(self, kind: str, /, ts: float | None = None, **fields: object) -> dict:
         """Append one record. A record file that cannot be written (disk full) costs a log line, never the

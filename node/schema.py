@@ -50,6 +50,14 @@ RECORDS: dict[str, tuple[Field, ...]] = {
         _f("accepted", bool, "whether the node took responsibility for the message"),
         _f("reason", str, "why refused ('' when accepted)"),
     ),
+    # accepted.jsonl (the repetition's directory): one line per submission the workload driver saw accepted,
+    # written by the driver as the reply arrived (`node` is the node that accepted it): the client's side of
+    # the accepted set, which the loss checker reconciles with the nodes' submissions.jsonl
+    "accepted": COMMON + (
+        _f("msg_id", str, "the message id the node answered with"),
+        _f("dst", list, "the recipient nodes (one message copy each)"),
+        _f("size", int, "message size in bytes"),
+    ),
     # nodes/<node>/metrics.jsonl: periodic snapshot
     "metrics": COMMON + (
         _f("spool_messages", int, "messages held in the spool"),
@@ -111,7 +119,8 @@ RECORDS: dict[str, tuple[Field, ...]] = {
     ),
     # events.jsonl: faults and link changes as applied
     "event": COMMON + (
-        _f("event", str, "what happened: link_set, link_down, link_up, partition, heal, kill, restart, pause, resume"),
+        _f("event", str, "what happened: link_set, link_down, link_up, partition, heal, kill, restart, pause, "
+           "resume; the testbed's own: workload_end, records_failed"),
         _f("target", (str, list), "the link, host or host sets it applied to"),
     ),
     # host.jsonl: machine load every second
@@ -125,6 +134,10 @@ RECORDS: dict[str, tuple[Field, ...]] = {
 # Optional fields: written only by some nodes (here: with resource management on). Readers must
 # treat them as possibly absent; `validate_optional` checks their types when they are present.
 OPTIONAL: dict[str, tuple[Field, ...]] = {
+    "submission": (
+        _f("maybe_accepted", bool, "workload.jsonl: true when the call failed after it was sent (no answer in "
+           "time, the connection dropped): the node may have accepted the message without the driver learning it"),
+    ),
     "metrics": (
         _f("resources", dict, "Brachman's resource management, present when the node config has a resources: "
            "section: buffers{classes_enabled, usage[class], limits[class], free_pool, single_fragment_input_usage, "
@@ -149,6 +162,8 @@ OPTIONAL: dict[str, tuple[Field, ...]] = {
            "probes_sent, probes_answered, cost (null: withdrawn), up, suppressed, probed}}"),
     ),
     "event": (
+        _f("counts", dict, "records_failed: per node, the record lines its daemon could not write (Control Stats "
+           "`records_failed`, summed over the daemon's restarts)"),
         _f("scope", str, "kill and restart faults: 'process' (the daemon, netns runtime) or 'container' (docker)"),
         _f("replumbed", list, "container restart: the interfaces moved into the new container's namespace"),
         _f("before", dict, "link_set: the changed fields' values until then, per direction of the link's own ends"),

@@ -5,10 +5,11 @@ A new section is one module here exporting a `Section` (see base.py) and one lin
 """
 from __future__ import annotations
 
-from . import pubsub, rates, routing
+from . import accepted, pubsub, rates, routing
 from .base import Page, RunData, Section
 
 SECTIONS: tuple[Section, ...] = (
+    accepted.SECTION,
     routing.SECTION,
     pubsub.SECTION,
     rates.SECTION,

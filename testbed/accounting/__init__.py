@@ -3,13 +3,16 @@
     from testbed.accounting import check_run
     from testbed.subsystems import SUBSYSTEMS
     verdict = check_run(Path("runs/exp/mode-fragmenting/1"), SUBSYSTEMS)
-    verdict.ok(max_late=None)          # False on any lost or duplicated copy, or more late than max_late
+    verdict.ok(max_late=None)          # False on any loss, duplicate, lost report, unreadable spool,
+                                       # accepted-set mismatch, failed record write, or more late than max_late
 
 It reads only the run directory (records and the spools the teardown left),
 never the daemons, so it can be run again on any copied or half-finished run.
 Modules: check (classification), verdict (the result), spools (read-only spool
-reading), records (JSON-lines reading shared with summary.json), text
-(console lines), layout (finding repetitions below a directory).
+reading), coverage (whether the pieces held make a whole message), reconcile
+(the workload driver's accepted.jsonl against the nodes' records), records
+(JSON-lines reading shared with summary.json), text (console lines), layout
+(finding repetitions below a directory, file names).
 """
 from testbed.accounting.check import check_run
 from testbed.accounting.layout import find_repetitions, label, scenario_max_late

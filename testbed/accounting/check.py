@@ -1,9 +1,17 @@
 """check_run: classify every accepted message copy of one repetition from its run directory alone.
 
 Reads (docs/run-directory.md): nodes/<node>/submissions.jsonl, deliveries.jsonl,
-reports.jsonl, the driver's workload.jsonl, and each node's spool.db as the
-teardown left it (read-only). The daemons must be stopped, so that every spool
-is complete.
+reports.jsonl, the driver's workload.jsonl and accepted.jsonl, events.jsonl,
+and each node's spool.db as the teardown left it (read-only). The daemons must
+be stopped, so that every spool is complete.
+
+The accepted copies are those the nodes' submission lines, their spools'
+`origin` rows and the driver's accepted.jsonl name. accepted.jsonl is held
+against the submission lines (testbed/accounting/reconcile.py): a copy accepted
+per the driver without a submission line, or the other way round, is a
+mismatch. So is a node that could not write record lines (the testbed's
+`records_failed` event in events.jsonl, from the nodes' Control Stats): its
+records are incomplete.
 
 What is final, from node/mta.py and node/reports.py:
 - `ndr_made` is a final non-delivery: the engine writes it when it drops the
@@ -15,6 +23,10 @@ What is final, from node/mta.py and node/reports.py:
   routes change. An orphaned copy is therefore delivered, reported, **late**
   (still held, state `orphan`) or lost like any other; `orphaned` only counts
   the copies that had an orphan event.
+- A copy is **late** only when the pieces held of it, at one node or at several
+  together, cover every byte of the message (spools.py gives each piece's byte
+  range): a copy a fragment of which is gone from every spool can never be
+  delivered, so it is **lost**, even though pieces of it are still held.
 - Non-delivery report messages (kind "ndr", originator "mailer-daemon",
   node/reports.py) are accounted apart: delivered (`ndr_delivered`), expired
   (an `ndr_made` about the report itself, final), late (held), or lost.
@@ -31,11 +43,15 @@ from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 from node.reports import REPORT_KIND, REPORTER
+from testbed.accounting.coverage import held_bytes, whole
+from testbed.accounting.layout import EVENTS_FILE
+from testbed.accounting.reconcile import NodeSubmission, reconcile
 from testbed.accounting.records import RecordReader, reason_group, recipients
-from testbed.accounting.spools import SPOOL_FILE, SpoolUnreadable, read_spool
-from testbed.accounting.verdict import Pair, Place, ReportAccount, Verdict
+from testbed.accounting.spools import SPOOL_FILE, Span, SpoolUnreadable, read_spool
+from testbed.accounting.verdict import Pair, Partial, Place, ReportAccount, Verdict
 
 NDR_PREFIX = "ndr."      # node/reports.py names a report "ndr.<msg_id>.<dst>"
+RECORDS_FAILED = "records_failed"     # the testbed's event with the nodes' failed record writes
 
 
 class AccountsApart(Protocol):
@@ -54,12 +70,24 @@ def check_run(rep_dir: Path, subsystems: Sequence[AccountsApart] = ()) -> Verdic
 
     users: dict[Pair, None] = {}         # accepted copies of user messages (a dict keeps the first-seen order)
     reports: dict[Pair, None] = {}       # accepted copies of report messages
-    for path in [d / "submissions.jsonl" for d in node_dirs] + [rep_dir / "workload.jsonl"]:
-        for rec in reader.records(path, "submission"):
+    node_side: dict[str, NodeSubmission] = {}     # the user messages the nodes' submission lines accepted
+    workload = list(reader.records(rep_dir / "workload.jsonl", "submission"))
+    for d in node_dirs:
+        for rec in reader.records(d / "submissions.jsonl", "submission"):
             if rec["accepted"] and rec["msg_id"]:
-                target = reports if _is_report(rec) else users
-                for dst in recipients(rec["dst"]):
-                    target.setdefault((rec["msg_id"], dst), None)
+                dsts = recipients(rec["dst"])
+                if _is_report(rec):
+                    reports.update(dict.fromkeys((rec["msg_id"], dst) for dst in dsts))
+                    continue
+                users.update(dict.fromkeys((rec["msg_id"], dst) for dst in dsts))
+                node_side[rec["msg_id"]] = NodeSubmission(rec["src"], tuple(dsts), rec["size"])
+    for rec in workload:        # the driver's lines are refusals; one saying accepted counts where it says
+        if rec["accepted"] and rec["msg_id"]:
+            users.update(dict.fromkeys((rec["msg_id"], dst) for dst in recipients(rec["dst"])))
+    run_events = list(reader.records(rep_dir / EVENTS_FILE, "event"))       # the testbed's events.jsonl
+    verdict.client = reconcile(rep_dir, reader, node_side, run_events, workload)
+    users.update(dict.fromkeys(verdict.client.client_pairs))
+    verdict.records_failed = _records_failed(run_events)
 
     deliveries: Counter[Pair] = Counter()
     for d in node_dirs:
@@ -82,8 +110,11 @@ def check_run(rep_dir: Path, subsystems: Sequence[AccountsApart] = ()) -> Verdic
                 orphaned.add(pair)
 
     held: dict[Pair, list[Place]] = {}
+    spans: dict[Pair, list[Span]] = {}
     spool_delivered: set[Pair] = set()
     for d in node_dirs:
+        if not (d / SPOOL_FILE).exists() and not _daemon_directory(d):
+            continue             # a host without a daemon (its runtime's work files only): no spool to read
         try:
             spool = read_spool(d / SPOOL_FILE, d.name)
         except SpoolUnreadable as exc:
@@ -91,6 +122,8 @@ def check_run(rep_dir: Path, subsystems: Sequence[AccountsApart] = ()) -> Verdic
             continue
         for pair, states in spool.held.items():
             held.setdefault(pair, []).extend(Place(d.name, state, n) for state, n in sorted(states.items()))
+        for pair, pieces in spool.spans.items():
+            spans.setdefault(pair, []).extend(pieces)
         spool_delivered |= spool.delivered
         for row in spool.accepted:
             if apart and row.msg_id.startswith(apart):
@@ -104,10 +137,13 @@ def check_run(rep_dir: Path, subsystems: Sequence[AccountsApart] = ()) -> Verdic
                     users[pair] = None
                     verdict.unrecorded_submissions.append(pair)
 
-    _classify_users(verdict, sorted(users), deliveries, spool_delivered, ndr_made, held)
+    whole_held = {p: places for p, places in held.items() if _whole(spans.get(p, []))}
+    partial = {p: Partial(*_extent(spans.get(p, [])), held[p]) for p in held if p not in whole_held}
+    _classify_users(verdict, sorted(users), deliveries, spool_delivered, ndr_made, whole_held, partial)
     verdict.unexpected_deliveries = {p: n for p, n in sorted(deliveries.items()) if p not in users}
     verdict.orphaned = sum(1 for p in users if p in orphaned)
-    verdict.reports = _account_reports(sorted(reports), ndr_delivered | spool_delivered, ndr_made, held)
+    verdict.reports = _account_reports(sorted(reports), ndr_delivered | spool_delivered, ndr_made, whole_held,
+                                       partial)
     verdict.report_events = dict(sorted(events.items()))
     verdict.record_problems, verdict.first_problems, verdict.record_lines = \
         reader.problems, list(reader.samples), reader.lines
@@ -124,8 +160,35 @@ def node_directories(rep_dir: Path) -> list[Path]:
         return []
 
 
+def _daemon_directory(d: Path) -> bool:
+    """Whether nodes/<d>/ is a node daemon's: its config or any record it writes is there."""
+    return (d / "node.yaml").exists() or any(d.glob("*.jsonl"))
+
+
+def _whole(spans: list[Span]) -> bool:
+    return bool(spans) and whole(((s.off, s.length) for s in spans), max(s.total for s in spans))
+
+
+def _extent(spans: list[Span]) -> tuple[int, int]:
+    """(bytes held, message size) of a copy held in part."""
+    total = max((s.total for s in spans), default=0)
+    return held_bytes(((s.off, s.length) for s in spans), total), total
+
+
+def _records_failed(events: list[dict[str, Any]]) -> dict[str, int] | None:
+    """node -> record lines its daemon could not write, from the testbed's last `records_failed` event;
+    None when the run has none (the testbed did not ask the nodes)."""
+    found = [e for e in events if e["event"] == RECORDS_FAILED and isinstance(e.get("counts"), dict)]
+    if not found:
+        return None
+    counts = found[-1]["counts"]
+    # a count that is not a whole number is a damaged line: counted as a failure, never as none
+    return {str(n): c if isinstance(c, int) and not isinstance(c, bool) and c >= 0 else 1
+            for n, c in sorted(counts.items())}
+
+
 def _classify_users(v: Verdict, pairs: list[Pair], deliveries: Counter[Pair], spool_delivered: set[Pair],
-                    ndr_made: dict[Pair, str], held: dict[Pair, list[Place]]) -> None:
+                    ndr_made: dict[Pair, str], held: dict[Pair, list[Place]], partial: dict[Pair, Partial]) -> None:
     reasons: Counter[str] = Counter()
     for pair in pairs:
         n = deliveries.get(pair, 0)
@@ -147,12 +210,14 @@ def _classify_users(v: Verdict, pairs: list[Pair], deliveries: Counter[Pair], sp
         else:
             v.lost += 1
             v.lost_pairs.append(pair)
+            if pair in partial:
+                v.partly_held[pair] = partial[pair]
     v.accepted = len(pairs)
     v.reported_by_reason = dict(sorted(reasons.items()))
 
 
 def _account_reports(pairs: list[Pair], delivered: set[Pair], ndr_made: dict[Pair, str],
-                     held: dict[Pair, list[Place]]) -> ReportAccount:
+                     held: dict[Pair, list[Place]], partial: dict[Pair, Partial]) -> ReportAccount:
     out = ReportAccount(accepted=len(pairs))
     for pair in pairs:
         if pair in delivered:
@@ -165,6 +230,8 @@ def _account_reports(pairs: list[Pair], delivered: set[Pair], ndr_made: dict[Pai
         else:
             out.lost += 1
             out.lost_pairs.append(pair)
+            if pair in partial:
+                out.partly_held[pair] = partial[pair]
     return out
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 import yaml
 
 SCENARIO_FILE = "scenario.yaml"
+ACCEPTED_FILE = "accepted.jsonl"     # the workload driver's record of the submissions it saw accepted
+EVENTS_FILE = "events.jsonl"
 
 
 def is_repetition(path: Path) -> bool:

@@ -11,7 +11,9 @@ for publications still on their way. Per topic and per subscription kind:
   duplicates         arrivals of a publication the client had already, that the node did NOT flag as a
                      redelivery (a flagged one after a reconnect is expected and counted as `redelivered`)
   late (durable)     not received, but still held at teardown: queued for the subscription at its node,
-                     or a copy on its way (any spool's frag or inbox holds a copy of the publication)
+                     or a copy on its way on that subscription's branch: a stored copy (a spool's inbox, or
+                     its frag pieces, which must together hold the whole copy) whose targets include the
+                     subscription's node. A copy on another branch of the fan-out does not make it late.
   lost (durable)     not received and held nowhere: must be 0
   missing (non-durable)  not received: allowed (at most once: the client was away, the path was cut)
   unexpected         receipts of pairs no publication record expected (interest that reached the
@@ -25,8 +27,12 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from google.protobuf.message import DecodeError
+
 from node.broker.kinds import PUB_PREFIX
+from node.rpc import link_pb2
 from testbed.accounting.check import node_directories
+from testbed.accounting.coverage import whole
 from testbed.accounting.records import RecordReader
 from testbed.accounting.spools import SPOOL_FILE
 
@@ -83,7 +89,7 @@ def account(rep_dir: Path, reader: RecordReader | None = None) -> dict[str, Any]
                 t[f"received_{kind}"] += 1
             elif kind == "live":
                 t["missing_live"] += 1
-            elif p["pub_id"] in queued.get(sub, ()) or p["pub_id"] in in_transit:
+            elif p["pub_id"] in queued.get(sub, ()) or _node(sub) in in_transit.get(p["pub_id"], ()):
                 t["late_durable"] += 1
             else:
                 t["lost_durable"] += 1
@@ -140,11 +146,14 @@ def _json(path: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _held(rep_dir: Path) -> tuple[set[str], dict[str, set[str]]]:
-    """Publication ids with a copy still on its way (any spool's frag or inbox), and per subscription
-    ('node/name') the ids queued for it at its node. Read-only, like testbed/accounting/spools.py."""
-    in_transit: set[str] = set()
+def _held(rep_dir: Path) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Per publication id the target nodes of its copies still on their way (a spool's inbox, or frag pieces
+    that together hold the whole copy), and per subscription ('node/name') the ids queued for it at its node.
+    Read-only, like testbed/accounting/spools.py."""
+    in_transit: dict[str, set[str]] = defaultdict(set)
     queued: dict[str, set[str]] = defaultdict(set)
+    pieces: dict[tuple[str, str], dict[int, bytes]] = defaultdict(dict)     # stored copy -> offset -> bytes
+    totals: dict[tuple[str, str], int] = {}
     for d in node_directories(rep_dir):
         path = d / SPOOL_FILE
         if not path.is_file():
@@ -157,19 +166,54 @@ def _held(rep_dir: Path) -> tuple[set[str], dict[str, set[str]]]:
             continue
         try:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            for table in ("frag", "inbox"):
-                if table in tables:
-                    for (msg_id,) in conn.execute(f"SELECT DISTINCT msg_id FROM {table} WHERE msg_id LIKE ?",
-                                                  (PUB_PREFIX + "%",)):
-                        in_transit.add(_pub_id(str(msg_id)))
+            if "frag" in tables:
+                # a copy's pieces may sit at several nodes (copy-until-ack): gathered, then judged whole or not
+                for msg_id, dst, off, total, data in conn.execute(
+                        "SELECT msg_id, dst, off, total, data FROM frag WHERE msg_id LIKE ?", (PUB_PREFIX + "%",)):
+                    key = (str(msg_id), str(dst))
+                    pieces[key][int(off)] = bytes(data)
+                    totals[key] = max(totals.get(key, 0), int(total))
+            if "inbox" in tables:
+                for msg_id, payload in conn.execute("SELECT msg_id, payload FROM inbox WHERE msg_id LIKE ?",
+                                                    (PUB_PREFIX + "%",)):
+                    in_transit[_pub_id(str(msg_id))].update(_targets(bytes(payload)))
             if "pub_queue" in tables:
                 for name, pub_id in conn.execute("SELECT name, pub_id FROM pub_queue"):
                     queued[f"{d.name}/{name}"].add(str(pub_id))
-        except sqlite3.Error:
-            pass
+        except (sqlite3.Error, TypeError, ValueError):
+            pass         # a spool the checker cannot read: check_run names it, and it fails the repetition
         finally:
             conn.close()
+    for key, parts in pieces.items():
+        payload = _assembled(parts, totals[key])
+        if payload is not None:
+            in_transit[_pub_id(key[0])].update(_targets(payload))
     return in_transit, queued
+
+
+def _assembled(parts: dict[int, bytes], total: int) -> bytes | None:
+    """The stored copy from its pieces (offset -> bytes); None when a piece of it is held nowhere."""
+    if not whole(((off, len(data)) for off, data in parts.items()), total):
+        return None
+    buf = bytearray(total)
+    for off, data in parts.items():
+        chunk = data[:max(0, total - off)]
+        buf[off:off + len(chunk)] = chunk
+    return bytes(buf)
+
+
+def _targets(payload: bytes) -> list[str]:
+    """The nodes a stored publication copy is responsible for (node/broker/broker.py `_onward`); none when
+    it does not decode."""
+    try:
+        return list(link_pb2.Publication.FromString(payload).targets)
+    except DecodeError:
+        return []
+
+
+def _node(subscription: str) -> str:
+    """'node/name' -> node."""
+    return subscription.split("/", 1)[0]
 
 
 def _pub_id(copy_id: str) -> str:

@@ -2,8 +2,10 @@
 
 Opened read-only (a WAL file beside it is read too): the checker must never
 change the evidence, nor leave files beside it. Three tables matter:
-  frag    the pieces still held, per message copy (msg_id, dst) and state
-          (queued, held, part, orphan: node/states.py)
+  frag    the pieces still held, per message copy (msg_id, dst): their state
+          (queued, held, part, orphan: node/states.py) and byte range (offset,
+          length, and the message's total size), so the checker can tell a copy
+          held whole from one of which a piece is gone
   done    copies delivered (or aborted) here: a delivery the spool made durable
           even if the daemon died before it wrote the deliveries.jsonl line
   origin  messages this node accepted from its users (or made as reports): an
@@ -33,10 +35,19 @@ class Accepted:
     dsts: list[str]
 
 
+@dataclass(frozen=True)
+class Span:
+    """One held piece of a message copy: bytes [off, off + length) of a message of `total` bytes."""
+    off: int
+    length: int
+    total: int
+
+
 @dataclass
 class SpoolContents:
     node: str
     held: dict[Pair, dict[str, int]] = field(default_factory=dict)   # copy -> state -> pieces
+    spans: dict[Pair, list[Span]] = field(default_factory=dict)      # copy -> the byte ranges of those pieces
     delivered: set[Pair] = field(default_factory=set)                # `done` rows with outcome delivered
     accepted: list[Accepted] = field(default_factory=list)           # `origin` rows
 
@@ -59,15 +70,20 @@ def read_spool(path: Path, node: str) -> SpoolContents:
     except sqlite3.Error as exc:
         raise SpoolUnreadable(f"cannot open ({exc})") from None
     try:
-        for msg_id, dst, state, pieces in conn.execute(
-                "SELECT msg_id, dst, state, COUNT(*) FROM frag GROUP BY msg_id, dst, state"):
-            out.held.setdefault((str(msg_id), str(dst)), {})[str(state)] = int(pieces)
+        for msg_id, dst, state, off, length, total in conn.execute(
+                "SELECT msg_id, dst, state, off, length(data), total FROM frag"):
+            pair = (str(msg_id), str(dst))
+            states = out.held.setdefault(pair, {})
+            states[str(state)] = states.get(str(state), 0) + 1
+            out.spans.setdefault(pair, []).append(Span(int(off), int(length or 0), int(total)))
         for msg_id, dst in conn.execute("SELECT msg_id, dst FROM done WHERE outcome='delivered'"):
             out.delivered.add((str(msg_id), str(dst)))
         for msg_id, originator, dsts in conn.execute("SELECT msg_id, originator, dsts FROM origin"):
             out.accepted.append(Accepted(str(msg_id), str(originator or ""), _names(dsts)))
     except sqlite3.Error as exc:
         raise SpoolUnreadable(f"cannot read ({exc})") from None
+    except (TypeError, ValueError) as exc:        # a row whose numbers are not numbers: a damaged spool
+        raise SpoolUnreadable(f"damaged row ({exc})") from None
     finally:
         conn.close()
     return out

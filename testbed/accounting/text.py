@@ -1,7 +1,7 @@
 """The checker's verdict as console text: one headline per repetition, then what needs a look."""
 from __future__ import annotations
 
-from testbed.accounting.verdict import Pair, Place, Verdict, late_where
+from testbed.accounting.verdict import Pair, Partial, Place, Verdict, late_where
 
 SHOWN = 5      # pair ids named per class
 
@@ -28,6 +28,14 @@ def verdict_line(label: str, v: Verdict, max_late: int | None = None) -> str:
         why.append(f"{dup} delivered more than once")
     if max_late is not None and v.late > max_late:
         why.append(f"{v.late} late > max_late {max_late}")
+    if v.reports.lost:
+        why.append(f"{v.reports.lost} non-delivery reports lost")
+    if v.spool_problems:
+        why.append(f"spool unreadable at {', '.join(sorted(v.spool_problems))}")
+    if v.client.mismatches:
+        why.append("the driver's accepted set and the nodes' records disagree")
+    if v.failed_writes:
+        why.append(f"{v.failed_writes} record lines the nodes could not write")
     return f"{line} — FAIL ({', '.join(why)})"
 
 
@@ -37,6 +45,9 @@ def verdict_details(v: Verdict, shown: int = SHOWN) -> list[str]:
     out: list[str] = []
     if v.lost_pairs:
         out.append(f"lost: {_first(v.lost_pairs, shown, pair_text)}")
+    if v.partly_held:
+        out.append(f"{len(v.partly_held)} of the lost copies are held only in part (a piece is gone from every "
+                   f"spool): {_first(list(v.partly_held.items()), shown, _partial_text, '; ')}")
     if v.duplicate_pairs:
         out.append(f"duplicated: {_first(list(v.duplicate_pairs.items()), shown, lambda i: f'{pair_text(i[0])} (+{i[1]})')}")
     twice = {p: n for p, n in v.unexpected_deliveries.items() if n > 1}
@@ -57,6 +68,7 @@ def verdict_details(v: Verdict, shown: int = SHOWN) -> list[str]:
                    f"{r.late} late, {r.lost} lost")
         if r.lost_pairs:
             out.append(f"lost reports: {_first(r.lost_pairs, shown, pair_text)}")
+    out.extend(client_lines(v, shown))
     if v.unrecorded_submissions:
         out.append(f"{len(v.unrecorded_submissions)} copies accepted per a spool's origin table only (no submission "
                    f"line): {_first(v.unrecorded_submissions, shown, pair_text)}")
@@ -71,6 +83,33 @@ def verdict_details(v: Verdict, shown: int = SHOWN) -> list[str]:
     if v.record_problems:
         out.append(f"{v.record_problems} malformed record lines (first: {'; '.join(v.first_problems[:3])})")
     return out
+
+
+def client_lines(v: Verdict, shown: int = SHOWN) -> list[str]:
+    """The driver's accepted set against the nodes' records, and the nodes' failed record writes: one line
+    per kind of disagreement."""
+    c, out = v.client, []
+    if c.problem:
+        out.append(f"driver's record: {c.problem}")
+    if c.client_only:
+        out.append(f"{len(c.client_only)} copies accepted per the driver's accepted.jsonl have no submission line "
+                   f"at their node: {_first(c.client_only, shown, pair_text)}")
+    if c.node_only:
+        out.append(f"{len(c.node_only)} copies accepted per a node's submission line were never accepted per the "
+                   f"driver: {_first(c.node_only, shown, pair_text)}")
+    if c.unanswered:
+        out.append(f"{len(c.unanswered)} copies accepted by a node whose reply the driver never got (its call "
+                   f"failed after it was sent): {_first(c.unanswered, shown, pair_text)}")
+    if v.failed_writes:
+        failed = [(n, k) for n, k in (v.records_failed or {}).items() if k]
+        out.append(f"record lines the nodes could not write: "
+                   f"{_first(failed, shown, lambda i: f'{i[0]}: {i[1]}')} (their records are incomplete)")
+    return out
+
+
+def _partial_text(item: tuple[Pair, Partial]) -> str:
+    pair, part = item
+    return f"{pair_text(pair)} {part.held_bytes} of {part.total} bytes at {places_text(part.places)}"
 
 
 def where_text(where: dict[str, dict[str, int]]) -> str:

@@ -5,9 +5,14 @@ A copy (a "pair") is (msg_id, recipient node). The classes, in the order they ar
   delivered  delivered once (one delivery line, or none but the recipient's spool
              recorded the delivery: `unrecorded_deliveries`)
   reported   a final non-delivery report was made for it (`ndr_made`)
-  late       still held in some spool at teardown (node, state, pieces; maybe at several nodes)
-  lost       none of these
+  late       still held whole at teardown: the pieces held, at one node or at several together,
+             cover every byte of the message (node, state, pieces; maybe at several nodes)
+  lost       none of these (`partly_held`: the lost copies of which some pieces are still held)
 Non-delivery report messages are accounted apart, in `reports`.
+
+A repetition passes (`ok`) when no copy and no report is lost, none is delivered twice, every spool was
+read, the driver's accepted set and the nodes' records agree (`client`), no node failed to write a record
+(`records_failed`), and at most `max_late` copies are late.
 """
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from testbed.accounting.reconcile import Reconciliation
 
 Pair = tuple[str, str]       # (msg_id, recipient node)
 DETAIL_LIMIT = 20            # pairs listed per class in to_dict (summary.json stays small)
@@ -28,6 +35,14 @@ class Place:
     pieces: int
 
 
+@dataclass(frozen=True)
+class Partial:
+    """A copy held only in part: how many of its bytes the spools still hold, of how many, and where."""
+    held_bytes: int
+    total: int
+    places: list[Place]
+
+
 @dataclass
 class ReportAccount:
     """Non-delivery report messages (kind "ndr", from mailer-daemon), one per (report id, originator node)."""
@@ -38,6 +53,7 @@ class ReportAccount:
     lost: int = 0
     late_pairs: dict[Pair, list[Place]] = field(default_factory=dict)
     lost_pairs: list[Pair] = field(default_factory=list)
+    partly_held: dict[Pair, Partial] = field(default_factory=dict)
 
 
 @dataclass
@@ -53,6 +69,7 @@ class Verdict:
     lost_pairs: list[Pair] = field(default_factory=list)
     duplicate_pairs: dict[Pair, int] = field(default_factory=dict)       # copy -> extra delivery lines
     late_pairs: dict[Pair, list[Place]] = field(default_factory=dict)
+    partly_held: dict[Pair, Partial] = field(default_factory=dict)      # lost copies with some pieces held
     reported_by_reason: dict[str, int] = field(default_factory=dict)
     # evidence only a spool kept (a daemon killed between its spool commit and its record line)
     unrecorded_submissions: list[Pair] = field(default_factory=list)    # accepted per `origin`, no submission line
@@ -66,6 +83,8 @@ class Verdict:
     first_problems: list[str] = field(default_factory=list)
     record_lines: int = 0
     spool_problems: dict[str, str] = field(default_factory=dict)       # node -> what is wrong with its spool
+    client: Reconciliation = field(default_factory=Reconciliation)      # the driver's accepted set vs the nodes'
+    records_failed: dict[str, int] | None = None    # node -> record lines it could not write (None: not asked)
 
     @property
     def extra_deliveries(self) -> int:
@@ -76,9 +95,18 @@ class Verdict:
     def problems(self) -> int:
         return self.record_problems + len(self.spool_problems)
 
+    @property
+    def failed_writes(self) -> int:
+        """Record lines the nodes could not write."""
+        return sum((self.records_failed or {}).values())
+
     def ok(self, max_late: int | None = None) -> bool:
-        """False on any lost or duplicated copy, or when more copies are late than `max_late` (None: any)."""
+        """False on any lost or duplicated copy, a lost report, an unreadable spool, a mismatch between the
+        driver's accepted set and the nodes' records, a failed record write, or when more copies are late than
+        `max_late` (None: any)."""
         if self.lost or self.duplicate or any(n > 1 for n in self.unexpected_deliveries.values()):
+            return False
+        if self.reports.lost or self.spool_problems or self.client.mismatches or self.failed_writes:
             return False
         return max_late is None or self.late <= max_late
 
@@ -94,6 +122,7 @@ class Verdict:
             "duplicate_pairs": [[m, d, n] for (m, d), n in list(self.duplicate_pairs.items())[:limit]],
             "late_pairs": [held_dict(p, places) for p, places in list(self.late_pairs.items())[:limit]],
             "late_where": late_where(self.late_pairs),
+            "partly_held": [partial_dict(p, part) for p, part in list(self.partly_held.items())[:limit]],
             "unrecorded_submissions": len(self.unrecorded_submissions),
             "unrecorded_deliveries": len(self.unrecorded_deliveries),
             "delivered_but_held": self.delivered_but_held,
@@ -102,7 +131,11 @@ class Verdict:
             "reports": {"accepted": self.reports.accepted, "delivered": self.reports.delivered,
                         "expired": self.reports.expired, "late": self.reports.late, "lost": self.reports.lost,
                         "lost_pairs": [list(p) for p in self.reports.lost_pairs[:limit]],
-                        "late_pairs": [held_dict(p, pl) for p, pl in list(self.reports.late_pairs.items())[:limit]]},
+                        "late_pairs": [held_dict(p, pl) for p, pl in list(self.reports.late_pairs.items())[:limit]],
+                        "partly_held": [partial_dict(p, part)
+                                        for p, part in list(self.reports.partly_held.items())[:limit]]},
+            "client": client_dict(self.client, limit),
+            "records_failed": self.records_failed,
             "report_events": dict(sorted(self.report_events.items())),
             "problems": self.problems,
             "first_problems": [f"nodes/{n}/spool.db: {why}" for n, why in sorted(self.spool_problems.items())]
@@ -114,6 +147,19 @@ class Verdict:
 def held_dict(pair: Pair, places: list[Place]) -> dict[str, Any]:
     return {"msg_id": pair[0], "dst": pair[1],
             "held": [{"node": p.node, "state": p.state, "pieces": p.pieces} for p in places]}
+
+
+def partial_dict(pair: Pair, part: Partial) -> dict[str, Any]:
+    return {**held_dict(pair, part.places), "held_bytes": part.held_bytes, "size": part.total}
+
+
+def client_dict(c: Reconciliation, limit: int | None) -> dict[str, Any]:
+    """The driver's accepted set against the nodes' records (summary.json `accounting.client`)."""
+    return {"present": c.present, "accepted": c.accepted, "reconciled": c.reconciled,
+            "client_only": len(c.client_only), "node_only": len(c.node_only), "unanswered": len(c.unanswered),
+            "problem": c.problem,
+            "client_only_pairs": [list(p) for p in c.client_only[:limit]],
+            "node_only_pairs": [list(p) for p in c.node_only[:limit]]}
 
 
 def late_where(late_pairs: dict[Pair, list[Place]]) -> dict[str, dict[str, int]]:

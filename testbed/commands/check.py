@@ -10,7 +10,7 @@ from typing import Any
 
 from node.errors import UserError
 
-EXIT_FAILED = 1       # a repetition lost or duplicated copies, or had more late ones than allowed
+EXIT_FAILED = 1       # a repetition failed the checker (Verdict.ok) or a subsystem's account
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -91,7 +91,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "duplicate, reported undeliverable, late (still held in a spool: where) or lost; "
                                    "with publications, every expected receipt of a subscription too. "
                                    "Exit status 0 when every repetition passes, 1 when any lost or duplicated a "
-                                   "copy (or a durable receipt) or had more late copies than allowed, 2 on bad input.")
+                                   "copy (or a durable receipt), lost a non-delivery report, had an unreadable "
+                                   "spool, disagreed with the workload driver's accepted.jsonl, had a node that "
+                                   "could not write a record line, or had more late copies than allowed; 2 on bad "
+                                   "input.")
     p.add_argument("run_dir", metavar="RUN_DIR",
                    help="a repetition directory (<experiment>/<cell>/<rep>) or any directory above it")
     p.add_argument("--max-late", type=int, default=None, metavar="N",

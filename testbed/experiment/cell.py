@@ -31,6 +31,7 @@ from testbed.experiment.driver import WorkloadDriver
 from testbed.experiment.faults import Timeline
 from testbed.experiment.hostmon import HostMonitor
 from testbed.experiment.progress import Progress
+from testbed.experiment.record_failures import RecordFailures
 from testbed.network import Network
 from testbed.scenario.loader import dump_resolved
 from testbed.scenario.spec import Scenario
@@ -104,6 +105,7 @@ class _CellRun:
         # when the nodes' delivered total last changed (monotonic): the drain stops once the network is stalled
         self.last_delivery: float | None = None
         self._last_total = -1
+        self.record_failures = RecordFailures()     # what the nodes' Stats say about their failed record writes
 
     def phase(self, name: str) -> None:
         log.info("%s rep %d: %s", self.cell, self.rep, name)
@@ -249,7 +251,9 @@ class _CellRun:
                 continue
             try:
                 with self.daemons.client(n, timeout=2.0) as c:
-                    total += int(c.stats().get("delivered", 0))
+                    st = c.stats()
+                self._saw_stats(n, st)
+                total += int(st.get("delivered", 0))
             except UserError:
                 pass
         self._saw_delivered(total)
@@ -286,6 +290,7 @@ class _CellRun:
                 except UserError as exc:
                     remaining[n] = f"unreachable: {exc}"
                     continue
+                self._saw_stats(n, st)
                 delivered += int(st.get("delivered", 0))
                 activity += _activity(st)
                 held = int(st.get("spool_messages", 0)) + sum(sub.held(st) for sub in SUBSYSTEMS)
@@ -312,6 +317,25 @@ class _CellRun:
         return {"empty": not remaining, "remaining": remaining, "in_flight": in_flight,
                 "seconds": round(time.monotonic() - t0, 3), "bound": bound, "stalled": stalled}
 
+    def _saw_stats(self, node: str, stats: dict[str, Any]) -> None:
+        assert self.daemons is not None
+        self.record_failures.saw(node, self.daemons.procs.get(node), stats)
+
+    def _record_failures(self) -> None:
+        """Ask every running daemon once more, then put the nodes' failed record writes in events.jsonl (the
+        loss checker fails the repetition on any)."""
+        if self.daemons is None or self.network is None:
+            return
+        for n in self.daemons.config_paths:
+            if not self.daemons.reachable(n):
+                continue
+            try:
+                with self.daemons.client(n, timeout=2.0) as c:
+                    self._saw_stats(n, c.stats())
+            except UserError as exc:
+                log.warning("cannot ask %s for its failed record writes: %s", n, exc)
+        self.network.record_event("records_failed", "all", counts=self.record_failures.counts())
+
     def _teardown(self) -> None:
         """Stop everything this cell started, in order; never raises, and a further Ctrl-C cannot cut it short."""
         with _signals_held():
@@ -326,6 +350,7 @@ class _CellRun:
         steps += [(clients.name, clients.stop) for clients in self.clients]
         steps += [("fault timeline", lambda: self.timeline and self.timeline.stop()),
                   ("host monitor", lambda: self.hostmon and self.hostmon.stop()),
+                  ("count of failed record writes", self._record_failures),
                   ("daemons", lambda: self.daemons and self.daemons.stop_all()),
                   ("network", lambda: self.network and self.network.stop())]
         for what, fn in steps:

@@ -4,7 +4,13 @@ One thread per submitting node, so a node that hangs (paused) or is gone
 (killed) delays only its own submissions. The node's own submissions.jsonl is
 the record of what it accepted or refused; the driver adds to workload.jsonl
 only the submissions that never reached a node (it was down, paused, or did
-not answer), so `offered = accepted + refused + unreachable` holds.
+not answer), so `offered = accepted + refused + unreachable` holds. A call that
+failed after it was sent is marked `maybe_accepted`: the node may have taken it.
+Every acceptance the driver sees it writes to accepted.jsonl as the reply
+arrives (one line each, on disk before the next submission): the client's own
+record of what the nodes accepted, which the loss checker holds against the
+nodes' records, so a node that failed to write a submission line cannot make a
+copy invisible.
 A planned item a subsystem claims (testbed/subsystems/: `submits`) is sent by
 that subsystem's `submit`, and the driver counts its outcomes under the
 subsystem's `counters`; the node keeps the record of those.
@@ -20,6 +26,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from node.client import NodeClient
 from node.errors import UserError
+from testbed.accounting.layout import ACCEPTED_FILE
 from testbed.subsystems import SUBSYSTEMS, Subsystem
 
 log = logging.getLogger(__name__)
@@ -50,12 +57,14 @@ class WorkloadDriver:
         self.schedule = list(schedule)
         self.time_scale = time_scale
         self.path = Path(rep_dir) / "workload.jsonl"
+        self.accepted_path = Path(rep_dir) / ACCEPTED_FILE
         self._address = address or (lambda n: f"{network.mgmt_address(n)}:7001")
         self._reachable = reachable or (lambda n: True)
         self.submitted = 0
         self.accepted = 0
         self.refused = 0
         self.unreachable = 0
+        self.unrecorded = 0       # acceptances accepted.jsonl could not take (the checker finds them missing)
         # the subsystems' counters of the items they sent (counter -> count)
         self.extra: dict[str, int] = {c: 0 for sub in self.subsystems for c in sub.counters}
         self._lock = threading.Lock()
@@ -76,6 +85,10 @@ class WorkloadDriver:
     def start(self, t0: float | None = None) -> None:
         """Begin at monotonic time t0 (now by default): schedule time 0 is t0."""
         self._t0 = time.monotonic() if t0 is None else t0
+        try:
+            self.accepted_path.touch()      # there even when nothing is accepted: the driver ran
+        except OSError as exc:
+            log.error("cannot create %s: %s", self.accepted_path, exc)
         by_node: dict[str, list[Planned]] = {}
         for p in sorted(self.schedule, key=lambda p: p.at):
             by_node.setdefault(p.node, []).append(p)
@@ -118,18 +131,33 @@ class WorkloadDriver:
             to = [f"{p.user}@{n}" for n in p.recipients] if p.user else list(p.recipients)
             r = client.send(to, size=p.size, priority=p.priority)
         except UserError as exc:
-            self._unreachable(p, f"node unreachable: {exc}")
+            # sent, but no answer: the node may have accepted it (killed or paused between its commit and
+            # its reply)
+            self._unreachable(p, f"node unreachable: {exc}", maybe_accepted=True)
             return
         with self._lock:
             if r.accepted:
                 self.accepted += 1
+                self._write_accepted(p, r.msg_id)
             else:
                 self.refused += 1
 
-    def _unreachable(self, p: Planned, reason: str) -> None:
+    def _write_accepted(self, p: Planned, msg_id: str) -> None:
+        """One accepted.jsonl line (the caller holds the lock); opened per line, so it is on disk at once."""
+        rec = {"ts": time.time(), "node": p.node, "msg_id": msg_id, "dst": sorted(set(p.recipients)),
+               "size": int(p.size)}
+        try:
+            with open(self.accepted_path, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+        except OSError as exc:
+            self.unrecorded += 1
+            if self.unrecorded == 1:
+                log.error("cannot write %s: %s", self.accepted_path, exc)
+
+    def _unreachable(self, p: Planned, reason: str, maybe_accepted: bool = False) -> None:
         rec = {"ts": time.time(), "node": p.node, "msg_id": "", "src": p.node, "dst": list(p.recipients),
                "size": int(p.size), "accepted": False, "reason": reason, "priority": p.priority,
-               "planned_at": p.at}
+               "planned_at": p.at, **({"maybe_accepted": True} if maybe_accepted else {})}
         with self._lock:
             self.unreachable += 1
             with open(self.path, "a") as f:

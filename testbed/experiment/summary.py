@@ -29,8 +29,14 @@ The loss figures come from the independent checker (testbed/accounting,
 - in_flight_at_end = what the drain saw still held (the nodes' Stats, which
               undercount: a copy can be held at several nodes); informational
 - accounting = the checker's verdict: every class, the first pairs of each,
-              where the late ones are held, `ok` (no loss, no duplicate, late
-              within the scenario's `max_late`)
+              where the late ones are held, the lost copies held only in part
+              (`partly_held`), the driver's accepted set against the nodes'
+              records (`client`), `ok` (no loss, no duplicate, no lost report,
+              every spool read, the accepted sets agree, no failed record
+              write, late within the scenario's `max_late`)
+- records_failed = per node, the record lines its daemon could not write (the
+              nodes' Control Stats, which the testbed recorded in events.jsonl);
+              null when the testbed did not ask; any above 0 fails the checker
 - each subsystem's keys (testbed/subsystems/<name>.py says which and what they
               hold; null for a run that did not use it), and the driver's counters it adds
 Throughput is the thesis' (Brachman 1989 section 6.2.1: "based on end-to-end
@@ -134,7 +140,7 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
 
     # ---- host, events ----------------------------------------------------------------------
     host_records = list(reader.records(rep_dir / "host.jsonl", "host"))
-    event_records = list(reader.records(rep_dir / "events.jsonl", "event"))
+    event_records = list(checked_files.records(rep_dir / "events.jsonl", "event"))      # the checker read it
     events = Counter(r["event"] for r in event_records)
     # the cell records "workload_end" with the driver's counters; it also bounds the workload window
     ends = [r for r in event_records if r["event"] == "workload_end"]
@@ -191,6 +197,7 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
         "stalled": stall_info["stalled"] if stall_info else False,
         "stall": stall_info,
         "unexpected_deliveries": len(verdict.unexpected_deliveries),
+        "records_failed": verdict.records_failed,
         "accounting": verdict.to_dict(max_late=scenario.max_late),
         "drain": drain,
         "throughput": throughput,
@@ -261,6 +268,7 @@ def check(summary: dict) -> list[str]:
     reports = acc.get("reports") if isinstance(acc.get("reports"), dict) else {}
     if isinstance(reports.get("lost"), int) and reports["lost"] > 0:
         problems.append(f"{reports['lost']} non-delivery reports lost (accepted, never delivered nor held)")
+    problems.extend(_client_problems(acc.get("client"), summary.get("records_failed")))
     sat = summary.get("saturation")
     if isinstance(sat, dict) and sat.get("saturated"):
         problems.append(f"host CPU above {sat.get('threshold')}% in {100 * float(sat.get('fraction_above', 0)):.0f}% "
@@ -275,6 +283,25 @@ def check(summary: dict) -> list[str]:
 
 
 # ---- helpers -------------------------------------------------------------------------------
+
+def _client_problems(client: Any, failed: Any) -> list[str]:
+    """Sentences about the driver's accepted set against the nodes' records, and failed record writes."""
+    out: list[str] = []
+    if isinstance(client, dict):
+        if client.get("problem"):
+            out.append(f"the driver's accepted set is incomplete: {client['problem']}")
+        if isinstance(client.get("client_only"), int) and client["client_only"] > 0:
+            out.append(f"{client['client_only']} copies the driver saw accepted have no submission line at their "
+                       f"node")
+        if isinstance(client.get("node_only"), int) and client["node_only"] > 0:
+            out.append(f"{client['node_only']} copies a node recorded as accepted were never accepted per the driver")
+    if isinstance(failed, dict):
+        bad = {n: k for n, k in failed.items() if k}
+        if bad:
+            out.append(f"{sum(bad.values())} record lines the nodes could not write ("
+                       + ", ".join(f"{n}: {k}" for n, k in bad.items()) + "): their records are incomplete")
+    return out
+
 
 def _stall(deliveries: Any, ends: list[dict[str, Any]], host_records: list[dict[str, Any]],
            drain: dict | None, wall_duration: float, scale: float, scenario: Scenario,

@@ -33,7 +33,8 @@ MODES = ("fragmenting", "non-fragmenting")
 # Which schema kind each record file holds (node/schema.py)
 RECORD_FILES = {"deliveries.jsonl": "delivery", "submissions.jsonl": "submission", "metrics.jsonl": "metrics",
                 "reports.jsonl": "report"}
-TOP_RECORD_FILES = {"events.jsonl": "event", "host.jsonl": "host", "workload.jsonl": "submission"}
+TOP_RECORD_FILES = {"events.jsonl": "event", "host.jsonl": "host", "workload.jsonl": "submission",
+                    "accepted.jsonl": "accepted"}
 RUN_TIMEOUT = 240.0        # wall seconds for the quick quickstart (2 cells of ~8 s workload + set-up and drain)
 
 
@@ -232,6 +233,10 @@ def test_summary_zero_loss_zero_duplicates_and_flags(quick_run, mode):
     accepted = [r for n in (rep / "nodes").iterdir() for r in read_jsonl(n / "submissions.jsonl") if r["accepted"]]
     assert s["accepted"] == len(accepted)
     assert not (rep / "workload.jsonl").exists()      # every planned submission reached its node
+    # the driver's own record of what it saw accepted agrees with the nodes', and no record line was lost
+    assert v.client.present and v.client.accepted == v.client.reconciled == v.accepted, v.to_dict()["client"]
+    assert v.client.mismatches == 0 and s["records_failed"] == {f"n{i}": 0 for i in range(1, 7)}
+    assert v.ok() and s["accounting"]["ok"] is True
     # the saturation flag is what the host records say (hostmon's own rule)
     from testbed.experiment import hostmon, summary as summary_mod
     sat = hostmon.saturation(read_jsonl(rep / "host.jsonl"))

@@ -14,6 +14,7 @@ from node.piece import Piece
 from node.spool import Spool
 from testbed import accounting, cli
 from testbed.accounting import Place, check_run
+from testbed.accounting.verdict import Partial
 from testbed.experiment import runner, summary, sweep
 from testbed.scenario.loader import dump_resolved, load_text
 from testbed.scenario.checks import ScenarioError
@@ -77,8 +78,10 @@ def rep(tmp_path: Path) -> Path:
     write_lines(nodes / "n2" / "reports.jsonl", [
         report("n2", "ndr_delivered", "ndr.m4.n4", "n2", "non-delivery report reached the originator")])
     write_spool(nodes / "n1" / "spool.db", [piece("m6", "n1", "part")])
-    write_spool(nodes / "n2" / "spool.db", [piece("m3", "n4"), piece("m1", "n2", "queued")], delivered=[("m7", "n2")])
-    write_spool(nodes / "n3" / "spool.db", [piece("m3", "n4"), piece("m3", "n4", off=10)])
+    # m3 is 20 bytes: n3 holds both halves, n2 the first again
+    write_spool(nodes / "n2" / "spool.db", [piece("m3", "n4", total=20), piece("m1", "n2", "queued")],
+                delivered=[("m7", "n2")])
+    write_spool(nodes / "n3" / "spool.db", [piece("m3", "n4", total=20), piece("m3", "n4", off=10, total=20)])
     # n4 accepted m8 (its origin row) but died before writing the submission line
     write_spool(nodes / "n4" / "spool.db", [piece("m6", "n1", "orphan")], origins=[("m8", "user", ["n1"])])
     return rep
@@ -127,11 +130,39 @@ def test_missing_and_unreadable_spools_are_problems_of_their_node(rep: Path) -> 
     v = check_run(rep)
     assert v.spool_problems["n3"] == "missing"
     assert v.spool_problems["n4"].startswith("cannot read")
-    assert v.late_pairs[("m3", "n4")] == [Place("n2", "queued", 1)]     # still held at n2
+    # n2 still holds the first half of m3: without n3's spool, the second half is nowhere
+    assert v.partly_held[("m3", "n4")] == Partial(10, 20, [Place("n2", "queued", 1)])
+    assert ("m3", "n4") in v.lost_pairs
     assert ("m8", "n1") not in v.unrecorded_submissions                    # only n4's spool knew it
     assert v.late_pairs[("m6", "n1")] == [Place("n1", "part", 1)]
     text = "\n".join(accounting.verdict_details(v))
     assert "nodes/n3/spool.db missing" in text and "nodes/n4/spool.db cannot read" in text
+    assert "m3->n4 10 of 20 bytes at n2 (queued)" in text
+
+
+def test_an_unreadable_spool_fails_the_repetition(tmp_path: Path) -> None:
+    rep = clean_rep(tmp_path / "c" / "1")
+    assert check_run(rep).ok()
+    (rep / "nodes" / "n2" / "spool.db").write_bytes(b"not a database at all" * 100)
+    v = check_run(rep)
+    assert (v.lost, v.late) == (0, 0) and not v.ok()
+    assert "spool unreadable at n2" in accounting.verdict_line("c/1", v)
+
+
+def test_a_lost_report_fails_the_repetition(tmp_path: Path) -> None:
+    rep = clean_rep(tmp_path / "c" / "1")
+    write_lines(rep / "nodes" / "n2" / "submissions.jsonl", [ndr_sub("n2", "ndr.c0.n2", "n1")])
+    v = check_run(rep)
+    assert (v.lost, v.reports.lost) == (0, 1) and not v.ok()
+    assert "1 non-delivery reports lost" in accounting.verdict_line("c/1", v)
+
+
+def test_a_host_without_a_daemon_has_no_spool_to_miss(tmp_path: Path) -> None:
+    rep = clean_rep(tmp_path / "c" / "1")
+    (rep / "nodes" / "r1").mkdir()
+    (rep / "nodes" / "r1" / "tcpdump.log").write_text("listening\n")     # the runtime's work files only
+    v = check_run(rep)
+    assert v.spool_problems == {} and v.ok()
 
 
 def test_a_spool_left_with_its_wal_is_read(tmp_path: Path) -> None:

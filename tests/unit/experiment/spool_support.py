@@ -9,8 +9,9 @@ from node.spool import Spool
 T0 = 1_700_000_000.0
 
 
-def piece(msg_id: str, dst: str, state: str = "queued", off: int = 0, kind: str = "") -> Piece:
-    return Piece(msg_id, dst, off, 100, 1, "n1", "user", ["user"], 1, T0, T0 + 3600, kind, 1, b"x" * 10, state)
+def piece(msg_id: str, dst: str, state: str = "queued", off: int = 0, kind: str = "", total: int = 10) -> Piece:
+    """Ten bytes at `off` of a message of `total` bytes (by default the whole message, in one piece)."""
+    return Piece(msg_id, dst, off, total, 1, "n1", "user", ["user"], 1, T0, T0 + 3600, kind, 1, b"x" * 10, state)
 
 
 def write_spool(path: Path, pieces: list[Piece] = (), delivered: list[tuple[str, str]] = (),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from node import schema
 from node.broker import store
+from node.rpc import link_pb2
 from node.spool import SCHEMA as SPOOL_SCHEMA
 from testbed.accounting import pubsub
 from testbed.experiment import summary
@@ -34,7 +35,10 @@ def spool(path: Path, frag_ids: list[str] = (), queued: list[tuple[str, str]] = 
     c = sqlite3.connect(path)
     c.executescript(SPOOL_SCHEMA + store.SCHEMA)
     for m in frag_ids:
-        c.execute("INSERT INTO frag VALUES (?,?,0,10,0,'p','','[]',1,0,0,'pub',1,'queued',x'00')", (m, "b"))
+        # a whole stored copy (pub.<pub_id>.<node>.<hops>.<addressee>) for the subscribers at its addressee
+        copy = link_pb2.Publication(pub_id=m.split(".")[1], targets=[m.rsplit(".", 1)[1]]).SerializeToString()
+        c.execute("INSERT INTO frag VALUES (?,?,0,?,0,'p','','[]',1,0,0,'pub',1,'queued',?)",
+                  (m, "b", len(copy), copy))
     for name, pub_id in queued:
         c.execute("INSERT INTO pub_queue(name, pub_id, hops, expires_ts, body) VALUES (?,?,1,9e9,x'00')", (name, pub_id))
     c.commit()
