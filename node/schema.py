@@ -159,7 +159,8 @@ OPTIONAL: dict[str, tuple[Field, ...]] = {
            "queue_bytes, queue_messages, deferred, clients{name: {weight, queue_bytes, rate_bps}}}"),
         _f("routing", dict, "routing state, present with routing.mode dynamic (or rules): mode, routes (table size), "
            "changes (table changes so far), seq, adverts, links{neighbour: {latency_ms, sd_ms, jitter_ms, loss, "
-           "probes_sent, probes_answered, cost (null: withdrawn), up, suppressed, probed}}"),
+           "probes_sent, probes_answered, cost (null: withdrawn), up, suppressed, probed}}, probes_refused{reason: n} "
+           "(reasons: malformed, name, key, mac, seq)"),
     ),
     "event": (
         _f("counts", dict, "records_failed: per node, the record lines its daemon could not write (Control Stats "

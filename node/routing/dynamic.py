@@ -22,7 +22,7 @@ from node.records import Records
 from node.routing.damping import FlapDamper
 from node.flood import FloodTable
 from node.routing.linkstate import Advert, LinkStateDB, advert_from_frame
-from node.routing.monitor import LinkMonitor, parse_addr
+from node.routing.monitor import KEY_KIND, LinkMonitor
 from node.routing.selector import Route, RouteSelector
 from node.routing.spf import natural_key, path_cost
 from node.routing.static import StaticRouter
@@ -36,17 +36,11 @@ CAPABILITY = "link_state"       # the frame kind, announced in OPEN by the link 
 HOUSEKEEPING = 1.0              # seconds between expiry / damping-release / refresh checks
 
 
-def probe_listen(cfg: NodeConfig) -> str:
-    """Where the link monitor's UDP socket listens: the data listener's address, or the wildcard address of its
-    port when the Link service listens on several addresses (one per link). One wildcard socket answers a probe
-    on whichever link it came, from that link's address, as the probes always did; only TCP is held to the
-    listed addresses."""
-    if not cfg.data_listen_also:
-        return cfg.data_listen
-    hostport = parse_addr(cfg.data_listen)
-    if hostport is None:
-        return cfg.data_listen
-    return f"[::]:{hostport[1]}" if ":" in hostport[0] else f"0.0.0.0:{hostport[1]}"
+def probe_listen(cfg: NodeConfig) -> list[str]:
+    """Where the link monitor's UDP sockets listen: every address of the Link service, one socket each, and no
+    other (a wildcard socket would take probes from networks the Link service does not listen on)."""
+    return list(cfg.data_addresses)
+
 
 class DynamicTable:
     """The routing table of `routing: dynamic`; `hop_for(dst)` is what the router asks."""
@@ -68,6 +62,7 @@ class DynamicTable:
         self.monitor = (LinkMonitor(self.me, r, cfg.neighbours, probe_listen(cfg), self._measured)
                         if r.monitoring else None)
         self.own: dict[str, float] = {}           # the costs this node advertises for its up links
+        self.peers: dict[str, Peer] = {}
         self.changes = 0                          # table changes so far (metrics)
         self._links_seen: set[tuple[str, str]] = set()
         self._watchers: list[Callable[[], None]] = []
@@ -78,6 +73,7 @@ class DynamicTable:
     # -- life cycle --------------------------------------------------------------------------------
     def attach(self, peers: dict[str, Peer]) -> None:
         self.flood.attach(peers)
+        self.peers = peers
 
     @property
     def seq(self) -> int:
@@ -113,6 +109,8 @@ class DynamicTable:
         if self._stopped:
             return
         self.flood.session(peer, up)
+        if self.monitor is not None:
+            self._probe_key(self.monitor, peer, up)
         if up:
             self.own[peer] = self.monitor.cost(peer) if self.monitor is not None else self.quantum
             if self.monitor is not None:
@@ -121,6 +119,24 @@ class DynamicTable:
             self.flood.send_table(peer, own_too=False)      # ours went with the origination just now
         elif self.own.pop(peer, None) is not None:
             self._originate()
+
+    def _probe_key(self, monitor: LinkMonitor, peer: str, up: bool) -> None:
+        """Each session gets fresh probe keys (node/routing/monitor.py): the one the neighbour is to probe this
+        node with goes over the session that just came up."""
+        key = monitor.session(peer, up)
+        p = self.peers.get(peer)
+        if key is None or p is None:
+            return
+        if KEY_KIND not in p.capabilities:
+            log.warning("%s: %s takes no probe keys (an older node, or its link monitor is off): it cannot probe "
+                        "this node", self.me, peer)
+            return
+        p.send_control(link_pb2.Frame(extension=link_pb2.Extension(kind=KEY_KIND, body=key)))
+
+    def on_probe_key(self, peer: Peer, frame: link_pb2.Frame) -> None:
+        """The key a neighbour sent over its session for this node's probes to it."""
+        if self.monitor is not None:
+            self.monitor.take_key(peer.name, frame.extension.body)
 
     def _measured(self, peer: str, cost: float) -> None:
         """The monitor published a new cost for the link to `peer`."""
@@ -205,8 +221,11 @@ class DynamicTable:
         return out
 
     def snapshot(self) -> dict:
-        return {"mode": "dynamic", "routes": len(self.selector.routes), "changes": self.changes,
-                "seq": self.seq, "adverts": len(self.db.adverts), "links": self.links()}
+        out = {"mode": "dynamic", "routes": len(self.selector.routes), "changes": self.changes,
+               "seq": self.seq, "adverts": len(self.db.adverts), "links": self.links()}
+        if self.monitor is not None:
+            out["probes_refused"] = self.monitor.refusals()
+        return out
 
     # -- housekeeping -----------------------------------------------------------------------------------
     async def _housekeeping(self) -> None:

@@ -1,16 +1,38 @@
 """The link monitor: UDP probes to every neighbour, turned into one quantised cost per link.
 
-Probes are small UDP datagrams between the two ends' link addresses (the same
-host and port as the TCP data listener: UDP and TCP port spaces are separate),
+Probes are small UDP datagrams between the two ends' data addresses (the same
+hosts and port as the TCP data listener: UDP and TCP port spaces are separate),
 answered at once by the neighbour. They stay off the TCP session on purpose:
 a probe queued behind bulk data would measure the queue, not the link.
 
-Datagram: struct "!2sBBQd" (magic b"WB", version 1, type 1 = request or
-2 = response, sequence number, the sender's time.monotonic()) followed by the
-UTF-8 name of the node the request is addressed TO. A node answers a request
-only when that name is its own, with the same bytes and type 2; the originator
-knows the peer by the name in the response, so neither side cares about the
-source address (NAT, several interfaces).
+Sockets: one per address the Link service listens on (never a wildcard the
+Link service does not use). A probe goes out from the socket bound to the
+address the kernel picks towards the neighbour (the one on the link they
+share); a request is answered from the socket it came in on.
+
+Keys: on every Link session that comes up, each end gives the other a fresh
+random 32-byte key (an Extension frame of kind "probe_key", `KEY_KIND`) for
+the probes that neighbour sends it. A session going up or down forgets both
+keys of that link, so a key never outlives its session and a stale one is
+refused. The end that answers makes the key, so it can answer the very first
+probe under it (no probe is lost at the changeover); the prober sends nothing
+until it holds a key. The key crosses the Link session: with mTLS it stays
+between the two nodes, in plaintext it stops only forgers off the path.
+
+Datagram (version 2): struct "!2sBBQdBB" (magic b"WB", version 2, type 1 =
+request or 2 = response, sequence number, the prober's time.monotonic() when
+it sent the request, the byte lengths of the two names), then the UTF-8 names
+of the prober and of the addressee, then a 16-byte tag: HMAC-SHA256 of all
+the bytes before it, truncated, under the key the addressee gave the prober.
+The addressee answers a request whose tag checks with the same fields, type 2
+and a tag under the same key. The prober takes an answer only when its tag
+checks, it names this node as prober and a probed neighbour as addressee, and
+its sequence number and stamp are those of a probe still outstanding; the
+latency comes from its own record of the send time. Sequence numbers count up
+from a random 63-bit start per link, so a sender off the path cannot guess an
+outstanding one. Neither side cares about the source address (NAT, several
+interfaces). Every datagram refused is counted by reason (`REFUSALS`) and
+logged at most once a minute per reason.
 
 Per neighbour a `LinkEstimator` (pure logic, no sockets) keeps latency
 (z-test outlier removal over a window, then an EMA of window means), jitter
@@ -21,9 +43,12 @@ only when the cost moved past the publishing threshold (`changed_enough`).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 import math
 import random
+import secrets
 import socket
 import statistics
 import struct
@@ -32,17 +57,26 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+from node.errors import ConfigError
 from node.routing.config import CostConfig, MonitorConfig, RoutingConfig
 from node.names import NODE_NAME_MAX
 
 log = logging.getLogger("node.routing.monitor")
 
 MAGIC = b"WB"
-VERSION = 1
+VERSION = 2
 REQUEST = 1
 RESPONSE = 2
-HEADER = struct.Struct("!2sBBQd")
-MAX_PROBE = HEADER.size + NODE_NAME_MAX
+HEADER = struct.Struct("!2sBBQdBB")
+TAG = 16                # bytes of the truncated HMAC-SHA256 that ends a datagram
+KEY_BYTES = 32
+KEY_KIND = "probe_key"  # the Extension frame kind that carries a key over the Link session
+SEQ_START = 1 << 63     # a link's sequence numbers start below this (and never reach 2**64)
+MAX_PROBE = HEADER.size + 2 * NODE_NAME_MAX + TAG
+# why a datagram was refused: not a probe; not for this node or not from/about a neighbour; no key for that
+# neighbour (no session up, or it has not sent one yet); the tag does not check; not an outstanding probe
+# (late, duplicate, replayed or forged)
+REFUSALS = ("malformed", "name", "key", "mac", "seq")
 LOG_EVERY = 60.0        # seconds: at most one log line per kind of trouble (and per neighbour) per minute
 
 
@@ -52,25 +86,42 @@ LOG_EVERY = 60.0        # seconds: at most one log line per kind of trouble (and
 class Probe:
     kind: int          # REQUEST or RESPONSE
     seq: int
-    stamp: float       # the originator's time.monotonic() when it sent the request
-    name: str          # the node the request is addressed to
+    stamp: float       # the prober's time.monotonic() when it sent the request
+    prober: str        # the node that sent the request
+    addressee: str     # the node the request is addressed to
 
-    def encode(self) -> bytes:
-        return HEADER.pack(MAGIC, VERSION, self.kind, self.seq, self.stamp) + self.name.encode()
+    def encode(self, key: bytes) -> bytes:
+        prober, addressee = self.prober.encode(), self.addressee.encode()
+        body = HEADER.pack(MAGIC, VERSION, self.kind, self.seq, self.stamp, len(prober), len(addressee))
+        body += prober + addressee
+        return body + _tag(key, body)
+
+
+def _tag(key: bytes, body: bytes) -> bytes:
+    return hmac.new(key, body, hashlib.sha256).digest()[:TAG]
+
+
+def authentic(data: bytes, key: bytes) -> bool:
+    """Whether the tag that ends `data` is the one `key` gives the rest."""
+    return len(data) > TAG and hmac.compare_digest(_tag(key, data[:-TAG]), data[-TAG:])
 
 
 def decode_probe(data: bytes) -> Probe | None:
-    """The probe in a datagram, or None when it is not a well-formed wanbed probe."""
-    if not HEADER.size < len(data) <= MAX_PROBE:
+    """The probe in a datagram (its tag not checked yet: `authentic`), or None when it is not a well-formed
+    wanbed probe."""
+    if not HEADER.size + 2 + TAG <= len(data) <= MAX_PROBE:
         return None
-    magic, version, kind, seq, stamp = HEADER.unpack_from(data)
+    magic, version, kind, seq, stamp, n_prober, n_addressee = HEADER.unpack_from(data)
     if magic != MAGIC or version != VERSION or kind not in (REQUEST, RESPONSE) or not math.isfinite(stamp):
         return None
+    if not n_prober or not n_addressee or HEADER.size + n_prober + n_addressee + TAG != len(data):
+        return None
+    names = data[HEADER.size:len(data) - TAG]
     try:
-        name = data[HEADER.size:].decode()
+        prober, addressee = names[:n_prober].decode(), names[n_prober:].decode()
     except UnicodeDecodeError:
         return None
-    return Probe(kind, seq, stamp, name)
+    return Probe(kind, seq, stamp, prober, addressee)
 
 
 def parse_addr(addr: str) -> tuple[str, int] | None:
@@ -112,11 +163,12 @@ class LinkEstimator:
     _last_sample: float | None = field(default=None, init=False, repr=False)
     _pending: dict[int, float] = field(default_factory=dict, init=False, repr=False)  # seq -> send time
     _settled: deque = field(init=False, repr=False)       # True = lost, over the last `loss_window` settled
-    _next_seq: int = field(default=1, init=False, repr=False)
+    _next_seq: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._samples = deque(maxlen=self.cfg.window)
         self._settled = deque(maxlen=self.cfg.loss_window)
+        self._next_seq = secrets.randbelow(SEQ_START) + 1   # unguessable from off the path, and still ordered
 
     @property
     def timeout(self) -> float:
@@ -145,16 +197,19 @@ class LinkEstimator:
         return seq
 
     def on_answer(self, seq: int, echoed: float, now: float) -> bool:
-        """Take the answer to probe `seq`; False (and nothing changes) for late, duplicate or unknown answers."""
-        if self._pending.pop(seq, None) is None:
-            return False          # already settled (lost by timeout or gap, or a duplicate) or never sent
+        """Take the answer to probe `seq`, sent at `echoed`; False (and nothing changes) for late, duplicate or
+        unknown answers and for one whose stamp is not that probe's send time."""
+        sent = self._pending.get(seq)
+        if sent is None or sent != echoed:
+            return False          # already settled (lost by timeout or gap, or a duplicate), never sent, or forged
+        del self._pending[seq]
         # Every older probe still pending was overtaken by this answer: lost, one per missing number.
         for old in [s for s in self._pending if s < seq]:
             del self._pending[old]
             self._settled.append(True)
         self._settled.append(False)
         self.answered += 1
-        self.add_sample(max(0.0, now - echoed) / 2 * 1000.0)
+        self.add_sample(max(0.0, now - sent) / 2 * 1000.0)
         return True
 
     def expire(self, now: float) -> int:
@@ -232,14 +287,22 @@ class _Quiet:
 
 
 class _Protocol(asyncio.DatagramProtocol):
-    def __init__(self, monitor: LinkMonitor) -> None:
+    """One probe socket's datagrams; a request is answered from the socket it came in on."""
+
+    def __init__(self, monitor: LinkMonitor, sock: socket.socket) -> None:
         self.monitor = monitor
+        self.sock = sock
+        self.closed = asyncio.get_running_loop().create_future()
 
     def datagram_received(self, data: bytes, addr: tuple) -> None:
-        self.monitor._received(data, addr)
+        self.monitor._received(data, addr, self.sock)
 
     def error_received(self, exc: Exception) -> None:
         self.monitor._quiet_warning("recv", "probe socket error: %s", exc)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
 
 
 @dataclass
@@ -249,19 +312,22 @@ class _Link:
     port: int
     interval: float
     est: LinkEstimator
+    key: bytes | None = None     # the key this neighbour gave us on the current session; None: not probed now
 
 
 class LinkMonitor:
-    """Probes every neighbour over UDP, answers their probes, publishes link costs through `on_cost`."""
+    """Probes every neighbour over UDP, answers their probes, publishes link costs through `on_cost`.
 
-    def __init__(self, me: str, routing: RoutingConfig, neighbours: dict[str, str], listen: str,
+    `listen`: the addresses of the Link service; one UDP socket is bound to each. The keys come and go with the
+    Link sessions: `session` when one goes up or down, `take_key` for the key a neighbour sent over it."""
+
+    def __init__(self, me: str, routing: RoutingConfig, neighbours: dict[str, str], listen: list[str],
                  on_cost: Callable[[str, float], None]) -> None:
         self.me = me
         self.routing = routing
         self.neighbours = dict(neighbours)
-        self.listen = listen
+        self.listen = list(listen)
         self.on_cost = on_cost
-        self._me_bytes = me.encode()
         self._links: dict[str, _Link] = {}
         for peer, addr in self.neighbours.items():
             interval = routing.monitor.interval_for(peer)
@@ -270,16 +336,23 @@ class LinkMonitor:
                 continue       # not probed: the link keeps one quantum
             est = LinkEstimator(routing.monitor, interval)
             self._links[peer] = _Link(peer, hostport[0], hostport[1], interval, est)
+        self._answer_keys: dict[str, bytes] = {}     # neighbour -> the key it probes this node with (ours)
         self._published: dict[str, float] = {}
-        self._sock: socket.socket | None = None
-        self._transport: asyncio.DatagramTransport | None = None
+        self._socks: list[socket.socket] = []
+        self._transports: list[tuple[asyncio.DatagramTransport, _Protocol]] = []
         self._tasks: list[asyncio.Task] = []
         self._quiet = _Quiet()
+        self.refused: dict[str, int] = dict.fromkeys(REFUSALS, 0)
 
     @property
     def port(self) -> int | None:
-        """The bound UDP port while started (useful when listening on port 0)."""
-        return self._sock.getsockname()[1] if self._sock is not None else None
+        """The first socket's UDP port while started (useful when listening on port 0)."""
+        return self._socks[0].getsockname()[1] if self._socks else None
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """(host, port) of every bound probe socket."""
+        return [s.getsockname()[:2] for s in self._socks]
 
     @property
     def probed(self) -> list[str]:
@@ -290,30 +363,46 @@ class LinkMonitor:
         return link.est if link is not None else None
 
     async def start(self) -> None:
-        if self._transport is not None:
+        if self._socks:
             return
-        hostport = parse_addr(self.listen)
-        if hostport is None:
-            log.warning("node %s: data listen %s cannot carry UDP probes; the link monitor is off",
-                        self.me, self.listen)
+        hostports: list[tuple[str, int]] = []
+        for addr in self.listen:
+            hostport = parse_addr(addr)
+            if hostport is None:
+                log.warning("node %s: data listen %s cannot carry UDP probes", self.me, addr)
+            elif hostport not in hostports:
+                hostports.append(hostport)
+        if not hostports:
+            log.warning("node %s: no data address can carry UDP probes; the link monitor is off", self.me)
             return
         loop = asyncio.get_running_loop()
-        self._sock = await self._bind(*hostport)
-        self._transport, _ = await loop.create_datagram_endpoint(lambda: _Protocol(self), sock=self._sock)
+        try:
+            for host, port in hostports:
+                sock = await self._bind(host, port)
+                self._socks.append(sock)
+                self._transports.append(
+                    await loop.create_datagram_endpoint(lambda s=sock: _Protocol(self, s), sock=sock))
+        except BaseException:
+            await self.stop()
+            raise
         for link in self._links.values():
             self._tasks.append(asyncio.create_task(self._probe_loop(link), name=f"probe {self.me}->{link.peer}"))
-        log.info("node %s: link monitor on udp %s, probing %s", self.me, self.listen,
-                 ", ".join(sorted(self._links)) or "no neighbour")
+        log.info("node %s: link monitor on udp %s, probing %s", self.me,
+                 ", ".join(f"{h}:{p}" for h, p in hostports), ", ".join(sorted(self._links)) or "no neighbour")
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if self._transport is not None:
-            self._transport.close()      # closes the socket too
-        self._transport = None
-        self._sock = None
+        for transport, _ in self._transports:
+            transport.close()      # closes its socket too, on a later turn of the loop
+        for sock in self._socks[len(self._transports):]:
+            sock.close()           # bound, but start failed before its transport was made
+        closing = [protocol.closed for _, protocol in self._transports]
+        self._transports, self._socks = [], []
+        if closing:       # the ports are free when stop returns (a restart binds them again); never wait long
+            await asyncio.wait(closing, timeout=1.0)
 
     def cost(self, peer: str) -> float:
         """The last published cost of the link to `peer` (one quantum before any)."""
@@ -326,6 +415,34 @@ class LinkMonitor:
         est = self.estimator(peer)
         if est is not None:
             est.forget_losses()
+
+    def session(self, peer: str, up: bool) -> bytes | None:
+        """A Link session to `peer` came up or went down: both probe keys of that link are forgotten. On up, the
+        fresh key `peer` is to probe this node with, for the caller to send over the new session (None while
+        no socket could answer)."""
+        link = self._links.get(peer)
+        if link is not None:
+            link.key = None        # no probes to it until it sends the key of this session
+        self._answer_keys.pop(peer, None)
+        if not up or not self._socks or peer not in self.neighbours:
+            return None
+        key = secrets.token_bytes(KEY_BYTES)
+        self._answer_keys[peer] = key
+        return key
+
+    def take_key(self, peer: str, key: bytes) -> bool:
+        """The key `peer` sent over its current session for this node's probes to it; False when malformed."""
+        if len(key) != KEY_BYTES:
+            self._quiet_warning(f"key {peer}", "ignoring a probe key of %d bytes from %s", len(key), peer)
+            return False
+        link = self._links.get(peer)
+        if link is not None:
+            link.key = key
+        return True
+
+    def refusals(self) -> dict[str, int]:
+        """Datagrams refused so far, by reason (`REFUSALS`)."""
+        return dict(self.refused)
 
     def snapshot(self) -> dict[str, dict]:
         """Per neighbour (probed or not): the estimate, probe counts and last published cost, JSON-ready."""
@@ -350,7 +467,11 @@ class LinkMonitor:
 
     async def _bind(self, host: str, port: int) -> socket.socket:
         loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_DGRAM, flags=socket.AI_PASSIVE)
+        where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+        try:
+            infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_DGRAM, flags=socket.AI_PASSIVE)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen for link probes on udp {where}: {exc.strerror or exc}.") from None
         family, kind, proto, _, sockaddr = infos[0]
         sock = socket.socket(family, kind, proto)
         try:
@@ -359,27 +480,49 @@ class LinkMonitor:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             sock.setblocking(False)
             sock.bind(sockaddr)
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(f"cannot listen for link probes on udp {where}: {exc.strerror or exc}.") from None
         except BaseException:
             sock.close()
             raise
         return sock
 
-    async def _resolve(self, link: _Link) -> tuple | None:
-        """The neighbour's socket address in our socket's family (a name is resolved off the event loop)."""
-        assert self._sock is not None
-        family = self._sock.family
-        flags = socket.AI_V4MAPPED if family == socket.AF_INET6 else 0
+    async def _route(self, link: _Link) -> tuple[socket.socket, tuple] | None:
+        """The socket to probe `link`'s neighbour from and its socket address (a name is resolved off the event
+        loop), trying the families of our sockets in order."""
+        loop = asyncio.get_running_loop()
+        problem: OSError | None = None
+        for family in dict.fromkeys(s.family for s in self._socks):
+            flags = socket.AI_V4MAPPED if family == socket.AF_INET6 else 0
+            try:
+                infos = await loop.getaddrinfo(link.host, link.port, family=family, type=socket.SOCK_DGRAM,
+                                               flags=flags)
+            except OSError as exc:
+                problem = exc
+                continue
+            if infos:
+                dest = infos[0][4]
+                return self._socket_towards(family, dest), dest
+        self._quiet_warning(f"send {link.peer}", "cannot resolve %s's address %s: %s", link.peer, link.host, problem)
+        return None
+
+    def _socket_towards(self, family: int, dest: tuple) -> socket.socket:
+        """Of our sockets of `family`, the one bound to the address the kernel sends from towards `dest` (the
+        neighbour's answer must come back to an address it can reach: the one on their shared link), else the
+        first."""
+        same = [s for s in self._socks if s.family == family]
         try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                link.host, link.port, family=family, type=socket.SOCK_DGRAM, flags=flags)
-        except OSError as exc:
-            self._quiet_warning(f"send {link.peer}", "cannot resolve %s's address %s: %s", link.peer, link.host, exc)
-            return None
-        return infos[0][4] if infos else None
+            with socket.socket(family, socket.SOCK_DGRAM) as s:
+                s.connect(dest)        # UDP: only a route lookup, nothing is sent
+                source = s.getsockname()[0]
+        except OSError:
+            return same[0]
+        return next((s for s in same if s.getsockname()[0] == source), same[0])
 
     async def _probe_loop(self, link: _Link) -> None:
         loop = asyncio.get_running_loop()
-        dest: tuple | None = None
+        route: tuple[socket.socket, tuple] | None = None
         # A random phase, so that neighbours started together do not probe in lockstep.
         await asyncio.sleep(random.uniform(0, link.interval))
         next_at = loop.time()
@@ -387,46 +530,72 @@ class LinkMonitor:
             now = time.monotonic()
             if link.est.expire(now):
                 self._publish(link)
-            if dest is None:
-                dest = await self._resolve(link)
-                now = time.monotonic()
-            seq = link.est.probe(now)     # a probe that fails to go out is sent-but-unanswered
-            if dest is not None and self._sock is not None:
-                try:
-                    self._sock.sendto(Probe(REQUEST, seq, now, link.peer).encode(), dest)
-                except OSError as exc:     # unreachable network, full buffer, ...: the probe is lost
-                    self._quiet_warning(f"send {link.peer}", "probe to %s (%s) failed: %s", link.peer,
-                                        self.neighbours[link.peer], exc)
-                    dest = None            # resolve again: the address may have changed
+            if link.key is not None:       # no key: no session, or its key is still on the way
+                if route is None:
+                    route = await self._route(link)
+                    now = time.monotonic()
+                key = link.key             # read again: the session may have changed while resolving
+                if key is not None:
+                    seq = link.est.probe(now)     # a probe that fails to go out is sent-but-unanswered
+                    if route is not None:
+                        sock, dest = route
+                        try:
+                            sock.sendto(Probe(REQUEST, seq, now, self.me, link.peer).encode(key), dest)
+                        except OSError as exc:     # unreachable network, full buffer, ...: the probe is lost
+                            self._quiet_warning(f"send {link.peer}", "probe to %s (%s) failed: %s", link.peer,
+                                                self.neighbours[link.peer], exc)
+                            route = None           # resolve again: the address may have changed
             next_at += link.interval
             delay = next_at - loop.time()
             if delay < 0:                  # fell behind (a stalled loop): no burst of catch-up probes
                 next_at, delay = loop.time(), 0.0
             await asyncio.sleep(delay)
 
-    def _received(self, data: bytes, addr: tuple) -> None:
+    def _received(self, data: bytes, addr: tuple, sock: socket.socket) -> None:
         probe = decode_probe(data)
         if probe is None:
-            self._quiet_warning("bad", "ignoring a malformed probe datagram from %s", addr)
+            self._refuse("malformed", "a malformed probe datagram from %s", addr)
             return
         if probe.kind == REQUEST:
-            if probe.name != self.me:
-                self._quiet_warning("name", "ignoring a probe from %s addressed to %r", addr, probe.name)
+            if probe.addressee != self.me:
+                self._refuse("name", "a probe from %s addressed to %r", addr, probe.addressee)
                 return
-            if self._sock is None:
+            key = self._answer_keys.get(probe.prober)
+            if key is None:
+                self._refuse("key", "a probe from %s claiming to be %r, which holds no key of this node",
+                             addr, probe.prober)
+                return
+            if not authentic(data, key):
+                self._refuse("mac", "a probe from %s claiming to be %r: its tag does not check", addr, probe.prober)
                 return
             try:
-                self._sock.sendto(data[:3] + bytes([RESPONSE]) + data[4:], addr)
+                sock.sendto(Probe(RESPONSE, probe.seq, probe.stamp, probe.prober, self.me).encode(key), addr)
             except OSError as exc:
                 self._quiet_warning("answer", "cannot answer a probe from %s: %s", addr, exc)
             return
-        link = self._links.get(probe.name)
-        if link is None:
-            self._quiet_warning("name", "ignoring a probe answer from %s for %r (not a probed neighbour)",
-                                addr, probe.name)
+        link = self._links.get(probe.addressee)
+        if probe.prober != self.me or link is None:
+            self._refuse("name", "a probe answer from %s for %r to %r (not a probe of this node to a probed "
+                         "neighbour)", addr, probe.prober, probe.addressee)
             return
-        if link.est.on_answer(probe.seq, probe.stamp, time.monotonic()):
-            self._publish(link)
+        if link.key is None:
+            self._refuse("key", "a probe answer from %s claiming to be %s, whose key this node does not hold",
+                         addr, link.peer)
+            return
+        if not authentic(data, link.key):
+            self._refuse("mac", "a probe answer from %s claiming to be %s: its tag does not check", addr, link.peer)
+            return
+        if not link.est.on_answer(probe.seq, probe.stamp, time.monotonic()):
+            self._refuse("seq", "a probe answer from %s (%s) to no outstanding probe (late, duplicate or replayed)",
+                         addr, link.peer)
+            return
+        self._publish(link)
+
+    def _refuse(self, reason: str, what: str, *args: object) -> None:
+        """Count a refused datagram; log it at most once a minute per reason, with the count so far."""
+        self.refused[reason] += 1
+        self._quiet_warning(f"refused {reason}", "refused " + what + " (%d refused for this reason so far)",
+                            *args, self.refused[reason])
 
     def _publish(self, link: _Link) -> None:
         cost = link_cost(link.est, self.routing.cost)

@@ -17,6 +17,7 @@ from node.config import NodeConfig
 from node.peer import Peer
 from node.records import Records
 from node.routing.dynamic import CAPABILITY, DynamicTable
+from node.routing.monitor import KEY_KIND
 from node.routing.rules import RuleSet, parse_rules, reads_body
 from node.routing.static import StaticRouter
 from node.rpc import link_pb2
@@ -113,7 +114,11 @@ class NodeRouter:
     # -- the daemon's side --------------------------------------------------------------------------------
     def frame_handlers(self) -> dict[str, Callable[[Peer, link_pb2.Frame], None]]:
         """Frame kinds this router needs the link layer to hand it (announced as capabilities)."""
-        return {CAPABILITY: self.dynamic.on_frame} if self.dynamic is not None else {}
+        if self.dynamic is None:
+            return {}
+        if self.dynamic.monitor is None:
+            return {CAPABILITY: self.dynamic.on_frame}
+        return {CAPABILITY: self.dynamic.on_frame, KEY_KIND: self.dynamic.on_probe_key}
 
     async def start(self) -> None:
         if self.dynamic is not None:

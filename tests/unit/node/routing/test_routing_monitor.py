@@ -9,8 +9,9 @@ import statistics
 import pytest
 
 from node.routing.config import CostConfig, MonitorConfig, ProbeLinkConfig, RoutingConfig
-from node.routing.monitor import (REQUEST, RESPONSE, LinkEstimator, LinkMonitor, Probe, changed_enough,
-                                  decode_probe, link_cost, parse_addr, window_stats)
+from node.errors import ConfigError
+from node.routing.monitor import (REFUSALS, REQUEST, RESPONSE, SEQ_START, LinkEstimator, LinkMonitor, Probe,
+                                  authentic, changed_enough, decode_probe, link_cost, parse_addr, window_stats)
 
 THESIS = [1, 1, 2, 1, 1, 0, 1, 10, 1, 2]
 
@@ -136,12 +137,20 @@ def test_changed_enough() -> None:
     assert changed_enough(1.0, 0.0, 0.5) and not changed_enough(0.0, 0.0, 0.5)
 
 
+KEY = bytes(range(32))
+
+
 def test_datagram_codec_and_addresses() -> None:
-    p = Probe(REQUEST, 2**64 - 1, 12.5, "n2")
-    assert decode_probe(p.encode()) == p
-    data = p.encode()
-    for bad in (b"", b"WB", data[:20], b"XX" + data[2:], data[:2] + b"\x02" + data[3:],
-                data[:3] + b"\x07" + data[4:], data + b"x" * 10, data[:20] + b"\xff\xfe"):
+    p = Probe(REQUEST, 2**64 - 1, 12.5, "n1", "n2")
+    data = p.encode(KEY)
+    assert decode_probe(data) == p and authentic(data, KEY)
+    assert data[:2] == b"WB" and data[2] == 2 and data[22:26] == b"n1n2" and len(data) == 22 + 4 + 16
+    assert not authentic(data, bytes(32)) and not authentic(data[:-1] + bytes([data[-1] ^ 1]), KEY)
+    assert not authentic(data[:3] + b"\x02" + data[4:], KEY)        # the type is covered: no request as answer
+    for bad in (b"", b"WB", data[:20], b"XX" + data[2:], data[:2] + b"\x01" + data[3:],
+                data[:3] + b"\x07" + data[4:], data + b"x" * 10, data[:-16],
+                data[:20] + b"\x00\x02" + data[22:], data[:20] + b"\x03\x02" + data[22:],
+                data[:22] + b"\xff\xfe" + data[24:]):
         assert decode_probe(bad) is None
     assert parse_addr("10.0.0.1:7000") == ("10.0.0.1", 7000)
     assert parse_addr("[::1]:7000") == ("::1", 7000)
@@ -166,12 +175,14 @@ def test_two_monitors_probe_each_other() -> None:
         pa, pb = free_udp_port(), free_udp_port()
         costs: dict[str, list] = {"a": [], "b": []}
         routing = routing_for(interval=0.05, timeout=0.5)
-        a = LinkMonitor("a", routing, {"b": f"127.0.0.1:{pb}", "u": "unix:/tmp/u.sock"}, f"127.0.0.1:{pa}",
+        a = LinkMonitor("a", routing, {"b": f"127.0.0.1:{pb}", "u": "unix:/tmp/u.sock"}, [f"127.0.0.1:{pa}"],
                         lambda peer, c: costs["a"].append((peer, c)))
-        b = LinkMonitor("b", routing, {"a": f"127.0.0.1:{pa}"}, f"127.0.0.1:{pb}",
+        b = LinkMonitor("b", routing, {"a": f"127.0.0.1:{pa}"}, [f"127.0.0.1:{pb}"],
                         lambda peer, c: costs["b"].append((peer, c)))
         await a.start()
         await b.start()
+        for_a, for_b = b.session("a", True), a.session("b", True)      # the session came up at both ends ...
+        assert a.take_key("b", for_a) and b.take_key("a", for_b)        # ... and each sent the other a key
         try:
             assert a.port == pa and a.probed == ["b"]
             await asyncio.sleep(0.5)
@@ -199,8 +210,10 @@ def test_silent_neighbour_goes_to_full_loss() -> None:
         routing = routing_for(interval=0.02, timeout=0.06, links={"x": ProbeLinkConfig(probe=False)})
         # v6 cannot be reached from an IPv4 socket: every send fails, and each counts as a lost probe
         neighbours = {"b": f"127.0.0.1:{free_udp_port()}", "x": "127.0.0.1:9", "v6": "[::1]:9"}
-        mon = LinkMonitor("a", routing, neighbours, "127.0.0.1:0", lambda peer, c: published.append((peer, c)))
+        mon = LinkMonitor("a", routing, neighbours, ["127.0.0.1:0"], lambda peer, c: published.append((peer, c)))
         await mon.start()
+        for peer in neighbours:
+            mon.take_key(peer, KEY)
         try:
             await asyncio.sleep(0.3)
         finally:
@@ -222,22 +235,35 @@ class _Client(asyncio.DatagramProtocol):
         self.got.put_nowait(data)
 
 
-def test_only_well_formed_requests_for_this_node_are_answered(caplog: pytest.LogCaptureFixture) -> None:
+def test_only_well_formed_authentic_requests_for_this_node_are_answered(caplog: pytest.LogCaptureFixture) -> None:
     async def go() -> None:
-        mon = LinkMonitor("me", routing_for(), {}, "127.0.0.1:0", lambda peer, c: None)
+        mon = LinkMonitor("me", routing_for(), {"cl": "127.0.0.1:9"}, ["127.0.0.1:0"], lambda peer, c: None)
         await mon.start()
+        assert mon.session("stranger", True) is None             # keys go to neighbours only
+        key = mon.session("cl", True)
+        assert key is not None and len(key) == 32
         loop = asyncio.get_running_loop()
         transport, client = await loop.create_datagram_endpoint(_Client, remote_addr=("127.0.0.1", mon.port))
         try:
-            good = Probe(REQUEST, 7, 1.5, "me").encode()
-            for bad in (b"XX" + good[2:], b"\x00", Probe(REQUEST, 7, 1.5, "other").encode(),
-                        Probe(RESPONSE, 7, 1.5, "nobody").encode(), b"XX" + good[2:]):
+            good = Probe(REQUEST, 7, 1.5, "cl", "me")
+            for bad in (b"XX" + good.encode(key)[2:], b"\x00", Probe(REQUEST, 7, 1.5, "cl", "other").encode(key),
+                        Probe(RESPONSE, 7, 1.5, "me", "nobody").encode(key), b"XX" + good.encode(key)[2:],
+                        good.encode(bytes(32)), Probe(REQUEST, 7, 1.5, "x", "me").encode(key)):
                 transport.sendto(bad)
-            transport.sendto(good)
+            transport.sendto(good.encode(key))
             answer = await asyncio.wait_for(client.got.get(), 1.0)
-            assert decode_probe(answer) == Probe(RESPONSE, 7, 1.5, "me")
+            assert decode_probe(answer) == Probe(RESPONSE, 7, 1.5, "cl", "me") and authentic(answer, key)
             await asyncio.sleep(0.05)
             assert client.got.empty()               # nothing came back for the bad ones
+            assert mon.refusals() == {"malformed": 3, "name": 2, "key": 1, "mac": 1, "seq": 0}
+            new_key = mon.session("cl", True)       # the next session: the old key is stale
+            assert new_key != key
+            transport.sendto(good.encode(key))
+            await asyncio.sleep(0.05)
+            mon.session("cl", False)                # no session: no key at all
+            transport.sendto(good.encode(new_key))
+            await asyncio.sleep(0.05)
+            assert client.got.empty() and mon.refused["mac"] == 2 and mon.refused["key"] == 2
         finally:
             transport.close()
             await mon.stop()
@@ -245,6 +271,105 @@ def test_only_well_formed_requests_for_this_node_are_answered(caplog: pytest.Log
         asyncio.run(go())
     malformed = [r for r in caplog.records if "malformed" in r.getMessage()]
     assert len(malformed) == 1 and "node me" in malformed[0].getMessage()   # once per minute, not per datagram
+
+
+class _Neighbour:
+    """The far end of a link, played by the test on a real UDP socket: it sees the monitor's requests."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(1.0)
+        self.addr = f"127.0.0.1:{self.sock.getsockname()[1]}"
+
+    async def request(self) -> tuple[bytes, tuple]:
+        return await asyncio.to_thread(self.sock.recvfrom, 200)
+
+
+def test_only_authentic_answers_to_outstanding_probes_count() -> None:
+    """A wrong tag, a replay, a stale key after the session came up again, no key: refused, counted, and the
+    estimate does not move; the right answer under the current key counts once."""
+    async def go() -> None:
+        nb = _Neighbour()
+        mon = LinkMonitor("a", routing_for(interval=0.02, timeout=30.0), {"b": nb.addr}, ["127.0.0.1:0"],
+                          lambda peer, c: None)
+        await mon.start()
+        est = mon.estimator("b")
+        try:
+            await asyncio.sleep(0.1)
+            assert est.sent == 0                             # no key, no probe
+            mon.session("b", True)
+            key = bytes(range(32))
+            assert not mon.take_key("b", b"short") and mon.take_key("b", key)
+            data, src = await nb.request()
+            req = decode_probe(data)
+            assert req is not None and req.kind == REQUEST and (req.prober, req.addressee) == ("a", "b")
+            assert authentic(data, key) and src[1] == mon.port
+            answer = Probe(RESPONSE, req.seq, req.stamp, "a", "b")
+            nb.sock.sendto(answer.encode(bytes(32)), src)      # wrong key
+            nb.sock.sendto(Probe(RESPONSE, req.seq, req.stamp - 1.0, "a", "b").encode(key), src)   # lying stamp
+            await asyncio.sleep(0.05)
+            assert est.answered == 0
+            nb.sock.sendto(answer.encode(key), src)
+            nb.sock.sendto(answer.encode(key), src)             # the same answer again
+            await asyncio.sleep(0.05)
+            assert est.answered == 1 and mon.refused["mac"] == 1 and mon.refused["seq"] == 2
+            latency = est.latency_ms
+            mon.session("b", True)                              # a new session: a's key for b is gone ...
+            sent = est.sent
+            await asyncio.sleep(0.1)
+            assert est.sent == sent                             # ... so a stops probing until b sends one
+            stale = Probe(RESPONSE, max(est._pending, default=req.seq), 0.0, "a", "b")
+            nb.sock.sendto(stale.encode(key), src)
+            await asyncio.sleep(0.05)
+            assert mon.refused["key"] == 1
+            mon.take_key("b", bytes(32))                        # b's key of the new session
+            while True:
+                data, _ = await nb.request()
+                if authentic(data, bytes(32)):
+                    break
+            req = decode_probe(data)
+            nb.sock.sendto(Probe(RESPONSE, req.seq, req.stamp, "a", "b").encode(key), src)   # the old key
+            await asyncio.sleep(0.05)
+            assert est.answered == 1 and est.latency_ms == latency and mon.refused["mac"] == 2
+            assert set(mon.refusals()) == set(REFUSALS)
+        finally:
+            await mon.stop()
+            nb.sock.close()
+    asyncio.run(go())
+
+
+def test_sequence_numbers_start_at_random() -> None:
+    starts = {est_for().probe(0.0) for _ in range(8)}
+    assert len(starts) == 8 and all(1 <= s <= SEQ_START for s in starts)
+
+
+def test_an_answer_must_echo_the_probe_send_time() -> None:
+    est = est_for()
+    seq = est.probe(100.0)
+    assert not est.on_answer(seq, 99.0, 100.040)            # not the stamp the probe carried
+    assert est.on_answer(seq, 100.0, 100.040) and est.latency_ms == pytest.approx(20.0)
+
+
+def test_probe_sockets_are_bound_to_each_data_address_only() -> None:
+    async def go() -> None:
+        port = free_udp_port()
+        mon = LinkMonitor("a", routing_for(), {}, [f"127.0.0.1:{port}", f"127.0.0.2:{port}", f"127.0.0.1:{port}",
+                                                   "unix:/tmp/x.sock"], lambda peer, c: None)
+        await mon.start()
+        try:
+            assert mon.addresses == [("127.0.0.1", port), ("127.0.0.2", port)]
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as other:
+                other.bind(("127.0.0.3", port))               # no wildcard socket holds the port
+        finally:
+            await mon.stop()
+        held = LinkMonitor("a", routing_for(), {}, [f"127.0.0.1:{port}", "192.0.2.1:1"], lambda peer, c: None)
+        with pytest.raises(ConfigError, match=r"cannot listen for link probes on udp 192\.0\.2\.1:1"):
+            await held.start()
+        assert held.addresses == [] and held.port is None     # the socket bound before was closed again
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as again:
+            again.bind(("127.0.0.1", port))
+    asyncio.run(go())
 
 
 def test_forget_losses_starts_the_loss_count_afresh_and_keeps_latency() -> None:

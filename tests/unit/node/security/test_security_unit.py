@@ -143,11 +143,11 @@ def test_a_node_key_belongs_to_whoever_owns_the_node_directory(tmp_path: Path) -
 
 
 def test_link_probes_listen_on_the_data_port_of_every_address() -> None:
-    """The Link service listens on the listed addresses only; the UDP probes keep one wildcard socket on its port
-    (answered from the link they came on, as before), or the one address when there is only one."""
+    """The Link service listens on the listed addresses only, and so do the UDP probes: one socket per address,
+    no wildcard."""
     from node.routing.dynamic import probe_listen
-    assert probe_listen(registry.config_from_dict(BASE)) == "127.0.0.1:7000"
+    assert probe_listen(registry.config_from_dict(BASE)) == ["127.0.0.1:7000"]
     several = registry.config_from_dict({**BASE, "data_listen": "10.202.0.1:7000", "data_listen_also": ["10.200.0.1:7000"]})
-    assert probe_listen(several) == "0.0.0.0:7000"
+    assert probe_listen(several) == ["10.202.0.1:7000", "10.200.0.1:7000"]
     v6 = registry.config_from_dict({**BASE, "data_listen": "[fd00::1]:7000", "data_listen_also": ["[fd00::2]:7000"]})
-    assert probe_listen(v6) == "[::]:7000"
+    assert probe_listen(v6) == ["[fd00::1]:7000", "[fd00::2]:7000"]
