@@ -15,6 +15,7 @@ With the `dynamic` routing policy every config also gets a `routing:` section
 the `shortest` table as its start-up fallback; the static policies add none.
 Every config is validated by the node's own loader before any daemon starts,
 so a bad setting is one clear error naming the node, not a dead daemon.
+node.yaml is written 0600: it may hold a control_token.
 The Link service listens on the host's data-plane addresses only (its loopback
 and one per link), never on the management network. With the scenario's
 `security:` on, `add_security` makes the run's secrets (testbed/secrets.py) and
@@ -228,12 +229,15 @@ def mgmt_target(network: Network, node: str) -> str:
 
 
 def write_configs(configs: dict[str, dict], rep_dir: Path) -> dict[str, Path]:
-    """nodes/<name>/node.yaml for every node; returns the paths on this machine."""
+    """nodes/<name>/node.yaml for every node; returns the paths on this machine.
+
+    Each is 0600 and owned like its directory (root's; a docker host's belongs to the image's user), because a
+    config may hold a scenario's `control_token`: only the node's own daemon reads it."""
     paths: dict[str, Path] = {}
     for name, cfg in configs.items():
         d = rep_dir / "nodes" / name
         d.mkdir(parents=True, exist_ok=True)
         p = d / "node.yaml"
-        p.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        secrets.write_private(p, yaml.safe_dump(cfg, sort_keys=False).encode(), owner_of=d)
         paths[name] = p
     return paths
