@@ -162,6 +162,17 @@ def _parse_set(item: str) -> tuple[str, Any]:
     return key, value
 
 
+def _grid_index(data: dict[str, Any], key: str, value: Any) -> int | None:
+    """The index of `value` among the file's sweep.grid values for `key`, if it is one of them."""
+    sweep = data.get("sweep")
+    grid = sweep.get("grid") if isinstance(sweep, dict) else None
+    values = grid.get(key) if isinstance(grid, dict) else None
+    for i, v in enumerate(values if isinstance(values, list) else []):
+        if type(v) is type(value) and v == value:
+            return i
+    return None
+
+
 # ---- validation ------------------------------------------------------------------------
 
 def _validate(c: Check, data: Any) -> Scenario:
@@ -177,6 +188,7 @@ def _validate(c: Check, data: Any) -> Scenario:
     nodes_section.check_daemon_references(c, s, topo)     # workload and faults naming daemon-less hosts
     routing_section.check_probe_links(c, s, topo)         # probe settings on links between MTA neighbours
     s.source = c.source
+    s.origins = dict(c.origin)
     return s
 
 
@@ -203,7 +215,10 @@ def _load(text: str, source: str, overrides: Sequence[str], quick: bool, check_s
             path = _set_dotted(data, key, value)
         except ValueError as e:
             raise ScenarioError(f"--set {key}: {e}.") from None
-        c.origin[path] = "--set"
+        swept = _grid_index(data, key, value)
+        # the runner hands each sweep cell's values over as --set: an error names the grid line instead
+        c.origin[path] = "--set" if swept is None else \
+            f"{c.where(('sweep', 'grid', key, swept))} (sweep.grid: {key}={show(value)})"
         c.forget_below(path)
     scenario = _validate(c, data)
     if check_sweep:
