@@ -69,7 +69,8 @@ class LiveNodes:
 
 
 def check(scenario: Scenario) -> None:
-    """Validate the node settings before anything is built (the check `testbed run` makes)."""
+    """Validate the node settings before anything is built (the check `testbed run` makes): an error names the
+    scenario file, line and key that set the bad value."""
     from testbed.experiment.runner import check_node_settings
     check_node_settings(scenario)
 

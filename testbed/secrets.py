@@ -2,25 +2,29 @@
 
 Layout in the run directory (docs/run-directory.md):
 
-    secrets/ca.key            the CA's private key (0600; never leaves this directory)
+    secrets/                  0700, and everything in it 0600 (written under a 077 umask)
     secrets/ca.crt            the CA's certificate
-    secrets/tokens.json       {"admin": TOKEN, "users": {node: {user: TOKEN}}} (0600)
+    secrets/tokens.json       {"admin": TOKEN, "users": {node: {user: TOKEN}}}
     nodes/<node>/ca.crt       the CA certificate the node trusts
     nodes/<node>/node.crt     the node's certificate: DNS name (and CN) = the node's name
     nodes/<node>/node.key     its private key (0600, owned like the directory: a container's user reads it)
 
 A node's config names its files relative to its own directory (which the docker runtime mounts at /work)
 and holds only the SHA-256 digests of the admin token and of its own users' tokens.
+
+The CA's private key is never written: it lives in memory while the node certificates are issued, all at once
+when a run (or `testbed up`) starts, and nothing issues a certificate later, so no file can leak it.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
 import secrets as pysecrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from node.errors import UserError
 from node.security.tokens import digest
@@ -61,8 +65,19 @@ class RunSecrets:
         return out
 
 
-def _write_private(path: Path, data: bytes, owner_of: Path | None = None) -> None:
-    """Write a secret 0600 from the start (never briefly readable by others)."""
+@contextlib.contextmanager
+def private_umask() -> Iterator[None]:
+    """A 077 umask while the run's secrets directory is made and filled, so nothing in it is ever readable by
+    others, whatever the caller's umask. The umask is the process's: keep the block short."""
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def write_private(path: Path, data: bytes, owner_of: Path | None = None) -> None:
+    """Write a secret 0600 from the start (never briefly readable by others); with `owner_of`, owned like it."""
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -80,17 +95,22 @@ def make(run_dir: Path, users: dict[str, list[str]], tls: bool, auth: bool,
     out = RunSecrets(tls=tls, auth=auth)
     if not (tls or auth):
         return out
-    sdir = Path(run_dir) / SECRETS_DIR
-    sdir.mkdir(parents=True, exist_ok=True)
-    os.chmod(sdir, 0o700)
-    if tls:
-        _make_certificates(Path(nodes_dir) if nodes_dir is not None else Path(run_dir) / "nodes", sdir,
-                           sorted(users), Path(run_dir).name)
+    ca_pem = None
+    if tls:     # the node files stay readable by a container's daemon: outside the private umask
+        ca_pem = _make_certificates(Path(nodes_dir) if nodes_dir is not None else Path(run_dir) / "nodes",
+                                    sorted(users), Path(run_dir).name)
     if auth:
         out.admin = pysecrets.token_urlsafe(32)
         out.users = {n: {u: pysecrets.token_urlsafe(32) for u in sorted(set(us))} for n, us in sorted(users.items())}
-    _write_private(sdir / TOKENS_FILE, json.dumps({"tls": tls, "auth": auth, "admin": out.admin,
-                                                   "users": out.users}, indent=1).encode())
+    sdir = Path(run_dir) / SECRETS_DIR
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    with private_umask():
+        sdir.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(sdir, 0o700)        # it may be an earlier run's
+        if ca_pem is not None:
+            write_private(sdir / "ca.crt", ca_pem)
+        write_private(sdir / TOKENS_FILE, json.dumps({"tls": tls, "auth": auth, "admin": out.admin,
+                                                      "users": out.users}, indent=1).encode())
     return out
 
 
@@ -107,7 +127,9 @@ def load(run_dir: Path) -> RunSecrets:
                       users={n: dict(u) for n, u in (raw.get("users") or {}).items()})
 
 
-def _make_certificates(nodes_dir: Path, sdir: Path, nodes: list[str], label: str) -> None:
+def _make_certificates(nodes_dir: Path, nodes: list[str], label: str) -> bytes:
+    """A CA of its own and a certificate from it for each of `nodes` in <nodes_dir>/<node>/; returns the CA's
+    certificate. The CA's key is dropped on return."""
     # Only the testbed needs `cryptography` (the node daemon loads PEM files through grpc).
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -133,8 +155,6 @@ def _make_certificates(nodes_dir: Path, sdir: Path, nodes: list[str], label: str
                .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
                .sign(ca_key, hashes.SHA256()))
     ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM)
-    _write_private(sdir / "ca.key", pem_key(ca_key))
-    (sdir / "ca.crt").write_bytes(ca_pem)
     for node in nodes:
         key = ec.generate_private_key(ec.SECP256R1())
         cert = (x509.CertificateBuilder()
@@ -153,7 +173,8 @@ def _make_certificates(nodes_dir: Path, sdir: Path, nodes: list[str], label: str
         d.mkdir(parents=True, exist_ok=True)
         (d / CERT_FILES["ca"]).write_bytes(ca_pem)
         (d / CERT_FILES["cert"]).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        _write_private(d / CERT_FILES["key"], pem_key(key), owner_of=d)
+        write_private(d / CERT_FILES["key"], pem_key(key), owner_of=d)
+    return ca_pem
 
 
 def make_stranger(out_dir: Path, name: str) -> Path:
@@ -161,5 +182,5 @@ def make_stranger(out_dir: Path, name: str) -> Path:
     the directory with its ca.crt, node.crt and node.key."""
     other = Path(out_dir)
     other.mkdir(parents=True, exist_ok=True)
-    _make_certificates(other, other, [name], "stranger")
+    _make_certificates(other, [name], "stranger")
     return other / name

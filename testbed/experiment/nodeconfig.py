@@ -14,7 +14,9 @@ With the `dynamic` routing policy every config also gets a `routing:` section
 (mode dynamic, every MTA node's name, the scenario's routing settings) and keeps
 the `shortest` table as its start-up fallback; the static policies add none.
 Every config is validated by the node's own loader before any daemon starts,
-so a bad setting is one clear error naming the node, not a dead daemon.
+so a bad setting is one clear error naming the node, not a dead daemon; before
+anything is built, the runner's check names the scenario key and line that set
+it (`setting_at_fault`). node.yaml is written 0600: it may hold a control_token.
 The Link service listens on the host's data-plane addresses only (its loopback
 and one per link), never on the management network. With the scenario's
 `security:` on, `add_security` makes the run's secrets (testbed/secrets.py) and
@@ -183,6 +185,62 @@ def merged_config(scenario: Scenario, name: str, wiring: dict[str, Any]) -> dict
     return cfg
 
 
+def setting_at_fault(scenario: Scenario, name: str, wiring: dict[str, Any]) -> tuple[tuple[str, ...], str] | None:
+    """The scenario key (("nodes", "all" or `name`, ...)) whose setting makes node `name`'s config invalid, and
+    why; None when the config is valid, or invalid without any scenario setting (the testbed's own wiring).
+
+    The node's loader names no scenario keys, so the culprit is found by trying: the scenario's settings are
+    laid over the wiring one value at a time, and the first that brings the node's own error is the one.
+    Only called once a config has failed: it validates once per value given."""
+    per_node = scenario.nodes.per_node.get(name, {})
+    settings = overlay.without_testbed_keys(scenario.nodes.settings_for(name))
+    leaves = [(("nodes", name if key in per_node else "all", key, *below), value)
+              for key, top in settings.items() for below, value in _leaves(top)]
+    for path, _ in leaves:
+        if path[2] in RESERVED:
+            return path, "set by the testbed; a scenario cannot give it"
+    error = _config_error(_laid_over(wiring, settings))
+    if error is None:
+        return None
+    cfg = copy.deepcopy(wiring)
+    for path, value in leaves:
+        _put(cfg, path[2:], value)
+        if _config_error(cfg) == error:
+            return path, error
+    return None
+
+
+def _leaves(value: Any) -> list[tuple[tuple[str, ...], Any]]:
+    """(key path below `value`, leaf) for every value that is not a non-empty mapping."""
+    if not isinstance(value, dict) or not value:
+        return [((), value)]
+    return [((str(k), *below), leaf) for k, v in value.items() for below, leaf in _leaves(v)]
+
+
+def _put(cfg: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """One leaf laid over `cfg` as `_lay_over` would lay the mapping holding it."""
+    for key in path[:-1]:
+        if not isinstance(cfg.get(key), dict):
+            cfg[key] = {}
+        cfg = cfg[key]
+    if not (isinstance(value, dict) and isinstance(cfg.get(path[-1]), dict)):
+        cfg[path[-1]] = copy.deepcopy(value)
+
+
+def _laid_over(wiring: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    cfg = copy.deepcopy(wiring)
+    _lay_over(cfg, copy.deepcopy(settings))
+    return cfg
+
+
+def _config_error(cfg: dict[str, Any]) -> str | None:
+    try:
+        registry.config_from_dict(copy.deepcopy(cfg))
+    except UserError as exc:
+        return str(exc)
+    return None
+
+
 def _lay_over(base: dict[str, Any], over: dict[str, Any]) -> None:
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
@@ -228,12 +286,15 @@ def mgmt_target(network: Network, node: str) -> str:
 
 
 def write_configs(configs: dict[str, dict], rep_dir: Path) -> dict[str, Path]:
-    """nodes/<name>/node.yaml for every node; returns the paths on this machine."""
+    """nodes/<name>/node.yaml for every node; returns the paths on this machine.
+
+    Each is 0600 and owned like its directory (root's; a docker host's belongs to the image's user), because a
+    config may hold a scenario's `control_token`: only the node's own daemon reads it."""
     paths: dict[str, Path] = {}
     for name, cfg in configs.items():
         d = rep_dir / "nodes" / name
         d.mkdir(parents=True, exist_ok=True)
         p = d / "node.yaml"
-        p.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        secrets.write_private(p, yaml.safe_dump(cfg, sort_keys=False).encode(), owner_of=d)
         paths[name] = p
     return paths

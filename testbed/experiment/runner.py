@@ -105,17 +105,28 @@ def plan(path: str, out: Path, reps: int | None, quick: bool, sets: list[str]) -
 def check_node_settings(scenario: Scenario) -> None:
     """Validate every node's settings (`nodes:` and --set nodes.*) with the node's own config loader now,
     with placeholder addresses: a bad mode or buffer count is one error before anything is built, not a
-    failure in the middle of a sweep. The cell validates again with the real addresses."""
+    failure in the middle of a sweep. The error names the scenario key that set the bad value and its line, as
+    the loader's own errors do. The cell validates again with the real addresses."""
     from testbed.experiment import timescale
-    from testbed.experiment.nodeconfig import merged_config
+    from testbed.experiment.nodeconfig import merged_config, setting_at_fault
+    from testbed.scenario.checks import ScenarioError, path_text
     from testbed.topology import generators
 
     wall = timescale.to_wall(scenario)
     topo = generators.from_scenario(wall)
     for name in topo.node_names():
-        merged_config(wall, name, {"name": name, "data_listen": "127.0.0.1:7000", "mgmt_listen": "127.0.0.1:7001",
-                                   "neighbours": {peer: "127.0.0.1:7000" for peer in topo.neighbours(name)},
-                                   "records_dir": "/nonexistent"})
+        wiring = {"name": name, "data_listen": "127.0.0.1:7000", "mgmt_listen": "127.0.0.1:7001",
+                  "neighbours": {peer: "127.0.0.1:7000" for peer in topo.neighbours(name)},
+                  "records_dir": "/nonexistent"}
+        try:
+            merged_config(wall, name, wiring)
+        except UserError:
+            fault = setting_at_fault(wall, name, wiring)
+            if fault is None:
+                raise
+            path, why = fault
+            detail = f"{path_text(path)}: {why}"
+            raise ScenarioError(f"{scenario.where(path)} {detail}", detail) from None
 
 
 # ---- experiment.json ------------------------------------------------------------------------

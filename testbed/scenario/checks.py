@@ -61,6 +61,14 @@ def names_text(names: list[str]) -> str:
     return ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
 
 
+def locate(origins: dict[KeyPath, str], path: KeyPath, default: str) -> str:
+    """Where the value at `path` came from: its own origin or that of the nearest key above it."""
+    for i in range(len(path), -1, -1):
+        if path[:i] in origins:
+            return origins[path[:i]]
+    return default
+
+
 class Check:
     """Error reporting with locations, and typed getters."""
 
@@ -69,10 +77,7 @@ class Check:
         self.origin: dict[KeyPath, str] = {p: f"{source}:{n}" for p, n in lines.items()}
 
     def where(self, path: KeyPath) -> str:
-        for i in range(len(path), -1, -1):
-            if path[:i] in self.origin:
-                return self.origin[path[:i]]
-        return self.source
+        return locate(self.origin, path, self.source)
 
     def fail(self, path: KeyPath, message: str) -> NoReturn:
         detail = f"{path_text(path) or '(top level)'}: {message}"

@@ -29,9 +29,40 @@ __all__ = ["ScenarioError", "dump_resolved", "load", "load_text", "path_text", "
 
 # ---- YAML with marks -------------------------------------------------------------
 
+ALIASES_REFUSED = "YAML anchors and aliases (&name, *name) are not allowed in scenario files; write the value out"
+
+
+class _AliasFound(Exception):
+    def __init__(self, line: int) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """A SafeLoader that stops at the first anchor or alias. Aliases let a few hundred bytes stand for
+    billions of values (each level of "billion laughs" multiplies by ten), and the loader runs as root;
+    no shipped scenario uses them, so they are refused rather than counted."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise _AliasFound(event.start_mark.line + 1)
+        return super().compose_node(parent, index)
+
+
+def _compose_root(text: str) -> yaml.Node | None:
+    loader = _NoAliasLoader(text)
+    try:
+        return loader.get_single_node()
+    finally:
+        loader.dispose()
+
+
 def _compose(text: str, source: str) -> tuple[Any, dict[KeyPath, int]]:
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = _compose_root(text)
+    except _AliasFound as e:
+        raise ScenarioError(f"{source}:{e.line}: {ALIASES_REFUSED}.") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = f":{mark.line + 1}" if mark else ""
@@ -43,7 +74,7 @@ def _compose(text: str, source: str) -> tuple[Any, dict[KeyPath, int]]:
 
     def build(node: yaml.Node, path: KeyPath) -> Any:
         lines[path] = node.start_mark.line + 1
-        if len(path) > 40:   # also stops self-referencing aliases
+        if len(path) > 40:
             raise ScenarioError(f"{source}:{node.start_mark.line + 1} {path_text(path[:3])}...: nested too deeply.")
         if isinstance(node, yaml.MappingNode):
             out: dict[Any, Any] = {}
@@ -119,11 +150,27 @@ def _parse_set(item: str) -> tuple[str, Any]:
         raise ScenarioError(f"--set {item}: expected KEY=VALUE, e.g. --set duration=30s.")
     key, raw = item.split("=", 1)
     key = key.strip()
+    if not raw.strip():
+        return key, ""
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        root = _compose_root(raw)
+        value = yaml.SafeLoader("").construct_document(root) if root is not None else None
+    except _AliasFound:
+        raise ScenarioError(f"--set {key}: {ALIASES_REFUSED}.") from None
     except yaml.YAMLError:
         raise ScenarioError(f"--set {key}: the value {raw!r} is not a YAML scalar, list or mapping.") from None
     return key, value
+
+
+def _grid_index(data: dict[str, Any], key: str, value: Any) -> int | None:
+    """The index of `value` among the file's sweep.grid values for `key`, if it is one of them."""
+    sweep = data.get("sweep")
+    grid = sweep.get("grid") if isinstance(sweep, dict) else None
+    values = grid.get(key) if isinstance(grid, dict) else None
+    for i, v in enumerate(values if isinstance(values, list) else []):
+        if type(v) is type(value) and v == value:
+            return i
+    return None
 
 
 # ---- validation ------------------------------------------------------------------------
@@ -141,6 +188,7 @@ def _validate(c: Check, data: Any) -> Scenario:
     nodes_section.check_daemon_references(c, s, topo)     # workload and faults naming daemon-less hosts
     routing_section.check_probe_links(c, s, topo)         # probe settings on links between MTA neighbours
     s.source = c.source
+    s.origins = dict(c.origin)
     return s
 
 
@@ -167,7 +215,10 @@ def _load(text: str, source: str, overrides: Sequence[str], quick: bool, check_s
             path = _set_dotted(data, key, value)
         except ValueError as e:
             raise ScenarioError(f"--set {key}: {e}.") from None
-        c.origin[path] = "--set"
+        swept = _grid_index(data, key, value)
+        # the runner hands each sweep cell's values over as --set: an error names the grid line instead
+        c.origin[path] = "--set" if swept is None else \
+            f"{c.where(('sweep', 'grid', key, swept))} (sweep.grid: {key}={show(value)})"
         c.forget_below(path)
     scenario = _validate(c, data)
     if check_sweep:

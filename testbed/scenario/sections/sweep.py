@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 from typing import Any
 
 from testbed.scenario.checks import Check
@@ -13,6 +14,9 @@ from testbed.topology.model import Topology
 
 UNSWEPT = ("sweep", "quick", "name")      # keys a grid cannot vary
 SEED_POLICIES = ("per_cell", "per_rep")
+# Each grid point is loaded and validated once per repetition before anything runs, so the grid's size is
+# checked before its product is built: a few lines of values can multiply into billions of points.
+MAX_GRID_POINTS = 10_000
 
 
 def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
@@ -29,6 +33,10 @@ def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
         if key.split(".")[0] in UNSWEPT:
             c.fail(("sweep", "grid", key), f"cannot sweep over {key}")
         s.sweep.grid[key] = list(vals)
+    sizes = [len(v) for v in s.sweep.grid.values()]
+    if math.prod(sizes) > MAX_GRID_POINTS:
+        c.fail(("sweep", "grid"), f"{math.prod(sizes)} grid points ({' x '.join(map(str, sizes))} values); "
+                                  f"at most {MAX_GRID_POINTS} (split the sweep into several scenarios)")
     for i, entry in enumerate(c.sequence(("sweep", "exclude"), m.get("exclude", []))):
         s.sweep.exclude.append(_exclusion(c, ("sweep", "exclude", i), entry, s.sweep.grid))
     if s.sweep.exclude and not grid_points(s.sweep.grid, s.sweep.exclude):

@@ -217,8 +217,10 @@ def test_params_defaults_filled_and_ring_names():
 
 
 def test_pathological_yaml():
-    with pytest.raises(ScenarioError, match="nested too deeply"):
+    with pytest.raises(ScenarioError, match="anchors and aliases"):
         load_text("a: &x [*x]\n")
+    with pytest.raises(ScenarioError, match="nested too deeply"):
+        load_text("a: " + "[" * 50 + "]" * 50 + "\n")
     with pytest.raises(ScenarioError, match="expected a duration"):
         load_text("name: x\nduration: 1e400s\n")
     with pytest.raises(ScenarioError, match="<string>:2 link_defaults.queue: expected a whole number"):

@@ -7,7 +7,7 @@ from testbed.scenario.spec import RoutingSpec, Scenario
 
 def test_every_section_is_a_scenario_attribute_and_nothing_else():
     names = [f.name for f in dataclasses.fields(Scenario)]
-    assert sorted(names) == sorted([s.key for s in SECTIONS] + ["source"])
+    assert sorted(names) == sorted([s.key for s in SECTIONS] + ["source", "origins"])
 
 
 def test_each_scenario_gets_its_own_section_defaults():

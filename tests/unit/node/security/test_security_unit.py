@@ -67,8 +67,7 @@ def test_without_auth_everyone_is_the_admin_and_the_control_token_joins_the_admi
 
 def test_run_secrets_are_private_and_configs_hold_only_digests(tmp_path: Path) -> None:
     run = secrets.make(tmp_path, {"n1": ["alice"], "n2": []}, tls=True, auth=True)
-    for f in (tmp_path / "secrets" / "tokens.json", tmp_path / "secrets" / "ca.key",
-              tmp_path / "nodes" / "n1" / "node.key"):
+    for f in (tmp_path / "secrets" / "tokens.json", tmp_path / "nodes" / "n1" / "node.key"):
         assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
     assert (tmp_path / "nodes" / "n2" / "node.crt").read_bytes().startswith(b"-----BEGIN CERTIFICATE")
     section = run.node_section("n1")
@@ -139,7 +138,7 @@ def test_a_node_key_belongs_to_whoever_owns_the_node_directory(tmp_path: Path) -
     secrets.make(tmp_path, {"n1": []}, tls=True, auth=False)
     st = (d / "node.key").stat()
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (10001, 10001, 0o600)
-    assert (tmp_path / "secrets" / "ca.key").stat().st_uid == 0          # the CA key stays root's
+    assert (tmp_path / "secrets" / "tokens.json").stat().st_uid == 0     # the run's own secrets stay root's
 
 
 def test_link_probes_listen_on_the_data_port_of_every_address() -> None:
