@@ -4,13 +4,16 @@ Layout in the run directory (docs/run-directory.md):
 
     secrets/ca.key            the CA's private key (0600; never leaves this directory)
     secrets/ca.crt            the CA's certificate
-    secrets/tokens.json       {"admin": TOKEN, "users": {node: {user: TOKEN}}} (0600)
+    secrets/tokens.json       {"admin": {node: TOKEN}, "users": {node: {user: TOKEN}}} (0600)
     nodes/<node>/ca.crt       the CA certificate the node trusts
     nodes/<node>/node.crt     the node's certificate: DNS name (and CN) = the node's name
     nodes/<node>/node.key     its private key (0600, owned like the directory: a container's user reads it)
 
 A node's config names its files relative to its own directory (which the docker runtime mounts at /work)
-and holds only the SHA-256 digests of the admin token and of its own users' tokens.
+and holds only the SHA-256 digests of its admin token and of its own users' tokens. Every node has an admin token
+of its own: one node's admin token (a node's config, a client's memory) is worth nothing at any other node.
+The testbed's clients dial a node's management port with the CA certificate as their only root and check that
+the node's certificate names the node (`access`).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from node.client import Access
 from node.errors import UserError
 from node.security.tokens import digest
 
@@ -35,20 +39,29 @@ VALID_DAYS = 30          # a run (or a `testbed up` network) lives far shorter
 class RunSecrets:
     tls: bool = False
     auth: bool = False
-    admin: str = ""                                           # the admin token ("" without auth)
+    admins: dict[str, str] = field(default_factory=dict)     # node -> its admin token (none without auth)
     users: dict[str, dict[str, str]] = field(default_factory=dict)   # node -> user -> token
+    ca: bytes = b""                                           # the CA certificate (PEM; none without tls)
 
     def token(self, node: str, user: str = "") -> str:
-        """The token a client uses at `node`: the admin's, or `user`'s there (one sentence if it has none)."""
+        """The token a client uses at `node`: its admin's, or `user`'s there (one sentence if it has none)."""
         if not self.auth:
             return ""
         if not user:
-            return self.admin
+            try:
+                return self.admins[node]
+            except KeyError:
+                raise UserError(f"the run has no admin token for {node} (nodes with one: "
+                                f"{', '.join(sorted(self.admins)) or 'none'}).") from None
         try:
             return self.users[node][user]
         except KeyError:
             raise UserError(f"the run has no token for user {user!r} at {node} (users there: "
                             f"{', '.join(sorted(self.users.get(node, {}))) or 'none'}).") from None
+
+    def access(self, node: str, user: str = "") -> Access:
+        """What a client of `node` carries: the token of `token`, and with tls the CA and the name to check."""
+        return Access(self.token(node, user), self.ca if self.tls else b"", node if self.tls else "")
 
     def node_section(self, node: str) -> dict[str, Any]:
         """The `security:` mapping of a node's config (empty when the run has no security)."""
@@ -56,7 +69,7 @@ class RunSecrets:
         if self.tls:
             out["tls"] = dict(CERT_FILES)
         if self.auth:
-            out["auth"] = {"admin": digest(self.admin),
+            out["auth"] = {"admin": digest(self.token(node)),
                            "users": {u: digest(t) for u, t in sorted(self.users.get(node, {}).items())}}
         return out
 
@@ -86,10 +99,11 @@ def make(run_dir: Path, users: dict[str, list[str]], tls: bool, auth: bool,
     if tls:
         _make_certificates(Path(nodes_dir) if nodes_dir is not None else Path(run_dir) / "nodes", sdir,
                            sorted(users), Path(run_dir).name)
+        out.ca = (sdir / "ca.crt").read_bytes()
     if auth:
-        out.admin = pysecrets.token_urlsafe(32)
+        out.admins = {n: pysecrets.token_urlsafe(32) for n in sorted(users)}
         out.users = {n: {u: pysecrets.token_urlsafe(32) for u in sorted(set(us))} for n, us in sorted(users.items())}
-    _write_private(sdir / TOKENS_FILE, json.dumps({"tls": tls, "auth": auth, "admin": out.admin,
+    _write_private(sdir / TOKENS_FILE, json.dumps({"tls": tls, "auth": auth, "admin": out.admins,
                                                    "users": out.users}, indent=1).encode())
     return out
 
@@ -103,8 +117,19 @@ def load(run_dir: Path) -> RunSecrets:
         return RunSecrets()
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read the run's tokens {path}: {exc}.") from None
-    return RunSecrets(tls=bool(raw.get("tls")), auth=bool(raw.get("auth")), admin=str(raw.get("admin", "")),
-                      users={n: dict(u) for n, u in (raw.get("users") or {}).items()})
+    admins = (raw.get("admin") or {}) if isinstance(raw, dict) else None
+    if not isinstance(admins, dict):
+        raise UserError(f"the run's tokens {path} have no admin token per node (written by an older testbed?).")
+    out = RunSecrets(tls=bool(raw.get("tls")), auth=bool(raw.get("auth")),
+                     admins={str(n): str(t) for n, t in admins.items()},
+                     users={n: dict(u) for n, u in (raw.get("users") or {}).items()})
+    if out.tls:
+        ca = path.parent / "ca.crt"
+        try:
+            out.ca = ca.read_bytes()
+        except OSError as exc:
+            raise UserError(f"cannot read the run's CA certificate {ca}: {exc.strerror}.") from None
+    return out
 
 
 def _make_certificates(nodes_dir: Path, sdir: Path, nodes: list[str], label: str) -> None:

@@ -2,8 +2,8 @@
 
 Link: a caller without a certificate, with a certificate of another CA, or with another node's certificate of the
 run's CA is refused, and the live session of the node it claims to be stays up (no reconnect). Clients: a missing
-or wrong token is UNAUTHENTICATED (never a traceback), a user sends only as itself and reads and deletes only its
-own mail, the admin sees everything, Control is the admin's.
+or wrong token (another node's admin token too) is UNAUTHENTICATED (never a traceback), a user sends only as itself
+and reads and deletes only its own mail, the admin sees everything, Control is the admin's.
 """
 from __future__ import annotations
 
@@ -175,12 +175,12 @@ def test_tokens_decide_who_sends_reads_deletes_and_manages(localnet) -> None:
     for n in net.nodes:
         assert "Traceback" not in (net.workdir / n / "node.log").read_text()
 
-    # the CLI: without a token one sentence (exit 2), with WANBED_TOKEN the admin's view
+    # the CLI: another node's admin token is one sentence (exit 2), with n2's own the admin's view
     def tb(*args: str, token: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True, text=True, cwd=ROOT,
                               timeout=60, env={**os.environ, "WANBED_TOKEN": token})
     a2 = net.nodes["n2"].mgmt
-    out = tb("mailbox", "n2", "--json", "--address", a2, token="wrong")
+    out = tb("mailbox", "n2", "--json", "--address", a2, token=net.secrets.token("n1"))
     assert out.returncode == 2 and "refused the call: unknown token" in out.stderr and "Traceback" not in out.stderr
-    out = tb("mailbox", "n2", "--json", "--address", a2, token=net.secrets.admin)
+    out = tb("mailbox", "n2", "--json", "--address", a2, token=net.secrets.token("n2"))
     assert out.returncode == 0 and [i["user"] for i in json.loads(out.stdout)] == ["alice"], out.stderr
