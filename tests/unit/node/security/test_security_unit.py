@@ -18,6 +18,7 @@ from testbed import secrets
 from testbed.experiment import nodeconfig
 from testbed.network import Network
 from testbed.scenario.loader import ScenarioError, dump_resolved, load_text
+from testbed.scenario.sections.security import for_up
 from testbed.scenario.spec import NodesSpec, Scenario, SecuritySpec
 from testbed.topology import addressing, generators as g
 
@@ -78,6 +79,19 @@ def test_calls_are_refused_on_their_metadata_by_the_token_or_the_legacy_control_
     assert legacy.refusal("ctl", "/wanbed.Control/SetRules") is None
     assert legacy.refusal("", "/wanbed.Submit/Send") is None
     assert Tokens(registry.config_from_dict(BASE)).refusal("", "/wanbed.Control/Drain") is None
+
+
+def test_up_turns_tls_and_auth_on_unless_the_scenario_says_otherwise() -> None:
+    def up(text: str, **flags: bool) -> tuple[bool, bool]:
+        spec = for_up(load_text("name: x\n" + text).security, **flags)
+        return spec.tls, spec.auth
+    assert up("") == (True, True)
+    assert up("security: {tls: false}\n") == (False, True)
+    assert up("security: {tls: false, auth: false}\n") == (False, False)
+    assert up("security: {tls: false, auth: false}\n", tls=True) == (True, False)
+    assert up("security: {tls: true, auth: true}\n", insecure=True) == (False, False)
+    with pytest.raises(UserError, match="--insecure .* cannot go with --tls or --auth"):
+        up("", insecure=True, auth=True)
 
 
 def test_run_secrets_are_private_and_configs_hold_only_digests(tmp_path: Path) -> None:
