@@ -236,8 +236,10 @@ class _Subscriber:
             except UserError as again:
                 self._detach()
                 if not self._gone(again):
-                    raise UserError(f"{self.node} refused the subscription: {_node_said(again, self.address)}.") \
-                        from None
+                    said = _node_said(again, self.address)
+                    if said is None:          # no answer of the node's: a failed TLS check
+                        raise again from None
+                    raise UserError(f"{self.node} refused the subscription: {said}.") from None
 
     def summary(self) -> str:
         parts = [f"received {_plural(self.received, 'publication')}"]
