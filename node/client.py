@@ -1,4 +1,10 @@
-"""A small blocking client for a node's management address (Submit, Control, PubSub): CLI, tests, benchmarks."""
+"""A small blocking client for a node's management address (Submit, Control, PubSub): CLI, tests, benchmarks.
+
+A node with `security.tls` serves its management port over TLS with its own certificate, which names the node
+(DNS:<node>). The client is given the CA certificate to trust and the node's name, and checks that name rather
+than the address it dials (`grpc.ssl_target_name_override`, as the Link dialler does): a certificate of another
+CA, or one naming another node, fails the handshake.
+"""
 from __future__ import annotations
 
 import json
@@ -11,6 +17,7 @@ import grpc
 
 from node.rpc import common_pb2, control_pb2, control_pb2_grpc, pubsub_pb2, pubsub_pb2_grpc, submit_pb2, submit_pb2_grpc
 from node.errors import UserError
+from node.security.tls import TARGET_NAME_OPTION
 
 
 # Management channels ping the node when idle, so a client on a silently cut path (a subscriber waiting for
@@ -21,9 +28,19 @@ KEEPALIVE_OPTIONS = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeou
 CLOSE_WAIT = 5.0        # seconds Subscription.close() waits for the node to take the last acks
 
 
+@dataclass(frozen=True)
+class Access:
+    """What a client needs to call one node: its token ("" for none) and, when the node serves its management
+    port over TLS, the CA certificate (PEM) that issued the node's certificate and the name it must carry."""
+    token: str = ""
+    ca: bytes = b""
+    name: str = ""
+
+
 class SubscriptionEnded(UserError):
     """A Subscribe stream ended: `code` is the gRPC status name (UNAVAILABLE: the node is not reachable;
-    ABORTED: taken over by another client; CANCELLED: the node shut down or the subscription was removed)."""
+    ABORTED: taken over by another client; CANCELLED: the node shut down or the subscription was removed;
+    UNAUTHENTICATED: a token refused, or the node's certificate failed the TLS check)."""
 
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)
@@ -43,17 +60,43 @@ def parse_recipient(text: str) -> common_pb2.Recipient:
     return common_pb2.Recipient(node=node.strip(), user=user.strip())
 
 
+def tls_problem(exc: grpc.RpcError, address: str, name: str) -> str | None:
+    """One sentence when a call failed a TLS check (a lasting failure, not worth retrying), else None."""
+    details = exc.details() or ""
+    if "Hostname Verification" in details:
+        return f"the certificate of the node at {address} does not name {name!r} (TLS refused)"
+    if "CERTIFICATE_VERIFY_FAILED" in details:
+        return f"the certificate of the node at {address} is not from the CA this client trusts (TLS refused)"
+    if "WRONG_VERSION_NUMBER" in details:
+        return f"the node at {address} does not speak TLS on its management port"
+    return None
+
+
 class NodeClient:
-    def __init__(self, address: str, token: str = "", timeout: float = 30.0) -> None:
+    def __init__(self, address: str, token: str = "", timeout: float = 30.0, ca: bytes = b"",
+                 name: str = "") -> None:
+        """`ca` (PEM): dial over TLS, trusting only that CA, and accept only a certificate naming `name`."""
         self.address = address
         self.timeout = timeout
+        self.name = name
         self._md = (("authorization", token),) if token else ()
-        self._channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 256 << 20),
-                                                               ("grpc.max_send_message_length", 256 << 20),
-                                                               *KEEPALIVE_OPTIONS])
+        options = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20),
+                   *KEEPALIVE_OPTIONS]
+        if ca:
+            if not name:
+                raise UserError(f"a TLS client of {address} needs the node's name to check its certificate.")
+            self._channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=ca),
+                                                options=options + [(TARGET_NAME_OPTION, name)])
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
         self.submit = submit_pb2_grpc.SubmitStub(self._channel)
         self.control = control_pb2_grpc.ControlStub(self._channel)
         self.pubsub = pubsub_pb2_grpc.PubSubStub(self._channel)
+
+    @classmethod
+    def to(cls, address: str, access: Access, timeout: float = 30.0) -> "NodeClient":
+        """A client of the node at `address` with what `access` holds for it."""
+        return cls(address, access.token, timeout, ca=access.ca, name=access.name)
 
     def close(self) -> None:
         self._channel.close()
@@ -69,6 +112,9 @@ class NodeClient:
         try:
             return fn(request, timeout=kw.pop("timeout", self.timeout), **kw)
         except grpc.RpcError as exc:
+            problem = tls_problem(exc, self.address, self.name)
+            if problem:
+                raise UserError(f"{problem}.") from None
             if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 raise UserError(f"node at {self.address} is not reachable ({exc.code().name.lower()}).") from None
             if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
@@ -112,12 +158,16 @@ class NodeClient:
         return json.loads(self._call(self.control.Stats, control_pb2.StatsRequest(), metadata=self._md).json)
 
     def health(self, timeout: float = 2.0) -> bool:
-        """Whether the node answers; a node that refuses this client's token is a UserError (waiting is no use)."""
+        """Whether the node answers; a node that refuses this client's token or fails its TLS check is a UserError
+        (waiting is no use)."""
         try:
             return self.control.Health(control_pb2.HealthRequest(), timeout=timeout, metadata=self._md).ready
         except grpc.RpcError as exc:
             if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                 raise UserError(f"node at {self.address} refused the health check: {exc.details()}.") from None
+            problem = tls_problem(exc, self.address, self.name)
+            if problem:
+                raise UserError(f"{problem}.") from None
             return False
 
     def drain(self, timeout: float) -> control_pb2.DrainReply:
@@ -151,7 +201,7 @@ class NodeClient:
     def subscribe(self, pattern: str, name: str = "", durable: bool = False, window: int = 0) -> "Subscription":
         """A subscription stream: iterate it for events, `ack(...)` what was processed, `close()` when done."""
         return Subscription(self.pubsub, self.address, pubsub_pb2.SubscribeStart(
-            pattern=pattern, name=name, durable=durable, window=window), self._md)
+            pattern=pattern, name=name, durable=durable, window=window), self._md, node=self.name)
 
     def unsubscribe(self, name: str) -> pubsub_pb2.UnsubscribeReply:
         return self._call(self.pubsub.Unsubscribe, pubsub_pb2.UnsubscribeRequest(name=name))
@@ -166,8 +216,9 @@ class Subscription:
     Iterating raises SubscriptionEnded when the stream ends other than by `close()`."""
 
     def __init__(self, stub: pubsub_pb2_grpc.PubSubStub, address: str, start: pubsub_pb2.SubscribeStart,
-                 metadata: tuple = ()) -> None:
+                 metadata: tuple = (), node: str = "") -> None:
         self.address = address
+        self.node = node             # the name its TLS certificate must carry (for the error message)
         self._out: queue.Queue = queue.Queue()
         self._out.put(pubsub_pb2.SubscribeRequest(start=start))
         self._call = stub.Subscribe(self._requests(), metadata=metadata)
@@ -189,6 +240,9 @@ class Subscription:
             if self.closed and exc.code() == grpc.StatusCode.CANCELLED:
                 return
             code = exc.code().name
+            problem = tls_problem(exc, self.address, self.node)
+            if problem:         # the node is there but is not the one asked for: no use reconnecting
+                raise SubscriptionEnded(f"{problem}.", grpc.StatusCode.UNAUTHENTICATED.name) from None
             if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 raise SubscriptionEnded(f"node at {self.address} is not reachable ({code.lower()}).", code) from None
             raise SubscriptionEnded(f"node at {self.address}: {exc.details()}", code) from None

@@ -55,6 +55,9 @@ class NodeDaemon:
         subs = self.subsystems
         # before anything starts: a missing certificate file is one clear error
         creds = _first([c for c in (s.credentials() for s in subs) if c is not None], "Link credentials")
+        # without them the management port is plaintext: anyone on the host can listen to it (docs/live-network.md)
+        mgmt_creds = _first([c for c in (s.management_credentials() for s in subs) if c is not None],
+                            "management credentials")
         authorizer = _first([a for a in (s.authorizer() for s in subs) if a is not None], "authorizer")
         authorizer = authorizer or OpenAuthorizer()
         self.spool.open()
@@ -89,7 +92,8 @@ class NodeDaemon:
         for s in subs:
             s.services(mgmt, authorizer)
         data_creds = creds.server() if creds is not None else None
-        listens = [(data, addr, data_creds) for addr in self.cfg.data_addresses] + [(mgmt, self.cfg.mgmt_listen, None)]
+        listens = [(data, addr, data_creds) for addr in self.cfg.data_addresses] + \
+            [(mgmt, self.cfg.mgmt_listen, mgmt_creds)]
         for server, addr, server_creds in listens:
             try:
                 port = (server.add_secure_port(addr, server_creds) if server_creds is not None
@@ -106,9 +110,9 @@ class NodeDaemon:
                        asyncio.ensure_future(self._every(0.5, self.engine.sweep)),
                        asyncio.ensure_future(self._every(30.0, self.engine.prune)),
                        asyncio.ensure_future(self.engine.policy.run_background())]
-        log.info("node %s up: data %s%s, management %s%s, mode %s, subsystems %s", self.cfg.name,
-                 ", ".join(self.cfg.data_addresses), " (mTLS)" if creds is not None else "",
-                 self.cfg.mgmt_listen, " (tokens)" if authorizer.enabled else "", self.cfg.mode,
+        log.info("node %s up: data %s%s, management %s%s%s, mode %s, subsystems %s", self.cfg.name,
+                 ", ".join(self.cfg.data_addresses), " (mTLS)" if creds is not None else "", self.cfg.mgmt_listen,
+                 " (TLS)" if mgmt_creds is not None else "", " (tokens)" if authorizer.enabled else "", self.cfg.mode,
                  ", ".join(s.name for s in subs) or "none")
 
     async def _metrics(self) -> None:

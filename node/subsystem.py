@@ -10,8 +10,9 @@ order, and calls the hooks at fixed points of its life:
                   `wrap_policy`, `wrap_queue` (layers over the admission policy and each link's queue)
   with the engine `attach(engine)`, then the engine's hooks object takes `frame_handlers`, `message_kinds`,
                   `on_delivery`, `on_session` and `snapshot` (node/hooks.py EngineHooks)
-  servers         `credentials` (the Link service's and the dialler's), `server_interceptors` and `authorizer`
-                  (the management services), `services` (gRPC services it adds to the management server)
+  servers         `credentials` (the Link service's and the dialler's), `management_credentials` (the
+                  management port's TLS), `server_interceptors` and `authorizer` (the management services),
+                  `services` (gRPC services it adds to the management server)
   running         `start` after the engine recovered and before any session, `stop` before the sessions close
 
 A subsystem that is not switched on by its config answers False from `enabled` and is then never asked again.
@@ -98,6 +99,10 @@ class Subsystem:
 
     # -- servers ---------------------------------------------------------------------------------------
     def credentials(self) -> LinkCredentials | None:
+        return None
+
+    def management_credentials(self) -> Any:
+        """grpc.ServerCredentials for the management port (Submit, Control, PubSub), or None: plaintext."""
         return None
 
     def server_interceptors(self) -> list:

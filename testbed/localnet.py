@@ -277,9 +277,11 @@ class LocalNet:
         return p.returncode
 
     def client(self, name: str, user: str = "") -> NodeClient:
-        """A client with the admin token (or `user`'s) when the net has tokens, else the control token."""
+        """A client with the node's admin token (or `user`'s) when the net has tokens, else the control token;
+        over TLS, checking the node's certificate, when the net has certificates."""
         node = self.nodes[name]
-        return NodeClient(node.mgmt, token=self.secrets.token(name, user) or node.cfg.control_token)
+        access = self.secrets.access(name, user)
+        return NodeClient(node.mgmt, token=access.token or node.cfg.control_token, ca=access.ca, name=access.name)
 
     def records(self, name: str, kind: str) -> list[dict]:
         import json

@@ -4,13 +4,16 @@ Layout in the run directory (docs/run-directory.md):
 
     secrets/                  0700, and everything in it 0600 (written under a 077 umask)
     secrets/ca.crt            the CA's certificate
-    secrets/tokens.json       {"admin": TOKEN, "users": {node: {user: TOKEN}}}
+    secrets/tokens.json       {"admin": {node: TOKEN}, "users": {node: {user: TOKEN}}}
     nodes/<node>/ca.crt       the CA certificate the node trusts
     nodes/<node>/node.crt     the node's certificate: DNS name (and CN) = the node's name
     nodes/<node>/node.key     its private key (0600, owned like the directory: a container's user reads it)
 
 A node's config names its files relative to its own directory (which the docker runtime mounts at /work)
-and holds only the SHA-256 digests of the admin token and of its own users' tokens.
+and holds only the SHA-256 digests of its admin token and of its own users' tokens. Every node has an admin token
+of its own: one node's admin token (a node's config, a client's memory) is worth nothing at any other node.
+The testbed's clients dial a node's management port with the CA certificate as their only root and check that
+the node's certificate names the node (`access`).
 
 The CA's private key is never written: it lives in memory while the node certificates are issued, all at once
 when a run (or `testbed up`) starts, and nothing issues a certificate later, so no file can leak it.
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from node.client import Access
 from node.errors import UserError
 from node.security.tokens import digest
 
@@ -39,20 +43,29 @@ VALID_DAYS = 30          # a run (or a `testbed up` network) lives far shorter
 class RunSecrets:
     tls: bool = False
     auth: bool = False
-    admin: str = ""                                           # the admin token ("" without auth)
+    admins: dict[str, str] = field(default_factory=dict)     # node -> its admin token (none without auth)
     users: dict[str, dict[str, str]] = field(default_factory=dict)   # node -> user -> token
+    ca: bytes = b""                                           # the CA certificate (PEM; none without tls)
 
     def token(self, node: str, user: str = "") -> str:
-        """The token a client uses at `node`: the admin's, or `user`'s there (one sentence if it has none)."""
+        """The token a client uses at `node`: its admin's, or `user`'s there (one sentence if it has none)."""
         if not self.auth:
             return ""
         if not user:
-            return self.admin
+            try:
+                return self.admins[node]
+            except KeyError:
+                raise UserError(f"the run has no admin token for {node} (nodes with one: "
+                                f"{', '.join(sorted(self.admins)) or 'none'}).") from None
         try:
             return self.users[node][user]
         except KeyError:
             raise UserError(f"the run has no token for user {user!r} at {node} (users there: "
                             f"{', '.join(sorted(self.users.get(node, {}))) or 'none'}).") from None
+
+    def access(self, node: str, user: str = "") -> Access:
+        """What a client of `node` carries: the token of `token`, and with tls the CA and the name to check."""
+        return Access(self.token(node, user), self.ca if self.tls else b"", node if self.tls else "")
 
     def node_section(self, node: str) -> dict[str, Any]:
         """The `security:` mapping of a node's config (empty when the run has no security)."""
@@ -60,7 +73,7 @@ class RunSecrets:
         if self.tls:
             out["tls"] = dict(CERT_FILES)
         if self.auth:
-            out["auth"] = {"admin": digest(self.admin),
+            out["auth"] = {"admin": digest(self.token(node)),
                            "users": {u: digest(t) for u, t in sorted(self.users.get(node, {}).items())}}
         return out
 
@@ -99,8 +112,9 @@ def make(run_dir: Path, users: dict[str, list[str]], tls: bool, auth: bool,
     if tls:     # the node files stay readable by a container's daemon: outside the private umask
         ca_pem = _make_certificates(Path(nodes_dir) if nodes_dir is not None else Path(run_dir) / "nodes",
                                     sorted(users), Path(run_dir).name)
+        out.ca = ca_pem
     if auth:
-        out.admin = pysecrets.token_urlsafe(32)
+        out.admins = {n: pysecrets.token_urlsafe(32) for n in sorted(users)}
         out.users = {n: {u: pysecrets.token_urlsafe(32) for u in sorted(set(us))} for n, us in sorted(users.items())}
     sdir = Path(run_dir) / SECRETS_DIR
     Path(run_dir).mkdir(parents=True, exist_ok=True)
@@ -109,7 +123,7 @@ def make(run_dir: Path, users: dict[str, list[str]], tls: bool, auth: bool,
         os.chmod(sdir, 0o700)        # it may be an earlier run's
         if ca_pem is not None:
             write_private(sdir / "ca.crt", ca_pem)
-        write_private(sdir / TOKENS_FILE, json.dumps({"tls": tls, "auth": auth, "admin": out.admin,
+        write_private(sdir / TOKENS_FILE, json.dumps({"tls": tls, "auth": auth, "admin": out.admins,
                                                       "users": out.users}, indent=1).encode())
     return out
 
@@ -123,8 +137,19 @@ def load(run_dir: Path) -> RunSecrets:
         return RunSecrets()
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read the run's tokens {path}: {exc}.") from None
-    return RunSecrets(tls=bool(raw.get("tls")), auth=bool(raw.get("auth")), admin=str(raw.get("admin", "")),
-                      users={n: dict(u) for n, u in (raw.get("users") or {}).items()})
+    admins = (raw.get("admin") or {}) if isinstance(raw, dict) else None
+    if not isinstance(admins, dict):
+        raise UserError(f"the run's tokens {path} have no admin token per node (written by an older testbed?).")
+    out = RunSecrets(tls=bool(raw.get("tls")), auth=bool(raw.get("auth")),
+                     admins={str(n): str(t) for n, t in admins.items()},
+                     users={n: dict(u) for n, u in (raw.get("users") or {}).items()})
+    if out.tls:
+        ca = path.parent / "ca.crt"
+        try:
+            out.ca = ca.read_bytes()
+        except OSError as exc:
+            raise UserError(f"cannot read the run's CA certificate {ca}: {exc.strerror}.") from None
+    return out
 
 
 def _make_certificates(nodes_dir: Path, nodes: list[str], label: str) -> bytes:

@@ -1,9 +1,11 @@
-"""mTLS between neighbours: server and channel credentials from the config's PEM files, and the peer-name check.
+"""TLS from the config's PEM files: mTLS between neighbours, and server-authenticated TLS on the management port.
 
 Nodes dial each other by address, so the dialler checks the neighbour's certificate against the neighbour's
 NAME through `grpc.ssl_target_name_override`; the acceptor requires a client certificate of the run's CA
 (`require_client_auth`) and compares the DNS names in it with the node name the OPEN claims, before the session
-may replace a live one. Only PEM bytes are read here (no `cryptography`): grpc does all the X.509 work.
+may replace a live one. The management port (Submit, Control, PubSub) presents the same certificate but asks
+clients for none: tokens identify them (tokens.py), and a client checks the node's name the way the dialler
+does (node/client.py). Only PEM bytes are read here (no `cryptography`): grpc does all the X.509 work.
 """
 from __future__ import annotations
 
@@ -46,6 +48,11 @@ def server_credentials(files: TlsFiles) -> grpc.ServerCredentials:
     """The Link server's: only clients with a certificate of the run's CA get past the handshake."""
     return grpc.ssl_server_credentials([(files.key, files.cert)], root_certificates=files.ca,
                                        require_client_auth=True)
+
+
+def management_credentials(files: TlsFiles) -> grpc.ServerCredentials:
+    """The management server's: the node proves its name to clients; clients prove nothing here (tokens do)."""
+    return grpc.ssl_server_credentials([(files.key, files.cert)], require_client_auth=False)
 
 
 def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:

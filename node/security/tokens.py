@@ -2,8 +2,10 @@
 
 A call carries its token as metadata `authorization: <token>` (or `Bearer <token>`). The node config holds only
 SHA-256 digests (security.auth): the admin's and one per local user. `TokenGuard`, a server interceptor, answers
-every call without a known token UNAUTHENTICATED before any servicer runs; the services then ask `caller()` who
-is calling and answer PERMISSION_DENIED when a user token asks for what only the admin or another user may do.
+every call without a known token UNAUTHENTICATED before any servicer runs and before its request is read; the
+services then ask `caller()` who is calling and answer PERMISSION_DENIED when a user token asks for what only
+the admin or another user may do. The testbed gives every node an admin token of its own, so one node's admin
+token is unknown at every other.
 Without digests (auth off) every caller is the admin, as before, and the legacy `control_token` alone still
 guards the Control service (node/services.py).
 """
@@ -17,8 +19,10 @@ from typing import Any, Awaitable, Callable, Iterable
 import grpc
 
 from node.config import NodeConfig
+from node.rpc import control_pb2
 
 METADATA_KEY = "authorization"
+CONTROL_METHODS = f"/{control_pb2.DESCRIPTOR.services_by_name['Control'].full_name}/"    # a method path's start
 ADMIN = ""          # Caller.user of the admin
 NOBODY = "\0"       # not a valid user name: owns nothing, may do nothing
 
@@ -58,6 +62,7 @@ class Tokens:
         if self.enabled and cfg.control_token:
             # the legacy Control token keeps working as an admin token when auth is on
             self._known.append((digest(cfg.control_token), ADMIN))
+        self._control = "" if self.enabled else cfg.control_token    # without auth it guards Control alone
 
     def identify(self, token: str) -> Caller | None:
         if not self.enabled:
@@ -71,6 +76,18 @@ class Tokens:
                 found = Caller(user)
         return found
 
+    def refusal(self, token: str, method: str) -> str | None:
+        """Why a call of `method` (its path) carrying `token` is refused, or None when it may go on: with client
+        tokens any call without a known one; without them a Control call without the legacy control_token."""
+        if self.enabled:
+            if self.identify(token) is not None:
+                return None
+            return "missing token (metadata authorization)" if not token else "unknown token"
+        if self._control and method.startswith(CONTROL_METHODS) and \
+                not hmac.compare_digest(token.encode(), self._control.encode()):
+            return "missing or wrong control token"
+        return None
+
     def caller(self, context: Any) -> Caller:
         """The caller of a call that passed TokenGuard (so it is known); a stranger gets a user no mailbox has."""
         return self.identify(token_from(context.invocation_metadata())) or Caller(NOBODY)
@@ -81,7 +98,10 @@ async def deny(context: Any, message: str) -> None:
 
 
 class TokenGuard(grpc.aio.ServerInterceptor):
-    """UNAUTHENTICATED for a management call without a known token, whatever the method (new ones included)."""
+    """UNAUTHENTICATED for a management call without a known token, whatever the method (new ones included), or
+    without client tokens for a Control call without the legacy control_token; before the request is read: the
+    metadata arrives first, so a stranger's request body (up to the 64 MiB a message may have, on each of the
+    management server's concurrent calls) is never read or decoded."""
 
     def __init__(self, tokens: Tokens) -> None:
         self.tokens = tokens
@@ -89,22 +109,18 @@ class TokenGuard(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]],
                                 details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(details)
-        if handler is None or not self.tokens.enabled:
+        if handler is None:
             return handler
-        if self.tokens.identify(token_from(details.invocation_metadata)) is not None:
+        message = self.tokens.refusal(token_from(details.invocation_metadata), details.method)
+        if message is None:
             return handler
-        message = ("missing token (metadata authorization)" if not token_from(details.invocation_metadata)
-                   else "unknown token")
 
-        async def refuse(_request: Any, context: Any) -> Any:
+        async def refuse(_requests: Any, context: Any) -> Any:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
-        kw = {"request_deserializer": handler.request_deserializer,
-              "response_serializer": handler.response_serializer}
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(refuse, **kw)
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(refuse, **kw)
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(refuse, **kw)
-        return grpc.stream_stream_rpc_method_handler(refuse, **kw)
+        # A handler for a request STREAM, whatever the method's kind: grpc reads a unary request in full (and
+        # decodes it) before calling the handler, a stream only when the handler asks for a message, which
+        # this one never does. The wire is the same either way; the reply is the status alone.
+        if handler.unary_unary is not None or handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(refuse)
+        return grpc.stream_stream_rpc_method_handler(refuse)

@@ -10,8 +10,14 @@ Where a node's management address comes from, first match wins:
 The token a call carries (scenario `security.auth`), first match wins:
   WANBED_TOKEN=TOKEN
   the running network's secrets/tokens.json: the user's token at that node when the command names a user
-  (`mailbox --user`, `send --originator`) and the run has one, else the admin token
+  (`mailbox --user`, `send --originator`) and the run has one, else that node's admin token
   none (a network without tokens)
+
+TLS (scenario `security.tls`: the node serves its management port over TLS), first match wins:
+  WANBED_CA=FILE                            (the PEM certificate of the CA to trust)
+  the running network's secrets/ca.crt, when its nodes have certificates
+  none: plaintext
+With a CA the node's certificate must name the node the command names (NODE, not the address dialled).
 """
 from __future__ import annotations
 
@@ -19,9 +25,13 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from node.errors import UserError
 from testbed import netstate
+
+if TYPE_CHECKING:          # grpc loads only for the commands that talk to a node
+    from node.client import Access, NodeClient
 
 
 def read_body(args: argparse.Namespace) -> bytes | None:
@@ -56,22 +66,38 @@ def resolve_address(node: str, address: str | None) -> str:
     return addr
 
 
-def node_token(node: str, user: str = "") -> str:
-    """The token for calls to `node` (see the module docstring); "" when there is none to use."""
-    if os.environ.get("WANBED_TOKEN"):
-        return os.environ["WANBED_TOKEN"]
+def node_access(node: str, user: str = "") -> Access:
+    """The token and TLS check for calls to `node` (see the module docstring)."""
+    from node.client import Access
     from testbed import secrets
+    run = secrets.RunSecrets()
     try:
         rec = netstate.current()
     except UserError:
-        return ""         # no network is up: an --address of another setup, which has no tokens of ours
-    run_dir = rec.state.get("run_dir")
-    if not run_dir:
-        return ""
-    run = secrets.load(Path(run_dir))
-    if user and user in run.users.get(node, {}):
-        return run.token(node, user)
-    return run.token(node)
+        rec = None        # no network is up: an --address of another setup, which has no secrets of ours
+    run_dir = rec.state.get("run_dir") if rec is not None else None
+    if run_dir:
+        run = secrets.load(Path(run_dir))
+    token = os.environ.get("WANBED_TOKEN") or (run.token(node, user) if user in run.users.get(node, {})
+                                               else run.token(node))
+    ca = run.ca if run.tls else b""
+    if os.environ.get("WANBED_CA"):
+        path = os.environ["WANBED_CA"]
+        try:
+            ca = Path(path).read_bytes()
+        except OSError as exc:
+            raise UserError(f"cannot read WANBED_CA {path}: {exc.strerror}.") from None
+        if b"-----BEGIN CERTIFICATE" not in ca:
+            raise UserError(f"WANBED_CA {path} is not a PEM certificate.")
+    return Access(token, ca, node if ca else "")
+
+
+def node_client(node: str, address: str, user: str = "", timeout: float = 30.0) -> NodeClient:
+    """A client of `node` at `address` with `node_access`; gRPC's own log lines stay out of the CLI's output
+    (a failed TLS check is one line of ours, not the library's handshake report)."""
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+    from node.client import NodeClient
+    return NodeClient.to(address, node_access(node, user), timeout)
 
 
 def _check_daemon(node: str) -> None:
@@ -83,13 +109,11 @@ def _check_daemon(node: str) -> None:
 
 
 def _send(args: argparse.Namespace) -> int:
-    from node.client import NodeClient
-
     to = [t for t in (x.strip() for x in args.to.split(",")) if t]
     if not to:
         raise UserError("--to needs at least one recipient node.")
     payload = read_body(args)
-    with NodeClient(resolve_address(args.src, args.address), token=node_token(args.src, args.originator)) as c:
+    with node_client(args.src, resolve_address(args.src, args.address), args.originator) as c:
         r = c.send(to, size=args.size, payload=payload, priority=args.priority, lifetime=args.lifetime,
                    originator=args.originator)
     if not r.accepted:
@@ -99,9 +123,7 @@ def _send(args: argparse.Namespace) -> int:
 
 
 def _mailbox(args: argparse.Namespace) -> int:
-    from node.client import NodeClient
-
-    with NodeClient(resolve_address(args.node, args.address), token=node_token(args.node, args.user)) as c:
+    with node_client(args.node, resolve_address(args.node, args.address), args.user) as c:
         items = c.mailbox(user=args.user)
     if args.json:
         print(json.dumps([{"msg_id": i.msg_id, "user": i.user, "src": i.src, "size": i.size, "hops": i.hops,

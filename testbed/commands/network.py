@@ -65,11 +65,9 @@ def _up(args: argparse.Namespace) -> int:
     if not args.no_nodes and not args.factory:     # a test factory's network has no scenario to configure nodes from
         from testbed import live_nodes
         from testbed.scenario import load
+        from testbed.scenario.sections.security import for_up
         scenario = load(args.scenario)
-        if args.tls or args.auth:                  # on top of the scenario's own `security:`
-            from testbed.scenario.spec import SecuritySpec
-            scenario.security = SecuritySpec(tls=scenario.security.tls or args.tls,
-                                             auth=scenario.security.auth or args.auth)
+        scenario.security = for_up(scenario.security, tls=args.tls, auth=args.auth, insecure=args.insecure)
         live_nodes.check(scenario)                 # bad node settings: one error before anything is built
     run_id = registry.new_run_id()
     run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / "up" / registry.prefix(run_id)
@@ -121,9 +119,13 @@ def _start_nodes(rec: registry.RunRecord, scenario: Any) -> None:
     sec = scenario.security
     if sec.tls or sec.auth:
         tokens = Path(nodes.run_dir) / "secrets" / "tokens.json"
-        print(f"security: {'mTLS between the nodes' if sec.tls else 'no TLS'}; "
+        print(f"security: {'mTLS between the nodes, TLS on the management ports' if sec.tls else 'no TLS'}; "
               f"{f'tokens in {tokens} (the CLI uses them)' if sec.auth else 'no tokens'}; "
               f"the secrets are removed by `testbed down` unless --keep")
+        print("to run without TLS and tokens: `testbed up --insecure` (or `security: {tls: false, auth: false}` "
+              "in the scenario)")
+    else:
+        print("security: none: the management ports are plaintext and take calls from anyone on this host")
 
 
 def _read_report(fd: int, proc: subprocess.Popen, timeout: float) -> dict[str, Any]:
@@ -353,9 +355,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shaper", choices=("auto", "netem", "wire"), help="link shaping backend (default: the scenario's)")
     p.add_argument("--run-dir", help="where topology.json, events.jsonl and logs go (default: runs/up/<run>)")
     p.add_argument("--no-nodes", action="store_true", help="build the network only; start no node daemons")
-    p.add_argument("--tls", action="store_true", help="mTLS between the node daemons (scenario security.tls)")
-    p.add_argument("--auth", action="store_true", help="tokens for every client call (scenario security.auth; the CLI "
-                   "reads them from <run dir>/secrets/tokens.json)")
+    p.add_argument("--tls", action="store_true", help="TLS between the node daemons and on their management ports "
+                   "(scenario security.tls; on unless the scenario says tls: false)")
+    p.add_argument("--auth", action="store_true", help="tokens for every client call (scenario security.auth; on "
+                   "unless the scenario says auth: false; the CLI reads them from <run dir>/secrets/tokens.json)")
+    p.add_argument("--insecure", action="store_true", help="no TLS and no tokens, whatever the scenario says: "
+                   "anyone on this host can call the nodes")
     p.add_argument("--factory", help=argparse.SUPPRESS)   # MODULE:FUNCTION building the Network (tests)
     p.set_defaults(handler=_up)
     p = sub.add_parser("down", help="stop the node daemons and tear down the running network")

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 
 from node.errors import UserError
 from node.natural import natural_key
-from testbed.commands.messaging import node_token, read_body, resolve_address
+from testbed.commands.messaging import node_client, read_body, resolve_address
 from testbed.commands.routing import one_line, text_table, yes_no
 
 ANSWER_TIMEOUT = 5.0       # seconds a node has to answer Unsubscribe / ListSubscriptions
@@ -48,8 +48,6 @@ def _plural(n: int, word: str) -> str:
 # ---- pub -----------------------------------------------------------------------------------------
 
 def _pub(args: argparse.Namespace) -> int:
-    from node.client import NodeClient
-
     payload = read_body(args)
     if args.priority < 0:
         raise UserError("--priority must not be negative.")
@@ -59,7 +57,7 @@ def _pub(args: argparse.Namespace) -> int:
         raise UserError("--count must be at least 1.")
     address = resolve_address(args.node, args.address)
     t0 = time.monotonic()
-    with NodeClient(address, token=node_token(args.node), timeout=PUBLISH_TIMEOUT) as c:
+    with node_client(args.node, address, timeout=PUBLISH_TIMEOUT) as c:
         for i in range(args.count):
             r = c.publish(args.topic, size=args.size, payload=payload, priority=args.priority,
                           lifetime=args.lifetime, key=args.key)
@@ -133,10 +131,8 @@ class _Subscriber:
     # -- the stream --------------------------------------------------------------------------------
     def _attach(self, again: bool) -> Iterator[Any]:
         """Open a stream and read its first event (the node's confirmation); the stream's remaining events."""
-        from node.client import NodeClient
-
         # a new channel: no reconnect backoff left from a dead one
-        self.client = NodeClient(self.address, token=node_token(self.node))
+        self.client = node_client(self.node, self.address)
         self.sub = self.client.subscribe(self.pattern, name=self.name, durable=self.durable)
         events = iter(self.sub)
         first = next(events, None)
@@ -240,8 +236,10 @@ class _Subscriber:
             except UserError as again:
                 self._detach()
                 if not self._gone(again):
-                    raise UserError(f"{self.node} refused the subscription: {_node_said(again, self.address)}.") \
-                        from None
+                    said = _node_said(again, self.address)
+                    if said is None:          # no answer of the node's: a failed TLS check
+                        raise again from None
+                    raise UserError(f"{self.node} refused the subscription: {said}.") from None
 
     def summary(self) -> str:
         parts = [f"received {_plural(self.received, 'publication')}"]
@@ -261,10 +259,8 @@ def _sub(args: argparse.Namespace) -> int:
 # ---- unsub, subs ---------------------------------------------------------------------------------
 
 def _unsub(args: argparse.Namespace) -> int:
-    from node.client import NodeClient
-
     address = resolve_address(args.node, args.address)
-    with NodeClient(address, token=node_token(args.node), timeout=ANSWER_TIMEOUT) as c:
+    with node_client(args.node, address, timeout=ANSWER_TIMEOUT) as c:
         try:
             r = c.unsubscribe(args.name)
         except UserError as exc:
@@ -303,10 +299,8 @@ def render_subscriptions(node: str, rows: list[dict[str, Any]], remote: bool) ->
 
 
 def _subs(args: argparse.Namespace) -> int:
-    from node.client import NodeClient
-
     address = resolve_address(args.node, args.address)
-    with NodeClient(address, token=node_token(args.node), timeout=ANSWER_TIMEOUT) as c:
+    with node_client(args.node, address, timeout=ANSWER_TIMEOUT) as c:
         try:
             local = c.subscriptions(remote=False)
             remote = c.subscriptions(remote=True) if args.remote else []

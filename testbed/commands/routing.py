@@ -18,7 +18,7 @@ import yaml
 
 from node.errors import UserError
 from node.natural import natural_key
-from testbed.commands.messaging import node_token, resolve_address
+from testbed.commands.messaging import node_client, resolve_address
 
 ANSWER_TIMEOUT = 5.0       # seconds a node has to answer GetRoutes / SetRules
 
@@ -27,22 +27,18 @@ ANSWER_TIMEOUT = 5.0       # seconds a node has to answer GetRoutes / SetRules
 
 def get_routes(node: str, address: str) -> dict[str, Any]:
     """The node's GetRoutes reply as plain data (reply_plain)."""
-    from node.client import NodeClient
-
-    with NodeClient(address, token=node_token(node), timeout=ANSWER_TIMEOUT) as client:
+    with node_client(node, address, timeout=ANSWER_TIMEOUT) as c:
         try:
-            return reply_plain(client.routes(), node)
+            return reply_plain(c.routes(), node)
         except UserError as exc:
             raise UserError(f"cannot get the routes of {node}: {one_line(exc)}") from None
 
 
 def set_rules(node: str, address: str, rules: list[Any]) -> int:
     """Replace the node's rules; returns how many it installed. A refusal carries the node's reason."""
-    from node.client import NodeClient
-
-    with NodeClient(address, token=node_token(node), timeout=ANSWER_TIMEOUT) as client:
+    with node_client(node, address, timeout=ANSWER_TIMEOUT) as c:
         try:
-            return int(client.set_rules(rules))
+            return int(c.set_rules(rules))
         except UserError as exc:
             raise UserError(f"{node} did not take the rules: {one_line(exc)}") from None
 

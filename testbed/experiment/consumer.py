@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from node.client import NodeClient
+from node.client import Access, NodeClient
 from node.errors import UserError
 from testbed.scenario.spec import RateControlSpec
 
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 class RootConsumer:
     def __init__(self, spec: RateControlSpec, address: str, rep_dir: Path, reachable: Callable[[str], bool],
-                 token: str = "") -> None:
+                 token: Access = Access()) -> None:
         self.spec = spec
         self.address = address
         self.token = token
@@ -44,7 +44,7 @@ class RootConsumer:
 
     def _run(self) -> None:
         every, user, n = self.spec.consumer.every, self.spec.consumer.user, self.spec.consumer.messages
-        client = NodeClient(self.address, token=self.token, timeout=max(5.0, 2 * every))
+        client = NodeClient.to(self.address, self.token, timeout=max(5.0, 2 * every))
         t0 = time.monotonic()
         try:
             while not self._stop.wait(max(0.0, t0 + (self.rounds + 1) * every - time.monotonic())):

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from node.client import NodeClient
+from node.client import Access, NodeClient
 from node.errors import UserError
 from testbed.experiment import nodeconfig
 from testbed.network import Network
@@ -33,10 +33,10 @@ class NodeDaemons:
     """The set of node daemons of one network."""
 
     def __init__(self, network: Network, config_paths: dict[str, Path], docker: bool = False,
-                 tokens: dict[str, str] | None = None) -> None:
+                 tokens: dict[str, Access] | None = None) -> None:
         self.network = network
-        # node -> the run's admin token (security.auth) or the node's control_token: health checks, stats and
-        # drain carry it
+        # node -> what health checks, stats and drain carry there: the node's admin token (security.auth) or its
+        # control_token, and with security.tls the run's CA and the node's name (nodeconfig.client_tokens)
         self.tokens = tokens or {}
         self.config_paths = config_paths
         self.docker = docker
@@ -63,7 +63,7 @@ class NodeDaemons:
             self.start(node)
 
     def client(self, node: str, timeout: float = 10.0) -> NodeClient:
-        return NodeClient(nodeconfig.mgmt_target(self.network, node), token=self.tokens.get(node, ""), timeout=timeout)
+        return NodeClient.to(nodeconfig.mgmt_target(self.network, node), self.tokens.get(node, Access()), timeout)
 
     def wait_healthy(self, timeout: float, stop: threading.Event | None = None) -> None:
         """Every daemon answers Health within `timeout`; else one UserError naming a node that did not."""

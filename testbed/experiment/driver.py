@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from node.client import NodeClient
+from node.client import Access, NodeClient
 from node.errors import UserError
 from testbed.accounting.layout import ACCEPTED_FILE
 from testbed.subsystems import SUBSYSTEMS, Subsystem
@@ -50,10 +50,10 @@ class WorkloadDriver:
     def __init__(self, network: Any, schedule: Sequence[Planned], time_scale: float, rep_dir: Path,
                  address: Callable[[str], str] | None = None,
                  reachable: Callable[[str], bool] | None = None,
-                 tokens: dict[str, str] | None = None, subsystems: Sequence[Subsystem] = SUBSYSTEMS) -> None:
+                 tokens: dict[str, Access] | None = None, subsystems: Sequence[Subsystem] = SUBSYSTEMS) -> None:
         self.network = network
         self.subsystems = tuple(subsystems)
-        self.tokens = tokens or {}      # node -> the run's admin token (security.auth): it may send as anyone
+        self.tokens = tokens or {}      # node -> its admin token (security.auth: it may send as anyone) and TLS check
         self.schedule = list(schedule)
         self.time_scale = time_scale
         self.path = Path(rep_dir) / "workload.jsonl"
@@ -105,7 +105,7 @@ class WorkloadDriver:
             t.join(max(0.0, deadline - time.monotonic()))
 
     def _run_node(self, node: str, plan: list[Planned]) -> None:
-        client = NodeClient(self._address(node), token=self.tokens.get(node, ""), timeout=SEND_TIMEOUT)
+        client = NodeClient.to(self._address(node), self.tokens.get(node, Access()), timeout=SEND_TIMEOUT)
         try:
             for p in plan:
                 due = self._t0 + p.at * self.time_scale

@@ -33,6 +33,7 @@ import yaml
 
 
 from node import registry
+from node.client import Access
 from node.routing.config import ProbeLinkConfig
 from node.errors import UserError
 from testbed import secrets
@@ -274,10 +275,15 @@ def add_security(scenario: Scenario, configs: dict[str, dict], rep_dir: Path) ->
     return run
 
 
-def client_tokens(configs: dict[str, dict], run: secrets.RunSecrets) -> dict[str, str]:
-    """node -> the token the testbed's own clients (health check, drain, workload driver, subscribers) carry:
-    the run's admin token, else the node's own control_token (so a scenario setting one still runs)."""
-    return {n: run.admin or str(cfg.get("control_token") or "") for n, cfg in configs.items()}
+def client_tokens(configs: dict[str, dict], run: secrets.RunSecrets) -> dict[str, Access]:
+    """node -> what the testbed's own clients (health check, drain, workload driver, subscribers) carry there:
+    the node's admin token, else its own control_token (so a scenario setting one still runs), and with tls
+    the run's CA and the node's name to check its certificate against."""
+    out: dict[str, Access] = {}
+    for n, cfg in configs.items():
+        access = run.access(n)
+        out[n] = dataclasses.replace(access, token=access.token or str(cfg.get("control_token") or ""))
+    return out
 
 
 def mgmt_target(network: Network, node: str) -> str:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from node.client import NodeClient, Subscription
+from node.client import Access, NodeClient, Subscription
 from node.errors import UserError
 from testbed.scenario.spec import SubscriptionSpec
 
@@ -29,7 +29,7 @@ BACKOFF_MAX = 2.0
 
 class SubscriberClient:
     def __init__(self, spec: SubscriptionSpec, address: str, directory: Path,
-                 reachable: Callable[[str], bool], token: str = "") -> None:
+                 reachable: Callable[[str], bool], token: Access = Access()) -> None:
         self.spec = spec
         self.address = address
         self.token = token
@@ -71,7 +71,7 @@ class SubscriberClient:
 
     def _stream(self) -> None:
         s = self.spec
-        with NodeClient(self.address, token=self.token) as client:
+        with NodeClient.to(self.address, self.token) as client:
             sub = client.subscribe(s.pattern, name=s.name, durable=s.durable)
             with self._lock:
                 self._sub = sub
@@ -135,9 +135,9 @@ class Subscribers:
     """All subscriber clients of a repetition."""
 
     def __init__(self, specs: list[SubscriptionSpec], rep_dir: Path, address: Callable[[str], str],
-                 reachable: Callable[[str], bool], tokens: dict[str, str] | None = None) -> None:
+                 reachable: Callable[[str], bool], tokens: dict[str, Access] | None = None) -> None:
         self.clients = [SubscriberClient(s, address(s.node), Path(rep_dir) / "subscribers" / s.node / s.name,
-                                         reachable, (tokens or {}).get(s.node, "")) for s in specs]
+                                         reachable, (tokens or {}).get(s.node, Access())) for s in specs]
 
     def start(self, timeout: float, stop: threading.Event) -> list[str]:
         """Start every client and wait until each is subscribed; returns those that were not in time."""

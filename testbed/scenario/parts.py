@@ -243,5 +243,7 @@ class SweepSpec:
 
 @dataclass
 class SecuritySpec:
-    tls: bool = False      # mTLS between the nodes: a CA per run, a certificate per node
-    auth: bool = False     # tokens per (node, user) and an admin token for Submit, Control and PubSub
+    tls: bool = False      # mTLS between the nodes, TLS on their management ports: a CA per run, a certificate per node
+    auth: bool = False     # tokens per (node, user) and an admin token per node for Submit, Control and PubSub
+    # the keys the scenario gave (`testbed up` turns on what it did not say; a run keeps the defaults above)
+    given: tuple[str, ...] = field(default=(), compare=False)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from node.client import NodeClient
+from node.client import Access, NodeClient
 from testbed.accounting.records import RecordReader
 from testbed.scenario.sections.base import Section
 from testbed.scenario.spec import Scenario
@@ -38,7 +38,7 @@ class RunContext:
     rep_dir: Path
     address: Callable[[str], str]              # node -> its management target (Submit, Control, PubSub)
     reachable: Callable[[str], bool]           # False while the node's daemon is down or paused
-    tokens: dict[str, str]                     # node -> the token the testbed's own clients carry
+    tokens: dict[str, Access]                  # node -> the token (and TLS check) the testbed's clients carry
     client: Callable[[str], NodeClient]        # node -> a short-lived management client (the drain's questions)
 
 

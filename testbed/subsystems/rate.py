@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from node.client import Access
 from testbed.accounting import rates
 from testbed.accounting.records import RecordReader
 from testbed.experiment.consumer import RootConsumer
@@ -78,7 +79,7 @@ class RateControl(Subsystem):
         if not rc.enabled:
             return None
         return ConsumerClients(RootConsumer(rc, ctx.address(rc.root), ctx.rep_dir, reachable=ctx.reachable,
-                                            token=ctx.tokens.get(rc.root, "")))
+                                            token=ctx.tokens.get(rc.root, Access())))
 
     def account(self, rep_dir: Path, reader: RecordReader, scenario: Scenario,
                 submissions: list[dict[str, Any]]) -> dict[str, Any]:

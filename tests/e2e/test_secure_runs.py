@@ -42,16 +42,17 @@ def _check_secure_rep(rep: Path) -> None:
     assert s["accepted"] > 0 and s["lost"] == 0 and s["duplicates"] == 0 and s["delivered"] == s["accepted"], s
     assert stat.S_IMODE((rep / "secrets" / "tokens.json").stat().st_mode) == 0o600
     assert not (rep / "secrets" / "ca.key").exists()       # the CA key is dropped once the certificates are made
-    admin = json.loads((rep / "secrets" / "tokens.json").read_text())["admin"]
+    admins = json.loads((rep / "secrets" / "tokens.json").read_text())["admin"]
+    assert len(set(admins.values())) == len(admins)                       # an admin token per node
     for node_dir in sorted((rep / "nodes").iterdir()):
         text = (node_dir / "node.yaml").read_text()
         cfg = yaml.safe_load(text)
         assert cfg["security"]["tls"] == {"cert": "node.crt", "key": "node.key", "ca": "ca.crt"}
-        assert cfg["security"]["auth"]["admin"] and admin not in text      # a digest, never the token
+        assert cfg["security"]["auth"]["admin"] and admins[node_dir.name] not in text   # a digest, never the token
         assert not any(a.startswith("0.0.0.0") for a in [cfg["data_listen"], *cfg["data_listen_also"]])
         assert stat.S_IMODE((node_dir / "node.key").stat().st_mode) == 0o600
         log = (node_dir / "node.log").read_text()
-        assert "(mTLS)" in log and "(tokens)" in log and "Traceback" not in log, node_dir
+        assert "(mTLS)" in log and "(TLS) (tokens)" in log and "Traceback" not in log, node_dir
 
 
 @pytest.mark.root

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from network_support import TESTS_DIR, free_mgmt_subnet, ours_left
+from node.client import NodeClient
 from testbed import netstate, registry
 from testbed.runtime.netns import netns_pids
 
@@ -52,15 +53,17 @@ def _alive(pid: int) -> bool:
 
 
 def test_up_with_a_daemonless_router_delivers_and_down_leaves_nothing(tmp_path: Path) -> None:
+    """`up --insecure`: plaintext and no tokens (said in one line)."""
     if netstate.running():
         pytest.skip("a `testbed up` network is running on this machine; not touching it")
     run_dir = tmp_path / "run"
-    r = cli("up", str(scenario_file(tmp_path)), "--run-dir", str(run_dir))
+    r = cli("up", str(scenario_file(tmp_path)), "--run-dir", str(run_dir), "--insecure")
     assert r.returncode == 0, r.stdout + r.stderr
     rec = netstate.running()[0]
     pids: list[int] = []
     try:
         assert "node daemons: n1, n2 (healthy); no daemon: r" in r.stdout
+        assert "security: none: the management ports are plaintext" in r.stdout
         nodes = rec.state["nodes"]
         pids = [d["pid"] for d in nodes["daemons"]]
         assert [d["host"] for d in nodes["daemons"]] == ["n1", "n2"] and nodes["without_daemon"] == ["r"]
@@ -70,6 +73,7 @@ def test_up_with_a_daemonless_router_delivers_and_down_leaves_nothing(tmp_path: 
         assert not (run_dir / "nodes" / "r" / "node.yaml").exists()
         cfg = yaml.safe_load((run_dir / "nodes" / "n1" / "node.yaml").read_text())
         assert list(cfg["neighbours"]) == ["n2"] and "daemon" not in cfg    # n2 is n1's MTA neighbour, over r
+        assert "security" not in cfg
 
         r = cli("send", "n1", "--to", "n2", "--size", "3000")
         assert r.returncode == 0, r.stderr
@@ -94,19 +98,23 @@ def test_up_with_a_daemonless_router_delivers_and_down_leaves_nothing(tmp_path: 
     assert not (run_dir / "nodes").exists()                               # records removed without --keep
 
 
-def test_up_with_tls_and_auth_the_cli_carries_tokens_and_down_removes_the_secrets(tmp_path: Path) -> None:
-    """`up --tls --auth`: n1 dials n2 over mTLS at n2's loopback (across the router), the CLI takes
-    the run's tokens (the admin's, or a named user's), a wrong token is one sentence, `down` removes the secrets."""
+def test_up_has_tls_and_auth_by_default_the_cli_carries_tokens_and_down_removes_the_secrets(tmp_path: Path) -> None:
+    """`up` (TLS and tokens unless told otherwise, and says how to turn them off): n1 dials n2 over mTLS at n2's
+    loopback (across the router), the management ports take TLS only, the CLI takes the run's tokens (the node's
+    admin token, or a named user's), another node's admin token is one sentence, `down` removes the secrets."""
     if netstate.running():
         pytest.skip("a `testbed up` network is running on this machine; not touching it")
     run_dir = tmp_path / "run"
     scenario = scenario_file(tmp_path)
     scenario.write_text(scenario.read_text() + "  n2: {local_users: [alice, bob]}\n")
-    r = cli("up", str(scenario), "--run-dir", str(run_dir), "--tls", "--auth")
+    r = cli("up", str(scenario), "--run-dir", str(run_dir))
     assert r.returncode == 0, r.stdout + r.stderr
     rec = netstate.running()[0]
     try:
-        assert "security: mTLS between the nodes; tokens in" in r.stdout
+        assert "security: mTLS between the nodes, TLS on the management ports; tokens in" in r.stdout
+        assert "to run without TLS and tokens: `testbed up --insecure`" in r.stdout
+        with NodeClient(netstate.mgmt_address("n2"), timeout=5.0) as plain:    # plaintext: no answer at all
+            assert not plain.health()
         cfg = yaml.safe_load((run_dir / "nodes" / "n2" / "node.yaml").read_text())
         assert set(cfg["security"]) == {"tls", "auth"} and set(cfg["security"]["auth"]["users"]) == {"alice", "bob"}
         assert "0.0.0.0" not in cfg["data_listen"] + "".join(cfg["data_listen_also"])
@@ -122,7 +130,8 @@ def test_up_with_tls_and_auth_the_cli_carries_tokens_and_down_removes_the_secret
         assert sorted(i["user"] for i in items) == ["alice", "bob"]
         r = cli("mailbox", "n2", "--json", "--user", "alice")   # alice's own token
         assert r.returncode == 0 and [i["user"] for i in json.loads(r.stdout)] == ["alice"], r.stderr
-        r = cli("mailbox", "n2", extra_env={"WANBED_TOKEN": "wrong"})
+        n1_admin = json.loads((run_dir / "secrets" / "tokens.json").read_text())["admin"]["n1"]
+        r = cli("mailbox", "n2", extra_env={"WANBED_TOKEN": n1_admin})
         assert r.returncode == 2 and "unknown token" in r.stderr and "Traceback" not in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
     finally:

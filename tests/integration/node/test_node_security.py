@@ -2,9 +2,9 @@
 
 Link: a caller without a certificate, with a certificate of another CA, or with another node's certificate of the
 run's CA is refused, and the live session of the node it claims to be stays up (no reconnect). Clients: a missing
-or wrong token is UNAUTHENTICATED (never a traceback), a user sends only as itself, reads, deletes and asks the
-status of only its own mail, the admin sees everything, Control is the admin's; a durable subscription is its
-owner's (and the admin's), also after a restart.
+or wrong token (another node's admin token too) is UNAUTHENTICATED (never a traceback), a user sends only as itself,
+reads, deletes and asks the status of only its own mail, the admin sees everything, Control is the admin's; a
+durable subscription is its owner's (and the admin's), also after a restart.
 """
 from __future__ import annotations
 
@@ -181,7 +181,7 @@ def test_tokens_decide_who_sends_reads_deletes_and_manages(localnet) -> None:
         with pytest.raises(Exception, match="no message"):
             bob.status(sent["alice"])
         # DeleteMail names one known user, even for the admin: an empty user is not everyone's copies
-        channel, md, submit, _, _ = _stubs(net, "n2", net.secrets.admin)
+        channel, md, submit, _, _ = _stubs(net, "n2", net.secrets.token("n2"))
         with channel:
             for user in ("", "carol", "not a name"):
                 req = submit_pb2.DeleteMailRequest(user=user, msg_ids=list(sent.values()))
@@ -202,14 +202,14 @@ def test_tokens_decide_who_sends_reads_deletes_and_manages(localnet) -> None:
     for n in net.nodes:
         assert "Traceback" not in (net.workdir / n / "node.log").read_text()
 
-    # the CLI: without a token one sentence (exit 2), with WANBED_TOKEN the admin's view
+    # the CLI: another node's admin token is one sentence (exit 2), with n2's own the admin's view
     def tb(*args: str, token: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True, text=True, cwd=ROOT,
                               timeout=60, env={**os.environ, "WANBED_TOKEN": token})
     a2 = net.nodes["n2"].mgmt
-    out = tb("mailbox", "n2", "--json", "--address", a2, token="wrong")
+    out = tb("mailbox", "n2", "--json", "--address", a2, token=net.secrets.token("n1"))
     assert out.returncode == 2 and "refused the call: unknown token" in out.stderr and "Traceback" not in out.stderr
-    out = tb("mailbox", "n2", "--json", "--address", a2, token=net.secrets.admin)
+    out = tb("mailbox", "n2", "--json", "--address", a2, token=net.secrets.token("n2"))
     assert out.returncode == 0 and [i["user"] for i in json.loads(out.stdout)] == ["alice"], out.stderr
 
 
@@ -234,7 +234,7 @@ def test_a_durable_subscription_is_its_owners(localnet) -> None:
     owner survives a restart."""
     net = localnet(names=["n1"], edges=[], auth=True, users={"n1": ["alice", "bob"]},
                    broker={"max_durable_per_user": 2})
-    tokens = {u: net.secrets.token("n1", u) for u in ("alice", "bob")} | {"admin": net.secrets.admin}
+    tokens = {u: net.secrets.token("n1", u) for u in ("alice", "bob")} | {"admin": net.secrets.token("n1")}
     pool = concurrent.futures.ThreadPoolExecutor(4)
     with net.client("n1", user="alice") as alice, net.client("n1", user="bob") as bob, net.client("n1") as admin:
         mine = alice.subscribe("t.>", name="a1", durable=True)

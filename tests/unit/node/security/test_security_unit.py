@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from node import registry
+from node.client import Access
 from node.config import ConfigError
 from node.errors import UserError
 from node.security.tokens import ADMIN, Tokens, digest, token_from
@@ -17,6 +18,7 @@ from testbed import secrets
 from testbed.experiment import nodeconfig
 from testbed.network import Network
 from testbed.scenario.loader import ScenarioError, dump_resolved, load_text
+from testbed.scenario.sections.security import for_up
 from testbed.scenario.spec import NodesSpec, Scenario, SecuritySpec
 from testbed.topology import addressing, generators as g
 
@@ -65,6 +67,33 @@ def test_without_auth_everyone_is_the_admin_and_the_control_token_joins_the_admi
     assert t.identify("ctl").admin and t.identify("a").admin and t.identify("b") is None
 
 
+def test_calls_are_refused_on_their_metadata_by_the_token_or_the_legacy_control_token() -> None:
+    """What TokenGuard refuses before it reads a request: with auth an unknown token at any service; without,
+    a wrong control_token at Control only (the Submit service needs none)."""
+    auth = Tokens(registry.config_from_dict({**BASE, "security": {"auth": {"admin": digest("a")}}}))
+    assert auth.refusal("a", "/wanbed.Submit/Send") is None
+    assert auth.refusal("", "/wanbed.Submit/Send") == "missing token (metadata authorization)"
+    assert auth.refusal("b", "/wanbed.PubSub/Subscribe") == "unknown token"
+    legacy = Tokens(registry.config_from_dict({**BASE, "control_token": "ctl"}))
+    assert legacy.refusal("", "/wanbed.Control/SetRules") == "missing or wrong control token"
+    assert legacy.refusal("ctl", "/wanbed.Control/SetRules") is None
+    assert legacy.refusal("", "/wanbed.Submit/Send") is None
+    assert Tokens(registry.config_from_dict(BASE)).refusal("", "/wanbed.Control/Drain") is None
+
+
+def test_up_turns_tls_and_auth_on_unless_the_scenario_says_otherwise() -> None:
+    def up(text: str, **flags: bool) -> tuple[bool, bool]:
+        spec = for_up(load_text("name: x\n" + text).security, **flags)
+        return spec.tls, spec.auth
+    assert up("") == (True, True)
+    assert up("security: {tls: false}\n") == (False, True)
+    assert up("security: {tls: false, auth: false}\n") == (False, False)
+    assert up("security: {tls: false, auth: false}\n", tls=True) == (True, False)
+    assert up("security: {tls: true, auth: true}\n", insecure=True) == (False, False)
+    with pytest.raises(UserError, match="--insecure .* cannot go with --tls or --auth"):
+        up("", insecure=True, auth=True)
+
+
 def test_run_secrets_are_private_and_configs_hold_only_digests(tmp_path: Path) -> None:
     run = secrets.make(tmp_path, {"n1": ["alice"], "n2": []}, tls=True, auth=True)
     for f in (tmp_path / "secrets" / "tokens.json", tmp_path / "nodes" / "n1" / "node.key"):
@@ -72,11 +101,16 @@ def test_run_secrets_are_private_and_configs_hold_only_digests(tmp_path: Path) -
     assert (tmp_path / "nodes" / "n2" / "node.crt").read_bytes().startswith(b"-----BEGIN CERTIFICATE")
     section = run.node_section("n1")
     assert section["tls"] == {"cert": "node.crt", "key": "node.key", "ca": "ca.crt"}
-    assert section["auth"] == {"admin": digest(run.admin), "users": {"alice": digest(run.token("n1", "alice"))}}
-    assert run.admin not in json.dumps(section) and run.token("n1", "alice") not in json.dumps(section)
-    assert run.node_section("n2")["auth"]["users"] == {}
+    assert section["auth"] == {"admin": digest(run.token("n1")), "users": {"alice": digest(run.token("n1", "alice"))}}
+    assert run.token("n1") not in json.dumps(section) and run.token("n1", "alice") not in json.dumps(section)
+    assert run.node_section("n2")["auth"] == {"admin": digest(run.token("n2")), "users": {}}
+    assert run.token("n1") != run.token("n2")                 # an admin token per node
     again = secrets.load(tmp_path)
-    assert (again.admin, again.users, again.tls, again.auth) == (run.admin, run.users, True, True)
+    assert (again.admins, again.users, again.tls, again.auth) == (run.admins, run.users, True, True)
+    assert again.ca == run.ca == (tmp_path / "nodes" / "n1" / "ca.crt").read_bytes()
+    assert again.access("n2") == Access(run.token("n2"), run.ca, "n2")
+    with pytest.raises(UserError, match="no admin token for n3"):
+        run.token("n3")
     with pytest.raises(UserError, match="no token for user 'bob' at n1"):
         run.token("n1", "bob")
 
@@ -111,7 +145,8 @@ def test_node_configs_listen_on_data_addresses_and_get_security(tmp_path: Path) 
             assert addr in [f"{a}:{nodeconfig.DATA_PORT}" for a in net.addresses(peer)]
     run = nodeconfig.add_security(scenario, configs, tmp_path)
     tokens = nodeconfig.client_tokens(configs, run)
-    assert set(tokens.values()) == {run.admin}
+    assert tokens == {n: Access(run.token(n), run.ca, n) for n in configs}
+    assert len({a.token for a in tokens.values()}) == len(configs)
     for name, cfg in configs.items():
         assert set(cfg["security"]["auth"]["users"]) == {"alice"}
         assert (tmp_path / "nodes" / name / "node.key").exists()
@@ -126,7 +161,7 @@ def test_a_scenarios_control_token_goes_with_the_testbeds_clients(tmp_path: Path
     scenario = Scenario(name="t", nodes=NodesSpec(all={"control_token": "ctl"}))
     configs = nodeconfig.node_configs(scenario, net, tmp_path)
     assert nodeconfig.client_tokens(configs, nodeconfig.add_security(scenario, configs, tmp_path)) == \
-        {n: "ctl" for n in configs}
+        {n: Access("ctl") for n in configs}
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
