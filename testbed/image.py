@@ -136,7 +136,7 @@ def download_wheels(build_dir: Path, progress: Callable[[str], None]) -> Path:
     """cp311 manylinux wheels for the node requirements (host and image share Python 3.11)."""
     wheels = build_dir / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    _run_step([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--python-version", "3.11",
+    _run_step([sys.executable, "-P", "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--python-version", "3.11",
                "-d", str(wheels), "-r", str(NODE_REQUIREMENTS)], "downloading node wheels", progress, timeout=600)
     return wheels
 

@@ -1,8 +1,10 @@
 """The process that holds a `testbed up` network after the command has returned.
 
-`testbed up` starts `python -m testbed.netsupervisor SCENARIO ...` in a session of
-its own. It registers the run (kind "up", owner = itself), builds the network,
-reports success or the error sentence on a pipe the parent reads, then sleeps
+`testbed up` starts `python -P -m testbed.netsupervisor SCENARIO [--set KEY=VALUE]...`
+in a session of its own (testbed/pycmd.py: the caller's directory cannot shadow the
+project). It registers the run (kind "up", owner = itself), builds the network with
+the links `testbed run` would build (Network.from_scenario: wall units, time_scale
+applied), reports success or the error sentence on a pipe the parent reads, then sleeps
 until SIGTERM/SIGINT (`testbed down`) and tears everything down. A kill -9 of
 it leaves resources whose owner is dead: exactly what `testbed clean` removes.
 """
@@ -42,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runtime")
     p.add_argument("--shaper")
     p.add_argument("--report-fd", type=int, default=-1)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="scenario overrides, as for run")
     p.add_argument("--factory", help="MODULE:FUNCTION returning an unstarted Network (tests; replaces the loader)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             net = getattr(importlib.import_module(mod), fn)(run_id=args.run_id, run_dir=Path(args.run_dir),
                                                            kind=netstate.UP_KIND, handle_signals=False)
         else:
-            scenario = load(args.scenario)
+            scenario = load(args.scenario, overrides=args.set)
             net = Network.from_scenario(scenario, Path(args.run_dir), run_id=args.run_id, kind=netstate.UP_KIND,
                                         handle_signals=False, **kw)
         net.start()

@@ -110,8 +110,9 @@ class Network:
 
     @classmethod
     def from_scenario(cls, scenario: Any, run_dir: str | Path | None, **kw: Any) -> "Network":
-        from testbed.topology import generators
-        topo = generators.from_scenario(scenario)
+        """The scenario's network (model units or already converted: links in wall units either way)."""
+        from testbed.experiment import timescale
+        topo = timescale.wall_topology(scenario)
         spec = scenario.topology
         capture = scenario.capture.links
         kw.setdefault("runtime", scenario.runtime)

@@ -2,7 +2,8 @@
 
 `--to mininet` prints a runnable Mininet script (stdout, for `> topo.py`); `--to kathara DIR` writes a
 lab folder. Both are read back by the `mininet` and `kathara` generators (testbed/topology/importers/).
-Anything the target cannot express is one line naming the link, exit status 2.
+Anything the target cannot express is one line naming the link, exit status 2. The links are the
+ones `testbed run` and `testbed up` build (timescale.wall_topology): wall units, time_scale applied.
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", usage="testbed export SCENARIO --to mininet | --to kathara DIR [--set KEY=VALUE]",
                        help="write a scenario's network as a Mininet script or a Kathará lab",
                        description="Write the scenario's hosts and links (with their per-direction link "
-                                   "parameters) for another emulator: --to mininet prints a Topo script to "
+                                   "parameters in wall units, time_scale applied as by run and up) for another "
+                                   "emulator: --to mininet prints a Topo script to "
                                    "standard output, --to kathara DIR writes lab.conf and startup files.")
     p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
     # one option with the folder after the format (`--to kathara DIR`): a positional DIR after --to would be

@@ -14,12 +14,11 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from testbed import netstate, registry, units
+from testbed import netstate, pycmd, registry, units
 from testbed.network import Network
 from node.errors import UserError
 
@@ -61,20 +60,23 @@ def _up(args: argparse.Namespace) -> int:
     live = netstate.running()
     if live:
         raise UserError(f"network {live[0].run_id} is already up; run `testbed down` first.")
+    if args.factory and args.set:
+        raise UserError("--set applies to a scenario file; --factory builds its network without one.")
     scenario = None
     if not args.no_nodes and not args.factory:     # a test factory's network has no scenario to configure nodes from
         from testbed import live_nodes
         from testbed.scenario import load
         from testbed.scenario.sections.security import for_up
-        scenario = load(args.scenario)
+        scenario = load(args.scenario, overrides=args.set)     # the supervisor applies the same --set values
         scenario.security = for_up(scenario.security, tls=args.tls, auth=args.auth, insecure=args.insecure)
         live_nodes.check(scenario)                 # bad node settings: one error before anything is built
     run_id = registry.new_run_id()
     run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / "up" / registry.prefix(run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
     rfd, wfd = os.pipe()
-    argv = [sys.executable, "-m", "testbed.netsupervisor", str(Path(args.scenario).resolve()), "--run-id", run_id,
-            "--run-dir", str(run_dir.resolve()), "--report-fd", str(wfd)]
+    argv = pycmd.module_argv("testbed.netsupervisor", str(Path(args.scenario).resolve()), "--run-id", run_id,
+                             "--run-dir", str(run_dir.resolve()), "--report-fd", str(wfd),
+                             *(f"--set={s}" for s in args.set))
     if args.runtime:
         argv += ["--runtime", args.runtime]
     if args.shaper:
@@ -83,7 +85,7 @@ def _up(args: argparse.Namespace) -> int:
         argv += ["--factory", args.factory]
     with open(run_dir / "supervisor.log", "ab") as logf:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                pass_fds=(wfd,), start_new_session=True)
+                                pass_fds=(wfd,), start_new_session=True, env=pycmd.env())
     os.close(wfd)
     report = _read_report(rfd, proc, UP_TIMEOUT)
     if not report.get("ok"):
@@ -193,8 +195,16 @@ def _fmt_dir(d: dict[str, Any]) -> str:
         parts.append(f"loss {d['loss'] * 100:g}%")
     if d.get("gilbert"):
         parts.append("gilbert-elliott")
-    parts.append(f"rate {d['rate'] / 1e6:g}Mbit" if d.get("rate") else "rate unlimited")
+    parts.append(f"rate {fmt_rate(d['rate'])}" if d.get("rate") else "rate unlimited")
     return ", ".join(parts)
+
+
+def fmt_rate(bits: float) -> str:
+    """A rate in the largest unit that keeps it at 1 or more (320kbit, not 0.32Mbit), as the scenario writes it."""
+    for unit, scale in (("Gbit", 1e9), ("Mbit", 1e6), ("kbit", 1e3)):
+        if bits >= scale:
+            return f"{bits / scale:g}{unit}"
+    return f"{bits:g}bit"
 
 
 def _down(args: argparse.Namespace) -> int:
@@ -355,6 +365,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shaper", choices=("auto", "netem", "wire"), help="link shaping backend (default: the scenario's)")
     p.add_argument("--run-dir", help="where topology.json, events.jsonl and logs go (default: runs/up/<run>)")
     p.add_argument("--no-nodes", action="store_true", help="build the network only; start no node daemons")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key, as for `testbed run` (repeatable)")
     p.add_argument("--tls", action="store_true", help="TLS between the node daemons and on their management ports "
                    "(scenario security.tls; on unless the scenario says tls: false)")
     p.add_argument("--auth", action="store_true", help="tokens for every client call (scenario security.auth; on "

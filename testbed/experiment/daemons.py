@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 from node.client import Access, NodeClient
 from node.errors import UserError
+from testbed import pycmd
 from testbed.experiment import nodeconfig
 from testbed.network import Network
 from testbed.runtime.base import Process
@@ -49,7 +49,7 @@ class NodeDaemons:
     def _argv(self, node: str) -> list[str]:
         if self.docker:
             return ["python3", "-m", "node", "--config", f"{nodeconfig.CONTAINER_WORKDIR}/node.yaml"]
-        return [sys.executable, "-m", "node", "--config", str(self.config_paths[node].resolve())]
+        return pycmd.module_argv("node", "--config", str(self.config_paths[node].resolve()))
 
     def start(self, node: str) -> None:
         proc = self.network.host(node).start("daemon", self._argv(node))

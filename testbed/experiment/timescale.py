@@ -25,6 +25,12 @@ RBSAD, removal intervals and durations"):
   settings' `routing:` (link costs are computed from measured wall-clock
   latencies and are not converted)
 
+`wall_topology` is the one place a scenario becomes the network's link
+parameters in wall units: `testbed run` (each cell), `testbed up` (its
+supervisor, through Network.from_scenario) and `testbed export` all take their
+links from it, so one scenario (with its --set overrides, which the loader has
+applied) gives one network whatever the verb.
+
 Not converted: delays built into a topology generator (intercontinental6's
 Table 8 costs) because they are not scenario values; such scenarios are meant
 to run at time_scale 1.
@@ -39,7 +45,8 @@ from typing import Any
 from testbed.scenario.loader import ScenarioError
 from testbed.scenario.spec import Fault, Generator, LinkOverride, RoutingSpec, Scenario
 from testbed.subsystems import SUBSYSTEMS
-from testbed.topology.model import Direction
+from testbed.topology import generators
+from testbed.topology.model import Direction, Topology
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +87,11 @@ def to_wall(scenario: Scenario) -> Scenario:
     wall.time_scale = 1.0
     log.debug("scenario %s converted to wall time at %g wall s per model s", scenario.name, k)
     return wall
+
+
+def wall_topology(scenario: Scenario) -> Topology:
+    """The scenario's topology with its link parameters in wall units (rates /, delays x time_scale)."""
+    return generators.from_scenario(to_wall(scenario))
 
 
 def model_to_wall(seconds: float, time_scale: float) -> float:

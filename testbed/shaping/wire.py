@@ -14,12 +14,11 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from testbed import registry
+from testbed import pycmd, registry
 from node.errors import UserError
 from testbed.shaping.base import DirectionCounters, LinkEnd, Shaper
 from testbed.topology.model import Direction
@@ -57,11 +56,9 @@ class WireShaper(Shaper):
         registry.REGISTRY_DIR.mkdir(parents=True, exist_ok=True)
         self.sock_path = str(registry.REGISTRY_DIR / f"{registry.prefix(run_id)}-wire.sock")
         logf = open(self.workdir / "wire.log", "ab")
-        root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        proc = subprocess.Popen([sys.executable, "-m", "testbed.shaping.wire_emulator", "--socket", self.sock_path,
-                                 "--prefix", registry.prefix(run_id)], stdout=logf, stderr=logf,
-                                stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        proc = subprocess.Popen(pycmd.module_argv("testbed.shaping.wire_emulator", "--socket", self.sock_path,
+                                                  "--prefix", registry.prefix(run_id)), stdout=logf, stderr=logf,
+                                stdin=subprocess.DEVNULL, start_new_session=True, env=pycmd.env())
         logf.close()
         self.pid = proc.pid
         self._proc = proc

@@ -7,6 +7,7 @@ have their own tests. Budget: about 2-3 minutes together on 2 cores.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ from typing import Iterator
 import pytest
 
 from node import schema
-from testbed import registry
+from testbed import netstate, registry
 from testbed.accounting import check_run
 from testbed.cleanup import root_links
 from testbed.runtime.netns import list_netns
@@ -39,13 +40,25 @@ RUN_TIMEOUT = 240.0        # wall seconds for the quick quickstart (2 cells of ~
 
 
 def cli_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "testbed", *args]
+    # -P as the `testbed` console script: the working directory is not on sys.path (see shadowing_dir)
+    return [sys.executable, "-P", "-m", "testbed", *args]
 
 
 def env() -> dict[str, str]:
     e = dict(os.environ)
     e["PYTHONUNBUFFERED"] = "1"
+    e["PYTHONPATH"] = os.pathsep.join([str(REPO), *[p for p in e.get("PYTHONPATH", "").split(os.pathsep) if p]])
     return e
+
+
+def shadowing_dir(parent: Path) -> Path:
+    """A working directory holding packages named `testbed` and `node` (that fail when imported): the CLI's
+    helper processes (supervisor, node daemons, wire emulator) must still run the project's code from there."""
+    d = parent / "shadowing-cwd"
+    for package in ("testbed", "node"):
+        (d / package).mkdir(parents=True, exist_ok=True)
+        (d / package / "__init__.py").write_text("raise ImportError('the working directory shadowed the project')\n")
+    return d
 
 
 def run_cli(*args: str, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
@@ -107,14 +120,15 @@ def workdir() -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def quick_run(workdir: Path) -> dict:
-    """`testbed run scenarios/quickstart.yaml --quick` once for the module."""
-    return run_quick(QUICKSTART, workdir / "quickstart")
+    """`testbed run scenarios/quickstart.yaml --quick` once for the module, from a directory holding `testbed/`
+    and `node/` packages."""
+    return run_quick(QUICKSTART, workdir / "quickstart", cwd=shadowing_dir(workdir))
 
 
-def run_quick(scenario: Path, out: Path, timeout: float = RUN_TIMEOUT) -> dict:
+def run_quick(scenario: Path, out: Path, timeout: float = RUN_TIMEOUT, cwd: Path = REPO) -> dict:
     """`testbed run SCENARIO --quick --out OUT` to the end (SIGINT and a failure after `timeout` s): its exit
     status, output, wall time and the run ids it registered."""
-    proc = subprocess.Popen(cli_cmd("run", str(scenario), "--quick", "--out", str(out)), cwd=REPO, env=env(),
+    proc = subprocess.Popen(cli_cmd("run", str(scenario), "--quick", "--out", str(out)), cwd=cwd, env=env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     watcher = RunWatcher(proc.pid)
     t0 = time.monotonic()
@@ -309,6 +323,41 @@ def test_sigint_mid_run_tears_down_and_marks_incomplete(workdir):
     assert s["complete"] is False
     assert not (out / "mode-non-fragmenting" / "1").exists()
     assert run_ids and leftovers(run_ids) == []
+
+
+@pytest.mark.root
+@pytest.mark.alone              # one `testbed up` network on the machine: no other test's `up` meanwhile
+@pytest.mark.timeout(600)
+def test_up_builds_the_links_run_built_and_takes_set(quick_run, workdir):
+    """`testbed up` of the quickstart has the links `run --quick` wrote to topology.json (time_scale applied:
+    320 kbit/s), started from the directory the run was started from, whose testbed/ and node/ must not
+    shadow the project; a --set reaches the network (its management pool)."""
+    from tests.integration.network.network_support import free_mgmt_subnet
+    if netstate.running():
+        pytest.skip("a `testbed up` network is running on this machine; not touching it")
+    assert quick_run["rc"] == 0, quick_run["stderr"][-3000:]
+    cwd, mgmt = shadowing_dir(workdir), free_mgmt_subnet()
+    r = subprocess.run(cli_cmd("up", str(QUICKSTART), "--run-dir", str(workdir / "up"), "--set",
+                               f"topology.mgmt_pool={mgmt}"), cwd=cwd, env=env(), capture_output=True, text=True,
+                       timeout=RUN_TIMEOUT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    try:
+        assert "node daemons: n1, n2, n3, n4, n5, n6 (healthy)" in r.stdout
+        status = subprocess.run(cli_cmd("status", "--json"), cwd=cwd, env=env(), capture_output=True, text=True,
+                                timeout=60)
+        assert status.returncode == 0, status.stderr
+    finally:
+        down = subprocess.run(cli_cmd("down"), cwd=cwd, env=env(), capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+    up = json.loads(status.stdout)
+    ran = json.loads((rep_dirs(quick_run["out"])["fragmenting"] / "topology.json").read_text())
+
+    def links(desc: dict) -> dict:
+        return {l["name"]: (l["a"], l["b"], l["state"], l["a_to_b"], l["b_to_a"]) for l in desc["links"]}
+
+    assert links(up) == links(ran) and len(links(up)) == 6
+    assert {d["rate"] for l in up["links"] for d in (l["a_to_b"], l["b_to_a"])} == {8000 / 0.025}
+    assert all(ipaddress.ip_address(h["mgmt_address"]) in ipaddress.ip_network(mgmt) for h in up["hosts"])
 
 
 BAD_SCENARIO = "name: bad\ntopology: {generator: ring, params: {n: 4}}\nworkload: {generators: [{nodes: all}]}\nfrobnicate: 3\n"

@@ -1,7 +1,8 @@
 """A scenario's network written for other emulators (`testbed export --to mininet|kathara`).
 
-Each exporter takes the loaded scenario's built topology, its address plan and
-the hosts without node daemons, and refuses with one `ExportRefused` line
+Each exporter takes the loaded scenario's built topology (links in wall units,
+time_scale applied, exactly as `testbed run` and `up` build them), its address
+plan and the hosts without node daemons, and refuses with one `ExportRefused` line
 naming the link when the target cannot express something.
 """
 from __future__ import annotations
@@ -27,8 +28,10 @@ class Network:
 
 
 def from_scenario(scenario: object) -> Network:
-    from testbed.topology import addressing, generators, overlay
-    topo = generators.from_scenario(scenario)
+    """The scenario's network with its links in wall units (time_scale applied), as `run` and `up` build it."""
+    from testbed.experiment import timescale
+    from testbed.topology import addressing, overlay
+    topo = timescale.wall_topology(scenario)      # type: ignore[arg-type]
     spec = scenario.topology          # type: ignore[attr-defined]
     plan = addressing.plan(topo, spec.data_pool, spec.loopback_pool, spec.mgmt_pool)
     names = topo.node_names()
