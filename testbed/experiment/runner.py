@@ -152,7 +152,7 @@ def _experiment_doc(base: Scenario, path: str, plans: list[RepPlan], status: str
         if p.wall_s is not None:
             entry["wall_s"] = round(p.wall_s, 3)
         c["reps"].append(entry)
-    return {"scenario": base.name, "source": str(path), "quick": quick, "sets": list(sets), "seed": base.seed,
+    return {"scenario": base.name, "source": str(path), "quick": quick, "sets": loader.hide_secret_sets(sets), "seed": base.seed,
             "time_scale": base.time_scale, "reps": max((p.rep for p in plans), default=0), "status": status,
             "started": started, "updated": time.time(), "cells": list(cells.values())}
 

@@ -261,8 +261,34 @@ def to_plain(s: Scenario) -> dict[str, Any]:
     return {section.key: section.plain(s) for section in SECTIONS}
 
 
+# Node settings that are secrets: the run directory's copies of a scenario show that one was set, never its value
+# (only the node's own node.yaml, 0600, carries it).
+SECRET_KEYS = ("control_token",)
+HIDDEN = "(hidden)"
+
+
 def dump_resolved(scenario: Scenario) -> str:
-    """The run directory's scenario.yaml: every default written out; load_text() of it gives an equal Scenario."""
+    """The run directory's scenario.yaml: every default written out; load_text() of it gives an equal Scenario,
+    but for the values of SECRET_KEYS, which are written as HIDDEN."""
     header = (f"# resolved scenario{' from ' + scenario.source if scenario.source else ''}; units: seconds, "
               f"bits per second, bytes, fractions 0..1\n")
-    return header + yaml.safe_dump(to_plain(scenario), sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return header + yaml.safe_dump(hide_secrets(to_plain(scenario)), sort_keys=False, default_flow_style=False,
+                                   allow_unicode=True)
+
+
+def hide_secrets(value: Any) -> Any:
+    """A copy of plain data with the non-empty values of SECRET_KEYS (at any depth) replaced by HIDDEN."""
+    if isinstance(value, dict):
+        return {k: HIDDEN if k in SECRET_KEYS and value[k] else hide_secrets(value[k]) for k in value}
+    if isinstance(value, list):
+        return [hide_secrets(v) for v in value]
+    return value
+
+
+def hide_secret_sets(sets: Sequence[str]) -> list[str]:
+    """`--set KEY=VALUE` strings as a run records them: a secret key's value is HIDDEN."""
+    out = []
+    for item in sets:
+        key, eq, _value = item.partition("=")
+        out.append(f"{key}={HIDDEN}" if eq and key.strip().rsplit(".", 1)[-1] in SECRET_KEYS else item)
+    return out

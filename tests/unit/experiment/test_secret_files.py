@@ -55,3 +55,16 @@ def test_node_yaml_belongs_to_whoever_owns_the_node_directory(tmp_path):
     path = nodeconfig.write_configs({"n1": {"name": "n1"}}, tmp_path)["n1"]
     st = path.stat()
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (10001, 10001, 0o600)
+
+
+def test_the_run_directorys_scenario_copies_hide_a_control_token() -> None:
+    """scenario.yaml and experiment.json's `sets` are written with the process's umask (readable by others):
+    they show that a control_token was set, never its value."""
+    from testbed.scenario import loader
+
+    text = (Path(__file__).resolve().parents[3] / "scenarios" / "quickstart.yaml").read_text()
+    s = loader.load_text(text, overrides=["nodes.all.control_token=s3cret"])
+    dumped = loader.dump_resolved(s)
+    assert "s3cret" not in dumped and f"control_token: {loader.HIDDEN}" in dumped
+    assert loader.hide_secret_sets(["nodes.all.control_token=s3cret", "seed=7"]) == \
+        [f"nodes.all.control_token={loader.HIDDEN}", "seed=7"]
