@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from node.errors import UserError
+from testbed.scenario.loader import plain_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 FOLDER = REPO / "reproductions"
@@ -91,7 +92,7 @@ def load(path: Path) -> Reproduction:
     path = Path(path)
     where = str(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = plain_yaml(path.read_text(), where)
     except OSError as exc:
         raise UserError(f"{where}: cannot read it ({exc.strerror or exc}).") from None
     except yaml.YAMLError as exc:

@@ -29,7 +29,7 @@ __all__ = ["ScenarioError", "dump_resolved", "load", "load_text", "path_text", "
 
 # ---- YAML with marks -------------------------------------------------------------
 
-ALIASES_REFUSED = "YAML anchors and aliases (&name, *name) are not allowed in scenario files; write the value out"
+ALIASES_REFUSED = "YAML anchors and aliases (&name, *name) are not allowed in scenario and reproduction files; write the value out"
 
 
 class _AliasFound(Exception):
@@ -54,6 +54,18 @@ def _compose_root(text: str) -> yaml.Node | None:
     loader = _NoAliasLoader(text)
     try:
         return loader.get_single_node()
+    finally:
+        loader.dispose()
+
+
+def plain_yaml(text: str, source: str) -> Any:
+    """A YAML document of the project's own (a scenario, a reproduction) as plain data, under the scenario's
+    rule: an anchor or alias is one `source:line` error."""
+    loader = _NoAliasLoader(text)
+    try:
+        return loader.get_single_data()
+    except _AliasFound as e:
+        raise ScenarioError(f"{source}:{e.line}: {ALIASES_REFUSED}.") from None
     finally:
         loader.dispose()
 

@@ -65,6 +65,7 @@ def test_good_file_and_its_set_arguments(good: Path) -> None:
     (lambda t: t.replace("x: nodes.all.resources.rbsad", "x: message_size"), "plots mean_delay_s"),
     (lambda t: t.replace("set: {duration: 100s}", "set: [duration]"), "set: expected a mapping"),
     (lambda t: t + "  bad: [\n", "not valid YAML"),
+    (lambda t: t.replace('title: "a figure"', 'title: &t "a figure"\nalso: *t'), "anchors and aliases"),
     (lambda t: t.replace("scenario: ", "scenario: /nonexistent"), "does not exist"),
 ])
 def test_bad_files_are_one_sentence(good: Path, edit, message: str) -> None:

@@ -48,7 +48,7 @@ def test_billion_laughs_is_one_error_at_the_first_anchor_within_a_second(tmp_pat
     status, err, elapsed, scenario = _cli_run(tmp_path, LAUGHS, capsys)
     assert status == 2
     assert err.splitlines() == [f"testbed: {scenario}:2: YAML anchors and aliases (&name, *name) are not allowed "
-                                f"in scenario files; write the value out."]
+                                f"in scenario and reproduction files; write the value out."]
     assert elapsed < 1.0
 
 
