@@ -26,7 +26,8 @@ def engine_snapshot(e: Any) -> dict:
     return {"spool_messages": len(msgs), "spool_bytes": spool_bytes, "spool_fragments": spool_frags,
             "neighbours": neighbours, "delivered": e.delivered, "submitted": e.submitted,
             "refused_submissions": e.refused_submissions, "partial_messages": len(e.partial),
-            "held_messages": len(e.held), "orphans": len(e.orphans), "expired": e.expired,
+            "held_messages": len(e.held), "orphans": len(e.orphans), "orphan_bytes": e.orphans.bytes,
+            "expired": e.expired,
             "reports": e.reporter.made, "mode": e.mode, "spool_commits": e.spool.commits,
             "spool_ops": e.spool.ops, **({"resources": e.policy.snapshot()} if managed else {}),
             **e.hooks.snapshot()}

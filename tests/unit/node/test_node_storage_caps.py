@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from node.errors import ConfigError
+from node.metrics import engine_snapshot
 from node.origination import NewMessage
 from node.refusal import Refusal
 from tests.unit.node.test_node_engine_spool import _close, _engine, cfg_for, pieces_of
@@ -25,6 +26,7 @@ def test_orphans_keep_their_payloads_in_the_spool_and_are_sent_from_there_once_a
         assert await eng.receive("n2", pieces_of(payload, msg="mo", dst="n7")) == [None] * 3     # no route to n7
         await eng.settle()
         assert [p.data for p in eng.orphans.values()] == [None] * 3 and eng.orphans.bytes == 250
+        assert (lambda m: (m["orphans"], m["orphan_bytes"]))(engine_snapshot(eng)) == (3, 250)    # metrics.jsonl, Stats
         eng.set_routes({"n7": "n4"})
         sent = await eng.take_loaded("n4", 10, 1 << 20)
         assert b"".join(p.data for p in sent) == payload and not eng.orphans and eng.orphans.bytes == 0
