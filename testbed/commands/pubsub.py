@@ -271,15 +271,19 @@ def _unsub(args: argparse.Namespace) -> int:
     return 0
 
 
+# The owner of a subscription made with the admin's token, or with no token where auth is off.
+ADMIN = "(admin)"
+
+
 def subscriptions_plain(local: list[Any], remote: list[Any]) -> list[dict[str, Any]]:
-    """This node's subscriptions (with their counters) and, from `remote`, the others it knows (counters None:
-    only the subscriber's own node has them), in natural order of node, then name."""
+    """This node's subscriptions (with their owners and counters) and, from `remote`, the others it knows
+    (owner and counters None: only the subscriber's own node has them), in natural order of node, then name."""
     own = {(i.node, i.name) for i in local}
-    rows = [{"node": i.node, "name": i.name, "pattern": i.pattern, "durable": i.durable, "local": True,
-             "connected": i.connected, "backlog": i.backlog, "delivered": i.delivered, "dropped": i.dropped}
+    rows = [{"node": i.node, "name": i.name, "owner": i.owner or ADMIN, "pattern": i.pattern, "durable": i.durable,
+             "local": True, "connected": i.connected, "backlog": i.backlog, "delivered": i.delivered, "dropped": i.dropped}
             for i in local]
-    rows += [{"node": i.node, "name": i.name, "pattern": i.pattern, "durable": i.durable, "local": False,
-              "connected": None, "backlog": None, "delivered": None, "dropped": None}
+    rows += [{"node": i.node, "name": i.name, "owner": None, "pattern": i.pattern, "durable": i.durable,
+              "local": False, "connected": None, "backlog": None, "delivered": None, "dropped": None}
              for i in remote if (i.node, i.name) not in own]
     return sorted(rows, key=lambda r: (natural_key(r["node"]), natural_key(r["name"])))
 
@@ -291,10 +295,10 @@ def render_subscriptions(node: str, rows: list[dict[str, Any]], remote: bool) ->
 
     def cell(v: Any) -> str:
         return "-" if v is None else yes_no(v) if isinstance(v, bool) else str(v)
-    table = [[r["node"], r["name"], r["pattern"], yes_no(r["durable"]), *(cell(r[k]) for k in (
+    table = [[r["node"], r["name"], cell(r["owner"]), r["pattern"], yes_no(r["durable"]), *(cell(r[k]) for k in (
         "connected", "backlog", "delivered", "dropped"))] for r in rows]
     return "\n".join([f"subscriptions {where}",
-                      *text_table(["Node", "Name", "Pattern", "Durable", "Connected", "Backlog", "Delivered",
+                      *text_table(["Node", "Name", "Owner", "Pattern", "Durable", "Connected", "Backlog", "Delivered",
                                    "Dropped"], table)])
 
 
@@ -355,7 +359,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name", metavar="NAME")
     _address(p)
     p = _add(sub, "subs", _subs, help="list the subscriptions at a node",
-             description="List NODE's subscriptions (node, name, pattern, durable, connected, backlog, "
+             description="List NODE's subscriptions (node, name, owner, pattern, durable, connected, backlog, "
                          "delivered, dropped); --remote adds those other nodes advertised to it.")
     p.add_argument("--remote", action="store_true", help="also the subscriptions other nodes advertised")
     p.add_argument("--json", action="store_true", help="machine-readable output")

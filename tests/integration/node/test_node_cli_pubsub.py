@@ -137,11 +137,11 @@ def test_sub_receives_what_pub_publishes(capsys) -> None:
     wait_until(lambda: known_at(capsys, "n1", "n3", name) and known_at(capsys, "n1", "n2", "watcher"), SPREAD,
                what="both subscriptions known at n1 (testbed subs n1 --remote)")
     listed = {s["name"]: s for s in subs(capsys, "n3")}
-    assert listed[name] == {"node": "n3", "name": name, "pattern": "news.>", "durable": False, "local": True,
-                            "connected": True, "backlog": 0, "delivered": 0, "dropped": 0}
+    assert listed[name] == {"node": "n3", "name": name, "owner": "(admin)", "pattern": "news.>", "durable": False,
+                            "local": True, "connected": True, "backlog": 0, "delivered": 0, "dropped": 0}
     code, table, _ = tb(capsys, "subs", "n1", "--remote")
     assert code == 0 and table.splitlines()[0] == "subscriptions known at n1"
-    assert re.search(r"^n2 +watcher +news\.\*\.c +no +- +- +- +-$", table, re.M), table
+    assert re.search(r"^n2 +watcher +- +news\.\*\.c +no +- +- +- +-$", table, re.M), table
     [(first, *expected)] = pub(capsys, "n1", "news.a", "--size", "300")
     assert expected == [1, 0, 1]
     [(second, *expected)] = pub(capsys, "n1", "news.b.c", "--size", "40", "--key", "K", "--priority", "2")
