@@ -51,7 +51,8 @@ from testbed.topology.model import AddressPlan, Direction, Interface, Link, Topo
 log = logging.getLogger(__name__)
 
 DIRECTIONS = ("both", "a_to_b", "b_to_a")
-LINK_PARAMS = {f.name for f in dataclasses.fields(Direction)}
+# duplex is fixed when the link is built (a shaper's transmitter model), so it is not a run-time parameter
+LINK_PARAMS = {f.name for f in dataclasses.fields(Direction)} - {"duplex"}
 DEFAULT_POOLS = ("10.200.0.0/16", "10.202.0.0/16", "10.201.0.0/16")   # data, loopback, management
 
 

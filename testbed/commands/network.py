@@ -196,6 +196,8 @@ def _fmt_dir(d: dict[str, Any]) -> str:
     if d.get("gilbert"):
         parts.append("gilbert-elliott")
     parts.append(f"rate {fmt_rate(d['rate'])}" if d.get("rate") else "rate unlimited")
+    if d.get("duplex") == "half":
+        parts.append("half-duplex")
     return ", ".join(parts)
 
 

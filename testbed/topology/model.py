@@ -37,6 +37,10 @@ class Direction:
     reorder: bool = False                   # jitter may reorder packets only when True
     rate: float | None = None               # bits per second; None = unlimited
     queue: int = 1000                       # packets waiting for the rate limiter; tail drop beyond
+    # "full" or "half": a property of the whole link (one transmitter shared by both directions), kept on
+    # each direction so that it travels with link_defaults and overrides; the scenario parser keeps the
+    # two directions of a link equal and the shapers refuse a link whose directions disagree.
+    duplex: str = "full"
 
     # One plain form, two spellings of the burst-loss model: the field name `gilbert` (a dict or None)
     # in topology.json, `testbed status --json`, the saved network state and events; the scenario

@@ -51,6 +51,8 @@ def _fault(c: Check, path: KeyPath, entry: Any, topo: Topology) -> Fault:
             c.fail(tp, "a node cannot be on both sides of a partition")
     elif action == "heal" and target is not None:
         c.fail(tp, "heal takes no target (it heals every partition)")
+    if action == "link_set" and isinstance(m.get("params"), dict) and "duplex" in m["params"]:
+        c.fail(path + ("params", "duplex"), "duplex is fixed when the link is built; it cannot change at run time")
     raw_params = c.mapping(path + ("params",), m.get("params"),
                            DIRECTION_KEYS + ("direction",) if action == "link_set" else ())
     if action == "link_set":

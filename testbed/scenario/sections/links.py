@@ -1,5 +1,8 @@
 """Link impairments: `link_defaults`, per-link overrides in `links`, and the parsing of one direction
-(delay, jitter, loss, loss_model, duplicate, reorder, rate, queue) that topology and faults share."""
+(delay, jitter, loss, loss_model, duplicate, reorder, rate, queue) that topology and faults share.
+
+`duplex` (full | half) belongs to the whole link, not to a direction: it is accepted in link_defaults
+and beside a link's ends, refused inside a_to_b / b_to_a and in faults (it cannot change at run time)."""
 from __future__ import annotations
 
 import copy
@@ -12,6 +15,8 @@ from testbed.scenario.sections.base import Scenario, Section
 from testbed.topology.model import Direction, GilbertElliott, Topology
 
 DIRECTION_KEYS = ("delay", "jitter", "loss", "loss_model", "duplicate", "reorder", "rate", "queue")
+LINK_KEYS = ("duplex",)         # whole-link keys: link_defaults and link entries, never one direction
+DUPLEX = ("full", "half")
 
 
 def parse_direction(c: Check, path: KeyPath, raw: dict[str, Any], base: Direction) -> Direction:
@@ -35,6 +40,8 @@ def parse_direction(c: Check, path: KeyPath, raw: dict[str, Any], base: Directio
             d.queue = c.integer(p, value, 1, 1_000_000)
         elif key == "loss_model":
             d.gilbert = _loss_model(c, p, value)
+        elif key == "duplex":
+            d.duplex = c.choice(p, value, DUPLEX)
     return d
 
 
@@ -58,14 +65,18 @@ def _loss_model(c: Check, path: KeyPath, value: Any) -> GilbertElliott | None:
 
 def parse_link_entry(c: Check, path: KeyPath, raw: Any, base: Direction) -> LinkOverride:
     """One {a, b, <direction keys>, a_to_b: {...}, b_to_a: {...}} entry; both directions start from `base`."""
-    m = c.mapping(path, raw, ("a", "b", "a_to_b", "b_to_a") + DIRECTION_KEYS)
+    m = c.mapping(path, raw, ("a", "b", "a_to_b", "b_to_a") + DIRECTION_KEYS + LINK_KEYS)
     for end in ("a", "b"):
         if end not in m:
             c.fail(path + (end,), f"missing: a link needs both ends 'a' and 'b'")
         c.text(path + (end,), m[end])
     if m["a"] == m["b"]:
         c.fail(path + ("b",), f"a link cannot connect {m['a']} to itself")
-    flat = {k: v for k, v in m.items() if k in DIRECTION_KEYS}
+    for side in ("a_to_b", "b_to_a"):
+        if isinstance(m.get(side), dict) and "duplex" in m[side]:
+            c.fail(path + (side, "duplex"), "duplex belongs to the whole link (both directions share one "
+                                            "medium): set it beside 'a' and 'b'")
+    flat = {k: v for k, v in m.items() if k in DIRECTION_KEYS + LINK_KEYS}
     both = parse_direction(c, path, flat, base)
     there = parse_direction(c, path + ("a_to_b",), c.mapping(path + ("a_to_b",), m.get("a_to_b"), DIRECTION_KEYS),
                             both)
@@ -76,10 +87,12 @@ def parse_link_entry(c: Check, path: KeyPath, raw: Any, base: Direction) -> Link
 
 def link_plain(l: LinkOverride) -> dict[str, Any]:
     out: dict[str, Any] = {"a": l.a, "b": l.b}
-    if l.a_to_b is not None:
-        out["a_to_b"] = l.a_to_b.to_scenario()
-    if l.b_to_a is not None:
-        out["b_to_a"] = l.b_to_a.to_scenario()
+    for side in ("a_to_b", "b_to_a"):
+        d = getattr(l, side)
+        if d is not None:
+            plain = d.to_scenario()
+            out["duplex"] = plain.pop("duplex")     # written where parse_link_entry reads it back
+            out[side] = plain
     return out
 
 
@@ -87,7 +100,7 @@ def link_plain(l: LinkOverride) -> dict[str, Any]:
 
 def _read_link_defaults(c: Check, raw: Any, s: Scenario) -> None:
     path: KeyPath = ("link_defaults",)
-    s.link_defaults = parse_direction(c, path, c.mapping(path, raw, DIRECTION_KEYS), Direction())
+    s.link_defaults = parse_direction(c, path, c.mapping(path, raw, DIRECTION_KEYS + LINK_KEYS), Direction())
 
 
 LINK_DEFAULTS = Section("link_defaults", read=_read_link_defaults, plain=lambda s: s.link_defaults.to_scenario(),

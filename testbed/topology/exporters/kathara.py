@@ -7,7 +7,8 @@ that orientation), a LAN segment a domain named after the LAN. Each machine's
 routes and IP forwarding, and shapes what the machine sends on each link with
 `tc qdisc add dev ethN root netem ...`, which is how Kathará labs impair links
 (and what the `kathara` generator reads back; values written to parse back to
-exactly the same numbers). wanbed's eth0 is its management interface, so
+exactly the same numbers); a half-duplex link is refused (netem has no shared
+medium). wanbed's eth0 is its management interface, so
 wanbed's eth1 is the lab's eth0.
 """
 from __future__ import annotations
@@ -54,6 +55,9 @@ def files(net: Network) -> dict[str, str]:
 
 
 def _shaping(dev: str, d: Direction, link: str) -> list[str]:
+    if d.duplex == "half":
+        raise ExportRefused(f"link {link}: netem shapes each direction on its own (no duplex: half); set duplex "
+                            f"to full to export it.")
     if d == Direction(queue=d.queue):
         return []         # unimpaired (a queue length alone matters only behind a rate limit)
     if d.reorder:

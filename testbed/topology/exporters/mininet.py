@@ -10,7 +10,7 @@ not as OpenFlow switches).
 Per direction: options equal in both directions are passed to `addLink`
 directly, those that differ in `params1` (node1 -> node2) and `params2`. Values
 are written so that reading them back gives exactly the same numbers. What
-TCLink cannot say (Gilbert-Elliott loss, duplication, reordering, LAN segments)
+TCLink cannot say (Gilbert-Elliott loss, duplication, reordering, half duplex, LAN segments)
 refuses the export with one line naming the link.
 """
 from __future__ import annotations
@@ -72,6 +72,9 @@ def options(d: Direction, link: Link) -> dict[str, Any]:
     if d.reorder:
         raise ExportRefused(f"link {link.name}: Mininet's TCLink has no reorder option; set reorder to false "
                             f"to export it.")
+    if d.duplex == "half":
+        raise ExportRefused(f"link {link.name}: Mininet's TCLink is full-duplex (no duplex: half); set duplex "
+                            f"to full to export it.")
     out: dict[str, Any] = {}
     if d.rate is not None:
         out["bw"] = _number(d.rate, 1e6, rate_from_bw)

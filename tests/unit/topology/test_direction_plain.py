@@ -21,14 +21,14 @@ def test_dict_round_trip_through_json(d):
 def test_dict_form_uses_the_field_names():
     assert BURSTY.to_dict() == {"delay": 0.02, "jitter": 0.001, "loss": 0.01,
                                 "gilbert": {"p": 0.05, "r": 0.3, "loss_good": 0.0, "loss_bad": 0.9},
-                                "duplicate": 0.002, "reorder": True, "rate": 5e6, "queue": 50}
+                                "duplicate": 0.002, "reorder": True, "rate": 5e6, "queue": 50, "duplex": "full"}
     assert Direction().to_dict()["gilbert"] is None
     assert Direction.from_dict({"delay": 0.5}) == Direction(delay=0.5)
 
 
 def test_scenario_form_spells_the_loss_model():
     plain = BURSTY.to_scenario()
-    assert list(plain) == ["delay", "jitter", "loss", "loss_model", "duplicate", "reorder", "rate", "queue"]
+    assert list(plain) == ["delay", "jitter", "loss", "loss_model", "duplicate", "reorder", "rate", "queue", "duplex"]
     assert plain["loss_model"] == {"type": "gilbert", "p": 0.05, "r": 0.3, "loss_good": 0.0, "loss_bad": 0.9}
     assert Direction().to_scenario()["loss_model"] == "random"
     assert Direction.fields_from_scenario({"delay": 0.1, "loss_model": plain["loss_model"]}) == \
