@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
+from node.errors import UserError
 from testbed.topology.model import Direction
 
 
@@ -31,6 +32,16 @@ class DirectionCounters:
     duplicated: int = 0
 
 
+def link_duplex(link_id: str, a_to_b: Direction, b_to_a: Direction) -> str:
+    """The link's duplex ("full" or "half"); one transmitter cannot be half-duplex for one direction only."""
+    if a_to_b.duplex != b_to_a.duplex:
+        raise UserError(f"link {link_id}: duplex is {a_to_b.duplex} a->b but {b_to_a.duplex} b->a; "
+                        f"it belongs to the whole link and must be the same both ways.")
+    if a_to_b.duplex not in ("full", "half"):
+        raise UserError(f"link {link_id}: duplex must be full or half, got {a_to_b.duplex!r}.")
+    return a_to_b.duplex
+
+
 class Shaper(ABC):
     """One instance per running network; holds every link it created."""
 
@@ -39,7 +50,10 @@ class Shaper(ABC):
     @abstractmethod
     def add_link(self, link_id: str, a: LinkEnd, b: LinkEnd, a_to_b: Direction, b_to_a: Direction,
                  pcap: Path | None = None) -> None:
-        """Create the link's two interfaces (up, unaddressed) and start shaping."""
+        """Create the link's two interfaces (up, unaddressed) and start shaping.
+
+        Both directions carry the link's duplex (link_duplex()); it is fixed for the link's lifetime:
+        set_params() does not change it."""
 
     @abstractmethod
     def set_params(self, link_id: str, a_to_b: Direction | None, b_to_a: Direction | None) -> None:

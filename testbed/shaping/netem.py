@@ -10,7 +10,9 @@ netem (delay/jitter/loss or gemodel/duplicate, reorder only when asked) with
 `rate` and `limit` (queue in packets). Carrier down = both ends down.
 Known difference from wire: netem with jitter may reorder even when
 `reorder` is False (kernels >= 3.x keep order only when a rate is set); and
-capture is not implemented here (use tcpdump on the interfaces).
+capture is not implemented here (use tcpdump on the interfaces); and
+`duplex: half` is refused: a qdisc per sending end cannot share one medium
+between the two directions.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Any
 
 from testbed import registry
 from node.errors import UserError
-from testbed.shaping.base import DirectionCounters, LinkEnd, Shaper
+from testbed.shaping.base import DirectionCounters, LinkEnd, Shaper, link_duplex
 from testbed.topology.model import Direction
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,13 @@ def netem_args(d: Direction) -> list[str]:
     return args
 
 
+def check_duplex(link_id: str, a_to_b: Direction, b_to_a: Direction) -> None:
+    """Refuse half duplex before anything is created: netem shapes each sending end on its own."""
+    if link_duplex(link_id, a_to_b, b_to_a) == "half":
+        raise UserError(f"link {link_id}: the netem shaper cannot emulate duplex: half (its two directions are "
+                        f"independent qdiscs); use --shaper wire.")
+
+
 class NetemShaper(Shaper):
     name = "netem"
 
@@ -69,6 +78,7 @@ class NetemShaper(Shaper):
 
     def add_link(self, link_id: str, a: LinkEnd, b: LinkEnd, a_to_b: Direction, b_to_a: Direction,
                  pcap: Path | None = None) -> None:
+        check_duplex(link_id, a_to_b, b_to_a)
         pfx = registry.prefix(self.run_id)
         ta, tb = f"{pfx}v{self._tmp}", f"{pfx}v{self._tmp + 1}"
         self._tmp += 2

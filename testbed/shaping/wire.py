@@ -20,7 +20,7 @@ from typing import Any
 
 from testbed import pycmd, registry
 from node.errors import UserError
-from testbed.shaping.base import DirectionCounters, LinkEnd, Shaper
+from testbed.shaping.base import DirectionCounters, LinkEnd, Shaper, link_duplex
 from testbed.topology.model import Direction
 
 log = logging.getLogger(__name__)
@@ -114,8 +114,9 @@ class WireShaper(Shaper):
         for end in (a, b):
             if not end.ifname or len(end.ifname) > 15:
                 raise UserError(f"interface name {end.ifname!r} must be 1 to 15 characters.")
+        duplex = link_duplex(link_id, a_to_b, b_to_a)
         self._checked({"op": "add_link", "link_id": link_id, "a": dataclasses.asdict(a), "b": dataclasses.asdict(b),
-                       "a_to_b": direction_to_wire(a_to_b), "b_to_a": direction_to_wire(b_to_a),
+                       "a_to_b": direction_to_wire(a_to_b), "b_to_a": direction_to_wire(b_to_a), "duplex": duplex,
                        "pcap": str(pcap) if pcap else None, "snaplen": snaplen})
         self.links[link_id] = {"a": dataclasses.asdict(a), "b": dataclasses.asdict(b),
                                "pcap": str(pcap) if pcap else None}

@@ -25,6 +25,16 @@ Design choices:
   packets, tail drop), then delay + jitter (uniform in [-jitter, +jitter],
   clipped at 0). Without `reorder`, departure = max(own time, previous
   departure of that direction), so jitter never reorders.
+- Half duplex (`duplex: half`, fixed at add_link): the link has ONE
+  transmitter shared by both directions. A frame starts transmitting only
+  when the medium is free; frames of both directions take their turns in one
+  FIFO, in the order the emulator reads them from the TAPs (arrival), each
+  holding the medium for its own direction's serialisation time. The medium
+  is busy only while transmitting: delay and jitter are applied after it, as
+  on a full-duplex link, so a frame in flight does not block the other
+  direction. A turnaround time (radio switching from send to receive) is not
+  modelled. Each direction keeps its own queue limit; a direction without a
+  rate takes no time on the medium but still waits for it to be free.
 - Carrier down drops everything arriving and everything still in flight
   (counted as dropped_down) and sets the TAP carrier off (TUNSETCARRIER).
 - Capture: per link a pcap file (linktype Ethernet, NANOSECOND timestamps,
@@ -111,6 +121,8 @@ class Link:
     fds: tuple[int, int]
     dirs: tuple[Direction, Direction]
     up: bool = True
+    half: bool = False                      # duplex half: both directions share one transmitter
+    medium_free: float = 0.0                # half duplex: when the shared transmitter is next free
     epoch: int = 0                          # bumped on carrier down: in-flight frames of an older epoch are dropped
     pcap: BinaryIO | None = None
     snaplen: int = 128
@@ -209,6 +221,9 @@ class Emulator:
         link_id = req["link_id"]
         if link_id in self.links:
             return {"ok": False, "error": f"link {link_id!r} exists"}
+        duplex = req.get("duplex") or "full"
+        if duplex not in ("full", "half"):
+            return {"ok": False, "error": f"link {link_id!r}: duplex must be full or half, got {duplex!r}"}
         fds: list[int] = []
         try:
             for end in ("a", "b"):
@@ -226,7 +241,7 @@ class Emulator:
             return {"ok": False, "error": str(e)}
         dirs = (Direction(DirParams.from_dict(req.get("a_to_b") or {}), fds[1], 0),
                 Direction(DirParams.from_dict(req.get("b_to_a") or {}), fds[0], 1))
-        link = Link(link_id, (fds[0], fds[1]), dirs)
+        link = Link(link_id, (fds[0], fds[1]), dirs, half=duplex == "half")
         if req.get("pcap"):
             link.snaplen = int(req.get("snaplen") or 128)
             link.pcap = open(req["pcap"], "wb")
@@ -259,10 +274,15 @@ class Emulator:
             if len(q) >= p.queue:
                 d.counters["dropped_queue"] += 1
                 return
-            start = max(now, d.busy_until)
+            # half duplex: the shared medium's turn (reserved at arrival, so FIFO across directions)
+            start = max(now, link.medium_free if link.half else d.busy_until)
             d.busy_until = start + wire_bytes(frame) * 8.0 / p.rate
+            if link.half:
+                link.medium_free = d.busy_until
             q.append(d.busy_until)
             t = d.busy_until
+        elif link.half:
+            t = max(now, link.medium_free)
         else:
             t = now
         delay = p.delay

@@ -16,7 +16,7 @@ import pytest
 from testbed.shaping.base import LinkEnd
 from testbed.topology.model import Direction, GilbertElliott
 
-from shaping_rig import B_IP, LinkRig
+from shaping_rig import A_IP, B_IP, PROBE, LinkRig
 from tests.integration.support import binomial_interval
 
 # timing-sensitive (measured delays, rates or fault timing): runs while no other test does
@@ -193,3 +193,49 @@ def test_bad_input_is_a_user_error(rig_factory) -> None:
     with pytest.raises(UserError):
         rig.shaper.add_link("x", LinkEnd(rig.ns_a, "a-very-long-interface-name"), LinkEnd(rig.ns_b, "eth2"),
                             Direction(), Direction())
+
+
+@pytest.mark.parametrize("duplex,turns", [("full", 1), ("half", 2)])
+def test_half_duplex_shares_the_medium(rig_factory, duplex: str, turns: int) -> None:
+    """100 kB each way at the same moment over 1 Mbit/s: half duplex serialises both bursts on one medium.
+
+    Each sender offers the link's full rate (one frame per frame time), so with one FIFO on a shared medium
+    the two directions take turns frame by frame (a burst dumped at once would simply go first, whole)."""
+    rate, n, size = 1e6, 100, 1000
+    d = Direction(rate=rate, duplex=duplex)
+    rig: LinkRig = rig_factory(d, d)
+    if rig.shaper.name != "wire":
+        pytest.skip("duplex: half exists only in the wire backend")
+    rig.ping(1, src="a")
+    rig.ping(1, src="b")                                # ARP resolved both ways before the bursts
+    frame = size + 8 + 20 + 14                          # UDP payload + UDP/IP/Ethernet headers on the wire
+    frame_time = frame * 8 / rate
+    one_way = n * frame_time                            # one burst alone on the medium (0.83 s)
+    port = 5601
+    recvs = [subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, PROBE, "recv", str(port), "0.5"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for ns in (rig.ns_b, rig.ns_a)]
+    try:
+        for rx in recvs:
+            assert rx.stderr is not None
+            rx.stderr.readline()                        # "ready"
+        sends = [subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, PROBE, "send", dst, str(port), str(n),
+                                   str(frame_time), str(size)]) for ns, dst in ((rig.ns_a, B_IP), (rig.ns_b, A_IP))]
+        for s in sends:
+            assert s.wait(timeout=30) == 0
+        got = [json.loads(rx.communicate(timeout=60)[0]) for rx in recvs]
+    finally:
+        for rx in recvs:
+            if rx.poll() is None:
+                rx.kill()
+                rx.wait()
+    assert [len(g) for g in got] == [n, n], "a burst lost frames"
+    start = min(g[1] for burst in got for g in burst)
+    done = [max(g[2] for g in burst) - start for burst in got]
+    # Full duplex: each burst has its own transmitter (one_way). Half: both share one FIFO, so each burst
+    # completes only when nearly both have been sent (2 x one_way less the other's last frame at most).
+    # Tolerance: 15% of the expected time plus one frame time, plus the two senders' start offset.
+    skew = abs(min(g[1] for g in got[0]) - min(g[1] for g in got[1]))
+    expected = turns * one_way
+    for t in done:
+        assert expected * 0.85 - frame_time - skew <= t <= expected * 1.15 + frame_time + skew, (duplex, done, skew)
