@@ -10,16 +10,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from typing import Any
 
 from node.errors import UserError
 from node.natural import natural_key
-from testbed import netstate
+from testbed import live_nodes, netstate
 from testbed.commands.messaging import node_client, resolve_address
 from testbed.commands.routing import one_line, text_table
 
 ANSWER_TIMEOUT = 10.0      # seconds a node has to answer one ListQueue page or one Status
+
+
+def _emit(text: str) -> None:
+    """Print; a closed stdout (`testbed queue n2 --json | head`) ends the command quietly."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # the final flush must not complain
 
 
 # ---- queue ---------------------------------------------------------------------------------------
@@ -50,7 +59,7 @@ def _queue(args: argparse.Namespace) -> int:
         except UserError as exc:
             raise UserError(f"cannot list the queue of {args.node}: {one_line(exc)}") from None
     rows = queue_plain(items, time.time())
-    print(json.dumps(rows, indent=1) if args.json else render_queue(args.node, rows))
+    _emit(json.dumps(rows, indent=1) if args.json else render_queue(args.node, rows))
     return 0
 
 
@@ -67,7 +76,11 @@ def known_nodes() -> list[str]:
         plan = netstate.load_state(rec).get("plan", {})
     except Exception as exc:  # a damaged state file: one line that names it, not a traceback
         raise UserError(f"cannot read the running network's state: {exc}.") from None
-    return sorted(plan.get("mgmt_address", {}), key=natural_key)
+    live = live_nodes.recorded(rec)
+    if live is None:
+        raise UserError(f"the running network {rec.run_id} has no node daemons (`testbed up --no-nodes`).")
+    # a plain IP router (daemon: false) has no spool: no message passes through it in the MTA sense
+    return sorted((n for n in plan.get("mgmt_address", {}) if n not in live.without_daemon), key=natural_key)
 
 
 def _ask(node: str, msg_id: str) -> dict[str, Any] | None:
@@ -91,6 +104,8 @@ def _ask(node: str, msg_id: str) -> dict[str, Any] | None:
 
 def trace_rows(nodes: list[str], msg_id: str) -> list[dict[str, Any]]:
     """Each node's answer about `msg_id`, the origin first, the others in natural order."""
+    # a node that only passed it on has forgotten it (its Status is NOT_FOUND): the origin and the nodes that
+    # still hold or delivered a copy remain
     rows = [r for r in (_ask(n, msg_id) for n in nodes) if r is not None]
     return sorted(rows, key=lambda r: (not r.get("origin", False), natural_key(r["node"])))
 
@@ -116,7 +131,7 @@ def _trace(args: argparse.Namespace) -> int:
     rows = trace_rows(nodes, args.msg_id)
     if not any(not r.get("error") for r in rows):
         raise UserError(f"no node of {', '.join(nodes)} knows message {args.msg_id!r}.")
-    print(json.dumps(rows, indent=1) if args.json else render_trace(args.msg_id, rows))
+    _emit(json.dumps(rows, indent=1) if args.json else render_trace(args.msg_id, rows))
     return 0
 
 
