@@ -98,19 +98,57 @@ def _ask(node: str, msg_id: str) -> dict[str, Any] | None:
             return {"node": node, "state": "unknown", "error": one_line(exc)}
     detail = json.loads(r.detail or "{}")
     return {"node": node, "state": r.state, "origin": detail.get("origin") is not None,
+            "origin_record": detail.get("origin"),
             "pieces": detail.get("states", {}), "done": detail.get("done", {}),
             "delivered_copies": detail.get("mailbox", 0), "not_delivered": detail.get("ndr", [])}
 
 
+def _destinations(origin: Any) -> list[str]:
+    """The destination nodes of the origin's record (Status detail `origin`: [dsts as JSON, size])."""
+    try:
+        dsts = json.loads(origin[0])
+    except (TypeError, ValueError, IndexError, KeyError):
+        return []
+    return [str(d).rpartition("@")[2] for d in dsts] if isinstance(dsts, list) else []
+
+
+def route_path(src: str, dst: str, nodes: list[str]) -> list[str]:
+    """src, then each next hop towards dst as the nodes' routing tables say now (GetRoutes), as far as known."""
+    path = [src]
+    while path[-1] != dst and len(path) <= len(nodes):
+        here = path[-1]
+        try:
+            with node_client(here, resolve_address(here, None), timeout=ANSWER_TIMEOUT) as c:
+                table = {r.destination: r.next_hop for r in c.routes().routes}
+        except UserError:
+            break
+        hop = table.get(dst, "")
+        if not hop or hop in path:
+            break
+        path.append(hop)
+    return path
+
+
 def trace_rows(nodes: list[str], msg_id: str) -> list[dict[str, Any]]:
-    """Each node's answer about `msg_id`, the origin first, the others in natural order."""
+    """Each node's answer about `msg_id`, hop by hop: the origin, then the nodes along the routes towards each
+    destination, then any other node that knows it, in natural order."""
     # a node that only passed it on has forgotten it (its Status is NOT_FOUND): the origin and the nodes that
     # still hold or delivered a copy remain
-    rows = [r for r in (_ask(n, msg_id) for n in nodes) if r is not None]
-    return sorted(rows, key=lambda r: (not r.get("origin", False), natural_key(r["node"])))
+    answers = [_ask(n, msg_id) for n in nodes]
+    rows = [r for r in answers if r is not None]
+    origin = next((r for r in rows if r.get("origin")), None)
+    order: list[str] = []
+    if origin is not None:
+        for dst in _destinations(origin.pop("origin_record")):
+            order += [n for n in route_path(origin["node"], dst, nodes) if n not in order]
+    for r in rows:
+        r.pop("origin_record", None)
+    place = {n: i for i, n in enumerate(order)}
+    return sorted(rows, key=lambda r: (place.get(r["node"], len(order)), natural_key(r["node"])))
 
 
 def render_trace(msg_id: str, rows: list[dict[str, Any]]) -> str:
+    """The message's rows, hop by hop (see trace_rows)."""
     def what(r: dict[str, Any]) -> str:
         if r.get("error"):
             return r["error"]
@@ -156,9 +194,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "trace", help="show where a message is, node by node",
         description="Ask every node of the running network (or of WANBED_NODES) what it knows of MSG_ID "
-                    "(Submit.Status): its state there (forwarded, queued, held, orphan, reassembling, "
-                    "delivered, not-delivered), its pieces by state and the outcome per destination. The "
-                    "origin comes first; nodes that never saw the message are left out.",
+                    "(Submit.Status): its state there (forwarded, queued, orphan, reassembling, delivered, "
+                    "not-delivered), its pieces by state and the outcome per destination. Hop by hop: the "
+                    "origin first, then the nodes along the current routes to each destination; nodes that "
+                    "never saw the message, or only passed it on, are left out.",
         epilog="examples:\n  testbed trace n1-000001-1f3a\n"
                "  WANBED_NODES=n1=127.0.0.1:50051,n2=127.0.0.1:50052 testbed trace MSG_ID --json",
         formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -93,14 +93,14 @@ def _queue(capsys, node: str) -> list[dict]:
 
 
 def test_queue_and_trace(net, addresses, capsys) -> None:
-    """A copy for a stopped n3 waits at n2: `queue n2` lists it, `trace` finds it node by node; once n3 is back
-    the queue empties and the trace ends in n3's mailbox."""
-    net.stop("n3")
+    """A copy for a stopped n1 waits at n2: `queue n2` lists it, `trace` finds it hop by hop (n3, n2, then n1:
+    the route's order, not the names'); once n1 is back the queue empties and the trace ends in n1's mailbox."""
+    net.stop("n1")
     try:
-        code, out, err = tb(capsys, "send", "n1", "--to", "dave@n3", "--size", "3000")
+        code, out, err = tb(capsys, "send", "n3", "--to", "dave@n1", "--size", "3000")
         assert code == 0, err
         msg_id = out.strip()
-        code, out, err = tb(capsys, "send", "n1", "--to", "n3", "--size", "10")
+        code, out, err = tb(capsys, "send", "n3", "--to", "n1", "--size", "10")
         assert code == 0, err
         wait_until(lambda: len(_queue(capsys, "n2")) == 2, DELIVERY, what="both copies in the queue of n2")
         with net.client("n2") as c:     # page by page (one copy a page) lists what one page lists
@@ -112,7 +112,7 @@ def test_queue_and_trace(net, addresses, capsys) -> None:
                 c.control.ListQueue(control_pb2.QueueRequest(page_token="not-a-token"), timeout=10)
             assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         row = next(r for r in _queue(capsys, "n2") if r["msg_id"] == msg_id)
-        assert (row["destination"], row["next_hop"], row["state"], row["size"]) == ("n3", "n3", "queued", 3000)
+        assert (row["destination"], row["next_hop"], row["state"], row["size"]) == ("n1", "n1", "queued", 3000)
         assert 0 < row["bytes"] <= 3000 and row["pieces"] >= 1 and row["age_s"] >= 0
         code, out, err = tb(capsys, "queue", "n2")
         assert code == 0 and msg_id in out and "queued" in out and "Next hop" in out, err
@@ -121,16 +121,16 @@ def test_queue_and_trace(net, addresses, capsys) -> None:
         code, out, err = tb(capsys, "trace", msg_id, "--json")
         assert code == 0, err
         rows = json.loads(out)
-        assert [r["node"] for r in rows][:2] == ["n1", "n2"] and rows[0]["origin"] is True
+        assert [r["node"] for r in rows] == ["n3", "n2", "n1"] and rows[0]["origin"] is True
         assert rows[1]["state"] == "queued"
-        assert rows[2]["node"] == "n3" and rows[2]["state"] == "unknown" and "not reachable" in rows[2]["error"]
+        assert rows[2]["state"] == "unknown" and "not reachable" in rows[2]["error"]
     finally:
-        net.start("n3")
+        net.start("n1")
     wait_until(lambda: not _queue(capsys, "n2"), DELIVERY, what="the queue of n2 empty")
     assert tb(capsys, "queue", "n2")[1] == "queue of n2 is empty\n"
     code, out, err = tb(capsys, "trace", msg_id)
     assert code == 0 and out.startswith(f"message {msg_id}"), err
-    assert [line.split()[:2] for line in out.splitlines()[2:]][-1] == ["n3", "delivered"]
+    assert [line.split()[:2] for line in out.splitlines()[2:]] == [["n3", "forwarded"], ["n1", "delivered"]]
     code, out, err = tb(capsys, "trace", "n1-nosuchmessage")
     assert code == 2 and err.startswith("testbed: no node of n1, n2, n3 knows") and len(err.splitlines()) == 1
     code, out, err = tb(capsys, "queue", "n2", "--limit", "-1")
