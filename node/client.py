@@ -183,6 +183,20 @@ class NodeClient:
         kw = {"timeout": timeout} if timeout is not None else {}
         return self._call(self.control.GetRoutes, control_pb2.GetRoutesRequest(), metadata=self._md, **kw)
 
+    def queue(self, limit: int = 0, page: int = 0) -> list[control_pb2.QueuedCopy]:
+        """The copies the node holds for others (or the first `limit`), fetched `page` at a time (0: the node's
+        default page)."""
+        items: list[control_pb2.QueuedCopy] = []
+        token = ""
+        while True:
+            want = page if not limit else min(page or limit, limit - len(items))
+            reply = self._call(self.control.ListQueue, control_pb2.QueueRequest(limit=want, page_token=token),
+                               metadata=self._md)
+            items.extend(reply.items)
+            token = reply.next_page_token
+            if not token or (limit and len(items) >= limit):
+                return items[:limit] if limit else items
+
     def set_rules(self, rules: list) -> int:
         """Replace the node's routing rules (the config's form: a list of mappings)."""
         req = control_pb2.SetRulesRequest(rules_json=json.dumps(rules))

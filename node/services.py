@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import hmac
 import json
 import logging
@@ -108,6 +109,49 @@ class SubmitService(submit_pb2_grpc.SubmitServicer):
 
 
 MAX_RULES_JSON = 1 << 20     # bytes of a SetRules request's rule list
+QUEUE_PAGE = 100             # copies in a ListQueue page when the request asks for no limit
+QUEUE_PAGE_MAX = 1000        # ... and at most, whatever it asks
+
+CopyKey = tuple[str, str, str, str]     # msg_id, destination, next hop, state: a ListQueue row's place
+
+
+def queued_copies(engine: Engine) -> dict[CopyKey, dict]:
+    """The copies the engine holds for others, by row key: pieces queued per neighbour, held, orphans. One
+    synchronous pass over headers in memory (no spool reads), so nothing changes under it."""
+    rows: dict[CopyKey, dict] = {}
+
+    def add(p, hop: str, state: str) -> None:
+        row = rows.get((p.msg_id, p.dst, hop, state))
+        if row is None:
+            row = rows[(p.msg_id, p.dst, hop, state)] = {
+                "submit_ts": p.submit_ts, "expires_ts": p.expires_ts, "total": p.total, "priority": p.prio,
+                "bytes": 0, "pieces": 0}
+        row["bytes"] += p.size
+        row["pieces"] += 1
+
+    for name, peer in engine.peers.items():
+        for p in peer.queue.pieces():
+            add(p, name, "queued")
+    for pend in engine.held.values():
+        for p in pend.pieces:
+            add(p, "", "held")
+    for p in engine.orphans.values():
+        add(p, "", "orphan")
+    return rows
+
+
+def _queue_token(key: CopyKey) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode()
+
+
+def _queue_after(token: str) -> CopyKey | None:
+    """The row a ListQueue page token names; a token this node did not make raises ValueError."""
+    if not token:
+        return None
+    key = json.loads(base64.urlsafe_b64decode(token.encode()))
+    if not (isinstance(key, list) and len(key) == 4 and all(isinstance(k, str) for k in key)):
+        raise ValueError("not a queue page token")
+    return tuple(key)      # type: ignore[return-value]
 
 
 class ControlService(control_pb2_grpc.ControlServicer):
@@ -196,6 +240,25 @@ class ControlService(control_pb2_grpc.ControlServicer):
         except AttributeError:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this node's router takes no rules")
         return control_pb2.SetRulesReply(installed=installed)
+
+    async def ListQueue(self, request: control_pb2.QueueRequest, context) -> control_pb2.QueueReply:  # noqa: N802
+        """One page of the copies held for others, in (msg_id, destination, next hop, state) order."""
+        await self._check(context)
+        try:
+            after = _queue_after(request.page_token)
+        except (ValueError, TypeError, UnicodeDecodeError):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_token is not one this node made")
+        limit = min(request.limit or QUEUE_PAGE, QUEUE_PAGE_MAX)
+        rows = queued_copies(self.engine)
+        keys = sorted(k for k in rows if after is None or k > after)
+        page, more = keys[:limit], len(keys) > limit
+        reply = control_pb2.QueueReply(next_page_token=_queue_token(page[-1]) if more else "")
+        for key in page:
+            r = rows[key]
+            reply.items.add(msg_id=key[0], destination=key[1], next_hop=key[2], state=key[3],
+                            submit_ts=r["submit_ts"], bytes=r["bytes"], pieces=r["pieces"], total=r["total"],
+                            priority=r["priority"], expires_ts=r["expires_ts"])
+        return reply
 
     async def Health(self, request, context) -> control_pb2.HealthReply:  # noqa: N802
         await self._check(context, users_too=True)

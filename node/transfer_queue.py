@@ -102,6 +102,11 @@ class TransferQueue:
         """The message copies with a piece in this queue."""
         return self._msgs.keys()
 
+    def pieces(self) -> Iterable[Piece]:
+        """The pieces waiting in this queue (for listing; the queue must not change while this is read)."""
+        for t in self._transfers.values():
+            yield from t.queue
+
     def push(self, p: Piece, front: bool = False) -> None:
         key = self._key(p)
         t = self._transfers.get(key)

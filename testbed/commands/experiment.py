@@ -1,11 +1,18 @@
-"""Experiment commands: run."""
+"""Experiment commands: run, validate (the plan of a run without running it) and report (a run directory's
+report, spark_analysis)."""
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import sys
 from pathlib import Path
 
 from node.errors import UserError
+
+# wall seconds a repetition takes beyond its duration and drain: building the network, starting the nodes,
+# collecting the records and tearing down (an estimate for `validate`, measured on small scenarios)
+SETUP_S = 10.0
 
 
 def _default_out(scenario_path: str, sets: list[str], quick: bool) -> Path:
@@ -22,6 +29,10 @@ def scenario_sets(args: argparse.Namespace) -> list[str]:
     return sets
 
 
+def report_command(out: Path) -> str:
+    return f"testbed report {shlex.quote(str(out))}"
+
+
 def _run(args: argparse.Namespace) -> int:
     from testbed.experiment import console, runner
 
@@ -30,7 +41,64 @@ def _run(args: argparse.Namespace) -> int:
     sets = scenario_sets(args)
     out = Path(args.out) if args.out else _default_out(args.scenario, sets, args.quick)
     with console.progress_on(sys.stdout) as progress:
-        return runner.run_experiment(args.scenario, out, args.reps, args.resume, args.quick, sets, progress)
+        status = runner.run_experiment(args.scenario, out, args.reps, args.resume, args.quick, sets, progress)
+    if not args.report:
+        print(f"make the report: {report_command(out)}")
+        return status
+    make_report(str(out), None)
+    return status
+
+
+def make_report(directory: str, out: str | None, master: str | None = None, plots: str = "png",
+                pcaps: bool = True, quiet: bool = False) -> None:
+    from spark_analysis.__main__ import report
+    page = report(directory, out, master, plots=plots, pcaps=pcaps, quiet=quiet)
+    print(f"report written to {page}")
+
+
+def _report(args: argparse.Namespace) -> int:
+    make_report(args.run_dir, args.out, args.master, args.plots, not args.no_pcap, args.quiet)
+    return 0
+
+
+def plan_plain(scenario_path: str, reps: int | None, quick: bool, sets: list[str]) -> dict:
+    """What `run` would do, checked as `run` checks it (scenario, sweep values, node settings) without building
+    anything: cells, repetitions with their seeds, and an estimate of the wall time."""
+    from testbed.experiment import runner, timescale
+
+    out = _default_out(scenario_path, sets, quick)
+    base, plans = runner.plan(scenario_path, out, reps, quick, sets)
+    cells: dict[str, dict] = {}
+    total = 0.0
+    for p in plans:
+        wall = timescale.to_wall(p.scenario)
+        estimate = wall.duration + wall.workload.drain + SETUP_S
+        total += estimate
+        cell = cells.setdefault(p.cell.name, {"cell": p.cell.name, "overrides": p.cell.overrides, "reps": []})
+        cell["reps"].append({"rep": p.rep, "seed": p.seed, "estimate_s": round(estimate, 1)})
+    return {"scenario": base.name, "file": scenario_path, "out": str(out), "quick": quick, "sets": sets,
+            "cells": list(cells.values()), "repetitions": len(plans), "estimate_s": round(total, 1)}
+
+
+def render_plan(plan: dict) -> str:
+    lines = [f"{plan['file']}: valid (scenario {plan['scenario']}{', quick' if plan['quick'] else ''})",
+             f"{len(plan['cells'])} cell(s), {plan['repetitions']} repetition(s) in all, into {plan['out']}"]
+    for c in plan["cells"]:
+        over = " ".join(f"{k}={v}" for k, v in c["overrides"].items()) or "(no sweep)"
+        seeds = ", ".join(str(r["seed"]) for r in c["reps"])
+        lines.append(f"  {c['cell']}: {over}; {len(c['reps'])} rep(s), seeds {seeds}")
+    minutes = plan["estimate_s"] / 60
+    lines.append(f"estimated wall time: {plan['estimate_s']:.0f} s (~{minutes:.1f} min; duration + drain + "
+                 f"{SETUP_S:.0f} s set-up per repetition)")
+    return "\n".join(lines)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    if args.reps is not None and args.reps < 1:
+        raise UserError(f"--reps must be at least 1, got {args.reps}.")
+    plan = plan_plain(args.scenario, args.reps, args.quick, list(args.set or []))
+    print(json.dumps(plan, indent=1) if args.json else render_plan(plan))
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,4 +112,36 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="override a scenario key by its dotted path (repeatable; validated like the file)")
     p.add_argument("--runtime", choices=("netns", "docker"), default=None,
                    help="host runtime for every cell (shorthand for --set runtime=...; default: the scenario's)")
+    p.add_argument("--report", action="store_true", help="make the report (`testbed report`) when the run ends")
     p.set_defaults(handler=_run)
+
+    p = sub.add_parser(
+        "validate", help="check a scenario as `run` would and print its plan, building nothing",
+        description="Check SCENARIO as `testbed run` checks it (the file, the --set overrides, every sweep "
+                    "value and every node's settings), then print the plan: cells, repetitions, seeds and an "
+                    "estimated wall time. Needs no root and builds no network.",
+        epilog="examples:\n  testbed validate scenarios/quickstart.yaml\n"
+               "  testbed validate scenarios/brachman-linear.yaml --quick --set seed=7 --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
+    p.add_argument("--reps", type=int, help="repetitions per cell (overrides the scenario)")
+    p.add_argument("--quick", action="store_true", help="apply the scenario's quick: section")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key by its dotted path (repeatable)")
+    p.add_argument("--json", action="store_true", help="the plan as JSON")
+    p.set_defaults(handler=_validate)
+
+    p = sub.add_parser(
+        "report", help="make the report of a run directory (tables, plots, report.html)",
+        description="Ingest RUN_DIR (one repetition, a cell or a whole experiment of `testbed run`) with "
+                    "Spark and write the comparison report: tables, plots and report.html.",
+        epilog="examples:\n  testbed report runs/quickstart\n  testbed report runs/quickstart --out /tmp/qs-report "
+               "--no-pcap",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run, cell or experiment directory of `testbed run`")
+    p.add_argument("--out", help="report folder (default: RUN_DIR/report)")
+    p.add_argument("--master", default=None, help="Spark master URL (default: local[*])")
+    p.add_argument("--plots", default="png", help="plot formats, comma-separated: png, svg (default: png)")
+    p.add_argument("--no-pcap", action="store_true", help="skip the packet captures")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(handler=_report)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,17 @@ if TYPE_CHECKING:          # grpc loads only for the commands that talk to a nod
 
 
 def read_body(args: argparse.Namespace) -> bytes | None:
-    """The payload of `--file F` (None with `--size N`, checked not negative): `send` and `pub` share it."""
+    """The payload: a literal BODY (UTF-8), `--file F` (`--file -`: standard input) or None with `--size N`,
+    checked not negative; exactly one of them. `send` and `pub` share it."""
+    literal = getattr(args, "body", None)
+    given = [x for x in (literal, args.file, args.size) if x is not None]
+    if len(given) != 1:
+        which = "BODY, --size or --file" if hasattr(args, "body") else "--size or --file"
+        raise UserError(f"give exactly one of {which}.")
+    if literal is not None:
+        return literal.encode()
+    if args.file == "-":
+        return sys.stdin.buffer.read()
     if args.file:
         try:
             return Path(args.file).read_bytes()
@@ -123,6 +134,8 @@ def _send(args: argparse.Namespace) -> int:
 
 
 def _mailbox(args: argparse.Namespace) -> int:
+    if args.delete:
+        return _delete_mail(args)
     with node_client(args.node, resolve_address(args.node, args.address), args.user) as c:
         items = c.mailbox(user=args.user)
     if args.json:
@@ -140,21 +153,43 @@ def _mailbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def _delete_mail(args: argparse.Namespace) -> int:
+    """`mailbox NODE --delete ID...`: --user's copies, else those addressed to the node without a user."""
+    ids = list(dict.fromkeys(i.strip() for i in args.delete if i.strip()))
+    if not ids:
+        raise UserError("--delete needs at least one message id.")
+    with node_client(args.node, resolve_address(args.node, args.address), args.user) as c:
+        n = c.delete_mail(ids, user=args.user, no_user=not args.user)
+    whose = f"{args.user}'s" if args.user else "the node's own (no user)"
+    if args.json:
+        print(json.dumps({"node": args.node, "user": args.user, "asked": ids, "deleted": n}))
+    else:
+        print(f"{args.node}: deleted {n} of {len(ids)} ({whose} copies)")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("send", help="submit a message through a node")
     p.add_argument("src", metavar="FROM", help="the node to submit through")
     p.add_argument("--to", required=True, help="recipients, comma separated: NODE or USER@NODE")
     body = p.add_mutually_exclusive_group(required=True)
     body.add_argument("--size", type=int, help="generated payload of this many bytes")
-    body.add_argument("--file", help="payload from a file")
+    body.add_argument("--file", help="payload from a file ('-': standard input)")
     p.add_argument("--priority", type=int, default=1)
     p.add_argument("--lifetime", type=float, default=0.0, help="seconds (default: the node's default lifetime)")
     p.add_argument("--originator", default="", help="the sending user at FROM (where reports go)")
     p.add_argument("--address", help="FROM's management address HOST:PORT (else WANBED_NODES or the running network)")
     p.set_defaults(handler=_send)
-    p = sub.add_parser("mailbox", help="list messages delivered to a node")
-    p.add_argument("node")
+    p = sub.add_parser(
+        "mailbox", help="list (or delete) messages delivered to a node",
+        description="List the messages delivered to NODE, oldest first; with --delete, delete copies instead: "
+                    "--user's, or without --user the copies addressed to the node itself (no user).",
+        epilog="examples:\n  testbed mailbox n2\n  testbed mailbox n2 --user bob --json\n"
+               "  testbed mailbox n2 --user bob --delete n1-000001-1f3a n1-000002-77c0",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("node", metavar="NODE", help="the node whose mailbox to read")
     p.add_argument("--user", default="", help="only this user's mail")
+    p.add_argument("--delete", nargs="+", metavar="ID", help="delete these messages' copies (see above)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--address", help="the node's management address HOST:PORT")
     p.set_defaults(handler=_mailbox)

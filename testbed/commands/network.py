@@ -60,6 +60,8 @@ def _up(args: argparse.Namespace) -> int:
     live = netstate.running()
     if live:
         raise UserError(f"network {live[0].run_id} is already up; run `testbed down` first.")
+    if args.test and (args.no_nodes or args.factory):
+        raise UserError("--test checks the node daemons: it cannot go with --no-nodes.")
     if args.factory and args.set:
         raise UserError("--set applies to a scenario file; --factory builds its network without one.")
     scenario = None
@@ -97,7 +99,27 @@ def _up(args: argparse.Namespace) -> int:
     _print_tables(net.describe(), run_dir)
     if scenario is not None:
         _start_nodes(rec, scenario)
-    return 0
+    return _smoke_test(rec, proc) if args.test else 0
+
+
+def _smoke_test(rec: registry.RunRecord, supervisor: subprocess.Popen) -> int:
+    """`up --test`: the checks of testbed/commands/smoke.py, then the network goes down whatever they found."""
+    from testbed import live_nodes
+    from testbed.commands import smoke
+    try:
+        ok = smoke.run(registry.load(rec.run_id) or rec)      # the record as the started daemons left it
+    finally:
+        nodes = live_nodes.stop(rec.run_id)
+        supervisor.terminate()
+        try:                   # the supervisor is this process's child here: reap it, or it stays a zombie
+            supervisor.wait(DOWN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pass
+        _stop_supervisor(rec)
+        if nodes is not None:
+            live_nodes.remove_records(nodes)
+        print(f"network {rec.run_id} is down")
+    return 0 if ok else 1
 
 
 def _start_nodes(rec: registry.RunRecord, scenario: Any) -> None:
@@ -375,6 +397,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "unless the scenario says auth: false; the CLI reads them from <run dir>/secrets/tokens.json)")
     p.add_argument("--insecure", action="store_true", help="no TLS and no tokens, whatever the scenario says: "
                    "anyone on this host can call the nodes")
+    p.add_argument("--test", action="store_true", help="smoke test: ping every pair of MTA neighbours, send one "
+                   "message across the longest path, tear down; exit 0 if all passed, else 1")
     p.add_argument("--factory", help=argparse.SUPPRESS)   # MODULE:FUNCTION building the Network (tests)
     p.set_defaults(handler=_up)
     p = sub.add_parser("down", help="stop the node daemons and tear down the running network")

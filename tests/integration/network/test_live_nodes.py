@@ -138,3 +138,20 @@ def test_up_has_tls_and_auth_by_default_the_cli_carries_tokens_and_down_removes_
         down = cli("down")
     assert down.returncode == 0, down.stderr
     assert ours_left(rec.run_id) == [] and not (run_dir / "secrets").exists()
+
+
+def test_up_test_pings_the_mta_neighbours_sends_across_and_tears_down(tmp_path: Path) -> None:
+    """`up --test` (TLS and tokens, as `up` has by default): n1 and n2 are MTA neighbours over the router r; the
+    check pings n2's address from n1, sends n1 -> n2, takes the network down and exits 0."""
+    if netstate.running():
+        pytest.skip("a `testbed up` network is running on this machine; not touching it")
+    run_dir = tmp_path / "run"
+    r = cli("up", str(scenario_file(tmp_path)), "--run-dir", str(run_dir), "--test")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [line for line in r.stdout.splitlines() if line.startswith("test: ")]
+    assert len(lines) == 3 and lines[0].startswith("test: ping n1 -> n2: ok (")
+    assert lines[1].startswith("test: message n1 -> n2 (1 MTA hops): ok (") and "delivered in" in lines[1]
+    assert lines[2].startswith("test: passed")
+    assert netstate.running() == [] and not (run_dir / "nodes").exists()
+    r = cli("up", str(scenario_file(tmp_path)), "--no-nodes", "--test")
+    assert r.returncode == 2 and r.stderr == "testbed: --test checks the node daemons: it cannot go with --no-nodes.\n"

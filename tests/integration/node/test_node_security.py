@@ -160,6 +160,7 @@ def test_tokens_decide_who_sends_reads_deletes_and_manages(localnet) -> None:
             sent[user] = r.msg_id
         assert submit.Status(submit_pb2.StatusRequest(msg_id=sent["bob"]), metadata=md, timeout=10).state
         assert _code(control.Stats, control_pb2.StatsRequest(), metadata=md) == grpc.StatusCode.PERMISSION_DENIED
+        assert _code(control.ListQueue, control_pb2.QueueRequest(), metadata=md) == grpc.StatusCode.PERMISSION_DENIED
         assert control.Health(control_pb2.HealthRequest(), metadata=md, timeout=10).ready
     assert net.records("n1", "submission")[-1]["originator"] == "alice"   # the token's user, not a claim
     channel, md, submit, _, _ = _stubs(net, "n1", net.secrets.token("n1", "bob"))
