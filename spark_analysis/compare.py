@@ -7,13 +7,15 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .stats import Interval, metric_ci
+from .stats import Interval, metric_ci, wilson
 
 # message sizes in fragments, as the thesis' Fig. 6.8 groups them (1, 2-10, 11-20, ... 91-100), then 101+
 BUCKETS = [(1, 1, "1"), (2, 10, "2-10"), *((lo, lo + 9, f"{lo}-{lo + 9}") for lo in range(11, 100, 10)),
            (101, None, "101+")]
 BUCKET_ORDER = [b[2] for b in BUCKETS]
-RUN_METRICS = ["submitted", "accepted", "delivered", "lost", "duplicates", "throughput_multi", "delivery_prob",
+# undelivered: accepted messages without a delivery record. The records cannot tell a copy still held in a
+# spool from a lost one, so "lost" is only ever the loss checker's verdict (summary.json, the health table)
+RUN_METRICS = ["submitted", "accepted", "delivered", "undelivered", "duplicates", "throughput_multi", "delivery_prob",
                "overhead_ratio", "latency_mean", "latency_p50", "hops_mean"]
 # per-run metrics the testbed's summary.json computes (the records alone do not know the workload window):
 # throughput_2plus_Bps = bytes of messages of 2+ fragments delivered within the workload window per model
@@ -81,10 +83,10 @@ def per_run(subs: DataFrame, dels: DataFrame, metrics: DataFrame | None = None) 
                                    F.sum(F.when(F.col("accepted"), _recipients(F.col("dst"))).otherwise(0))
                                    .alias("copies_accepted"))
     accepted_ids = subs.where(F.col("accepted") & (F.col("msg_id") != "")).select(*keys, "msg_id").distinct()
-    lost = (accepted_ids.join(dels.select(*keys, "msg_id").distinct(), [*keys, "msg_id"], "left_anti")
-            .groupBy(keys).agg(F.count(F.lit(1)).alias("lost")))
-    runs = (run_mode.join(s_agg, keys, "left").join(d_agg, keys, "left").join(lost, keys, "left")
-            .fillna(0, ["submitted", "accepted", "delivered", "duplicates", "multi", "lost", "copies_accepted",
+    undelivered = (accepted_ids.join(dels.select(*keys, "msg_id").distinct(), [*keys, "msg_id"], "left_anti")
+                   .groupBy(keys).agg(F.count(F.lit(1)).alias("undelivered")))
+    runs = (run_mode.join(s_agg, keys, "left").join(d_agg, keys, "left").join(undelivered, keys, "left")
+            .fillna(0, ["submitted", "accepted", "delivered", "duplicates", "multi", "undelivered", "copies_accepted",
                         "delivered_copies", "bytes_delivered"]))
     if metrics is not None:
         runs = runs.join(bytes_relayed(metrics), keys, "left")
@@ -206,10 +208,10 @@ def health(runs: list, per_run_pd: pd.DataFrame, refused: pd.DataFrame, host: Da
         # `lost` and `late` are the loss checker's (testbed check: it also read the spools left at teardown);
         # from the delivery records alone a copy still held in a spool cannot be told from a lost one, so
         # the records' count is shown as `undelivered`, not as losses
-        undelivered = int(rec["lost"]) if rec is not None else None
+        undelivered = int(rec["undelivered"]) if rec is not None else None
         row = {"cell": run.cell, "rep": run.rep, "mode": rec["mode"] if rec is not None else run.mode,
                "complete": s.get("complete"),
-               "lost": s["lost"] if isinstance(s.get("lost"), int) else undelivered,
+               "lost": s["lost"] if isinstance(s.get("lost"), int) and not isinstance(s.get("lost"), bool) else None,
                "late": s.get("late"), "undelivered": undelivered,
                # nothing delivered for stall_after while copies were held (a deadlock: late, not lost)
                "stalled": s.get("stalled"),
@@ -225,6 +227,8 @@ def health(runs: list, per_run_pd: pd.DataFrame, refused: pd.DataFrame, host: Da
         for k in ("lost", "duplicates", "summary_duplicates"):
             if isinstance(row.get(k), (int, float)) and row[k] > 0:
                 problems.append(f"{k}={row[k]}")
+        if row["lost"] is None and undelivered:    # no checker verdict: say what the records can say
+            problems.append(f"undelivered={undelivered} (no loss checker verdict)")
         if saturated:
             problems.append("host saturated")
         if s.get("stalled"):
@@ -335,6 +339,10 @@ def summarize(runs: pd.DataFrame, delay: pd.DataFrame) -> tuple[pd.DataFrame, pd
     for (cell, mode), g in runs.groupby(["cell", "mode"], sort=True):
         for metric in [*RUN_METRICS, *(m for m in SUMMARY_METRICS if m in runs.columns)]:
             iv = metric_ci(metric, g[metric].tolist())
+            if metric == "delivery_prob" and {"delivered_copies", "copies_accepted"} <= set(g.columns):
+                # a proportion: Wilson on the cell's pooled counts stays inside [0, 1], t on the runs' values does not
+                iv = wilson(float(g["delivered_copies"].fillna(0).sum()), float(g["copies_accepted"].fillna(0).sum()),
+                            mean=iv.mean, n=iv.n)
             rows.append({"cell": cell, "mode": mode, "metric": metric, "mean": iv.mean, **_ci_cols(iv), "n": iv.n})
     summary = pd.DataFrame(rows, columns=["cell", "mode", "metric", "mean", *CI_COLUMNS, "n"])
     rows = []

@@ -162,13 +162,18 @@ td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}img{{max-width:10
 <p>Each entry is "value [95% CI]" over the repetitions (n per row; [–]: no interval with n &lt; 2).
 Delays and throughputs are strictly positive and skewed, so their interval is Student-t on the logarithms
 of the per-repetition values, an interval for the geometric mean (exp(mean(log x) ± t·s/√n), always &gt; 0),
-and the value shown is that geometric mean; delivery probability and lost (which can be 0) use Student-t
-on the raw values around the arithmetic mean (a throughput that was 0 in some repetition too, its lower
-bound raised to 0: "t floored at 0"). lost is the loss checker's count per run; saturated runs:
+and the value shown is that geometric mean. The delays are over delivered messages only: the delivered
+share stands beside them. Delivered share (delivery_prob) is a proportion: its interval is a Wilson score
+interval on the cell's pooled counts (delivered copies / accepted copies over all repetitions, the value shown),
+so it stays inside [0, 1]. Counts use Student-t on the raw values around the arithmetic mean with the lower
+bound cut at 0, as does a throughput that was 0 in some repetition ("t floored at 0"); t quantiles are
+scipy.stats' exact ones. <code>lost</code> and <code>late</code> are only ever the loss checker's counts per
+run (<code>testbed check</code>); <code>undelivered</code> (summary table) counts accepted messages without a
+delivery record, which includes late copies still held in a spool. Saturated runs:
 runs whose host was saturated. In every table <code>mean</code> is the arithmetic mean,
 <code>ci95_lo</code>/<code>ci95_hi</code> the interval, <code>ci_centre</code> the value it bounds,
-<code>ci_method</code> how it was computed and <code>ci95</code> = (hi − lo)/2 (the half-width for t on raw
-values). Tables are beside this file as CSV and in tables/ as Parquet; the packet table (when pcaps were
+<code>ci_method</code> how it was computed (t, t on logs, t floored at 0, Wilson on pooled counts) and
+<code>ci95</code> = (hi − lo)/2 (the half-width for t on raw values). Tables are beside this file as CSV and in tables/ as Parquet; the packet table (when pcaps were
 captured) is in parquet/packets.</p>
 <p>Sections: <a href="#cells">headline</a> · <a href="#summary">summary</a> ·
 <a href="#comparison">fragmenting vs non-fragmenting</a> ·
@@ -181,7 +186,8 @@ captured) is in parquet/packets.</p>
 ci_separate: whether the two 95% CIs are disjoint (empty when either has none).</p>
 {_table(t.comparison, "comparison-table")}
 <h2 id="sweeps">Sweeps</h2>{"".join(sweep_html) or "<p><em>no swept numeric parameter</em></p>"}
-<h2 id="delay">Mean delay by size bucket</h2>
+<h2 id="delay">Mean delay of delivered messages by size bucket</h2>
+<p>Over delivered messages only (<code>messages</code>: how many each mean covers; the delivered share per cell is in the headline table).</p>
 {_img(delay_png, "mean delay by size bucket")}
 {_table(t.delays, "delay-table")}
 <h2 id="delivery">Delivery metrics</h2>
@@ -206,6 +212,15 @@ timing suspect.</p>
     return out / "report.html"
 
 
+def plain_columns(head: list[str], rows: list[list[str]], left: int = 0, title: str = "") -> list[str]:
+    """The table as plain lines at full width (off a terminal nothing is folded into 80 columns): the
+    first `left` columns aligned left, the rest right."""
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return ([title] if title else []) + [line(head)] + [line(r) for r in rows]
+
+
 def console_summary(summary: pd.DataFrame, health: pd.DataFrame | None = None, console: Console | None = None,
                     comparison: pd.DataFrame | None = None) -> None:
     """One screen: the headline sentence (as in the report), mean per cell and mode with n, then any
@@ -217,17 +232,24 @@ def console_summary(summary: pd.DataFrame, health: pd.DataFrame | None = None, c
         return
     wide = summary.pivot_table(index=["cell", "mode"], columns="metric", values="mean", aggfunc="first")
     n = summary.groupby(["cell", "mode"])["n"].max()
-    table = Table(title="wanbed: mean over repetitions")
-    cols = ["delivered", "lost", "duplicates", "throughput_multi", "delivery_prob", "latency_mean", "overhead_ratio"]
+    # the records alone cannot tell a copy still held in a spool from a lost one: their count is
+    # `undelivered`; the loss checker's lost/late are in the health lines below
+    cols = ["delivered", "undelivered", "duplicates", "throughput_multi", "delivery_prob", "latency_mean",
+            "overhead_ratio"]
     cols = [c for c in cols if c in wide.columns]
-    # the records alone cannot tell a copy still held in a spool from a lost one: the loss checker's
-    # lost/late are in the health lines below, so this column says what the records can say
-    for c in ["cell", "mode", "n", *cols]:
-        table.add_column("undelivered" if c == "lost" else c, justify="left" if c in ("cell", "mode") else "right",
-                         overflow="fold")
-    for (cell, mode), row in wide.iterrows():
-        table.add_row(str(cell), str(mode), str(n[(cell, mode)]), *(_fmt(row.get(c)) for c in cols))
-    console.print(table)
+    head = ["cell", "mode", "n", *cols]
+    rows = [[str(cell), str(mode), str(n[(cell, mode)]), *(_fmt(row.get(c)) for c in cols)]
+            for (cell, mode), row in wide.iterrows()]
+    if console.is_terminal:
+        table = Table(title="wanbed: mean over repetitions")
+        for c in head:
+            table.add_column(c, justify="left" if c in ("cell", "mode") else "right", overflow="fold")
+        for r in rows:
+            table.add_row(*r)
+        console.print(table)
+    else:
+        for line in plain_columns(head, rows, left=2, title="wanbed: mean over repetitions"):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     if health is not None and len(health) and "problems" in health:
         bad = health[health["problems"].astype(str) != ""]
         for r in bad.head(10).itertuples():
