@@ -10,10 +10,16 @@ from .stats import LOG_T, NO_CI, RAW_T_FLOOR, ci95, fmt_interval
 
 # (metric in the summary table, column title); lost, late and saturation come from the health table.
 # The delay is over delivered messages only: the delivered share stands beside it.
-HEADLINE_METRICS = [("throughput_2plus_Bps", "throughput 2+ frag (B/s in the window)"),
-                    ("throughput_multi", "throughput 2+ frag (msg/s)"),
-                    ("latency_mean", "mean delay of delivered messages (s)"),
+# Model-unit columns (from summary.json, as the console and README show them) come first; a column no run
+# has is left out. The records' own figures are in wall seconds.
+HEADLINE_METRICS = [("throughput_2plus_Bps", "thr2+B/s (B per model s, in the window)"),
+                    ("throughput_2plus_per_model_h", "thr2+/h (msg per model h)"),
+                    ("delay_model_s", "mean delay of delivered msgs (model s)"),
+                    ("throughput_multi", "throughput 2+ frag (msg per wall s, whole run)"),
+                    ("latency_mean", "mean delay of delivered msgs (wall s)"),
                     ("delivery_prob", "delivered share (Wilson)")]
+# from summary.json: absent for runs without it
+OPTIONAL_METRICS = frozenset({"throughput_2plus_Bps", "throughput_2plus_per_model_h", "delay_model_s"})
 # the loss checker's verdict per run (summary.json via the health table); never the records' shortfall
 CHECKER_METRICS = [("lost", "lost (checker, runs' mean)"), ("late", "late (checker, runs' mean)")]
 MAX_SENTENCES = 8
@@ -74,7 +80,7 @@ def cell_table_display(table: pd.DataFrame) -> pd.DataFrame:
     """The cell table as text: "centre [lo, hi]" per metric."""
     out = table[["cell", "mode", "n"]].copy()
     for metric, title in [*HEADLINE_METRICS, *CHECKER_METRICS]:
-        if metric == "throughput_2plus_Bps" and table[metric].isna().all():
+        if metric in OPTIONAL_METRICS and table[metric].isna().all():
             continue    # runs without the testbed's summary.json value
         out[title] = [fmt_interval(c, lo, hi) for c, lo, hi in
                       zip(table[metric], table[f"{metric}_lo"], table[f"{metric}_hi"])]
@@ -145,7 +151,7 @@ def sentences(comparison: pd.DataFrame) -> list[str]:
         # messages/s over the whole run: on the quickstart the bytes/s within the workload window
         # (throughput_2plus_Bps, the thesis' figures' measure, a column of the cell table) is dominated by
         # the few 31-100 fragment messages and its 3-repetition intervals overlap where these separate
-        thr_metric, unit = "throughput_multi", "msg/s"
+        thr_metric, unit = "throughput_multi", "msg per wall s"
         thr, lat, share = rows.get(thr_metric), rows.get("latency_mean"), rows.get("delivery_prob")
         if thr is None and lat is None:
             continue
@@ -155,8 +161,8 @@ def sentences(comparison: pd.DataFrame) -> list[str]:
             f"{prefix}ragmenting delivered messages of 2+ fragments at"
             f" {_side(rows, 'frag', thr_metric, unit)}"
             f" vs {_side(rows, 'nonfrag', thr_metric, unit)} non-fragmenting, and the mean delay"
-            f" of delivered messages was {_side(rows, 'frag', 'latency_mean', 's')} vs"
-            f" {_side(rows, 'nonfrag', 'latency_mean', 's')}{_share_text(share)} ({_n_text(ref)}; "
+            f" of delivered messages was {_side(rows, 'frag', 'latency_mean', 'wall s')} vs"
+            f" {_side(rows, 'nonfrag', 'latency_mean', 'wall s')}{_share_text(share)} ({_n_text(ref)}; "
             f"{_methods([r for r in (thr, lat) if r is not None])}); {_verdict(thr, lat)}.")
     if len(settings) > MAX_SENTENCES:
         out.append(f"... and {len(settings) - MAX_SENTENCES} more settings (see the comparison table).")

@@ -7,11 +7,13 @@ import base64
 import html
 import logging
 import math
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -44,6 +46,8 @@ class ReportTables:
     utilisation: pd.DataFrame = field(default_factory=pd.DataFrame)
     # section name -> what its build returned (spark_analysis/sections/); absent: not built
     sections: dict[str, Any] = field(default_factory=dict)
+    # the runs' experiment.json (layout.experiment_doc): time_scale and provenance; {} for a lone run
+    experiment: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -91,6 +95,42 @@ def _save_table(df: pd.DataFrame, out: Path, name: str) -> None:
         log.warning("table %s not written as Parquet: %s", name, e)
 
 
+# provenance keys in the order shown, with their labels
+PROVENANCE = [("wanbed_version", "wanbed version"), ("git_commit", "git commit"), ("command", "command line"),
+              ("date", "started (UTC)"), ("seeds", "seeds"), ("shaper", "shaper backend"), ("kernel", "kernel"),
+              ("host_cpus", "host CPUs")]
+
+
+def provenance_html(experiment: dict[str, Any]) -> str:
+    """The provenance block: what made the runs (experiment.json's `provenance`), the time scale, and the
+    resolved scenario folded away; "" when the runs carry none."""
+    prov = experiment.get("provenance") if isinstance(experiment.get("provenance"), dict) else {}
+    ts = experiment.get("time_scale")
+    rows = []
+    if isinstance(ts, (int, float)) and not isinstance(ts, bool):
+        rows.append(("time_scale", f"{ts:g} wall seconds per model second"))
+    for key, label in PROVENANCE:
+        v = prov.get(key)
+        if v is None or v == "" or v == []:
+            continue
+        if key == "command" and isinstance(v, list):
+            v = shlex.join(str(a) for a in v)
+        elif isinstance(v, list):
+            v = ", ".join(str(x) for x in v)
+        rows.append((label, str(v)))
+    if not rows:
+        return ""
+    body = "".join(f"<tr><th>{html.escape(k)}</th><td style=\"text-align:left\"><code>{html.escape(v)}</code></td></tr>"
+                   for k, v in rows)
+    scenario = prov.get("scenario")
+    folded = ""
+    if isinstance(scenario, dict):
+        text = yaml.safe_dump(scenario, sort_keys=False, default_flow_style=False, allow_unicode=True)
+        folded = f"<details><summary>resolved scenario</summary><pre>{html.escape(text)}</pre></details>"
+    return (f'<h2 id="provenance">Provenance</h2><table id="provenance-table"><tbody>{body}</tbody></table>'
+            f"{folded}")
+
+
 def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: pd.DataFrame | None = None,
           delays: pd.DataFrame | None = None, formats: tuple[str, ...] = ("png",)) -> Path:
     """Write the report into `out`; returns the path of report.html."""
@@ -127,14 +167,16 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
     if len(t.latency_cdf):
         cdf_html = _img(save_figure(cdf_plot(t.latency_cdf), out, "latency_cdf", formats), "latency CDF")
     res_html = ""
-    if len(t.resources):
-        png = save_figure(series_plot(t.resources, "t", "pool_occupancy", ["run_mode", "cell", "rep"],
-                                      "seconds since start", "recipient pool occupancy (mean over nodes)",
-                                      "Recipient pool occupancy"), out, "pool_occupancy", formats)
-        png2 = save_figure(series_plot(t.resources, "t", "buffers_used", ["run_mode", "cell", "rep"],
-                                       "seconds since start", "buffers in use (mean over nodes)", "Buffer use"),
-                           out, "buffer_use", formats)
-        res_html = _img(png, "recipient pool occupancy") + _img(png2, "buffer use")
+    for column, ylabel, title in (("pool_occupancy", "recipient pool occupancy (mean over nodes)",
+                                   "Recipient pool occupancy"),
+                                  ("buffers_used", "buffers in use (mean over nodes)", "Buffer use")):
+        # a series no node reported (e.g. no recipient pool configured) would be an empty plot with a legend
+        if column not in t.resources or not t.resources[column].notna().any():
+            continue
+        png = save_figure(series_plot(t.resources, "t", column, ["run_mode", "cell", "rep"],
+                                      "wall seconds since the run's first sample", ylabel, title),
+                          out, "pool_occupancy" if column == "pool_occupancy" else "buffer_use", formats)
+        res_html += _img(png, title.lower())
     net_html = ""
     if len(t.utilisation):
         fig, note = link_throughput_plot(t.utilisation)
@@ -158,6 +200,7 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}img{{max-width:100%}}</style></head><body>
 <h1>wanbed report</h1><p>Source: <code>{html.escape(source)}</code>; {n_runs} runs.</p>
 {headline}
+{provenance_html(t.experiment)}
 <h2 id="cells">Headline metrics per cell and mode</h2>{_table(cell_table_display(cells), "headline-table")}
 <p>Each entry is "value [95% CI]" over the repetitions (n per row; [–]: no interval with n &lt; 2).
 Delays and throughputs are strictly positive and skewed, so their interval is Student-t on the logarithms
@@ -212,6 +255,12 @@ timing suspect.</p>
     return out / "report.html"
 
 
+# the console's names for the model-unit columns, as the testbed's own table and the README call them
+CONSOLE_LABELS = {"throughput_2plus_per_model_h": "thr2+/h", "throughput_2plus_Bps": "thr2+B/s",
+                  "delay_model_s": "delay_model_s", "throughput_multi": "thr2+/wall_s",
+                  "latency_mean": "delay_wall_s"}
+
+
 def plain_columns(head: list[str], rows: list[list[str]], left: int = 0, title: str = "") -> list[str]:
     """The table as plain lines at full width (off a terminal nothing is folded into 80 columns): the
     first `left` columns aligned left, the rest right."""
@@ -234,10 +283,10 @@ def console_summary(summary: pd.DataFrame, health: pd.DataFrame | None = None, c
     n = summary.groupby(["cell", "mode"])["n"].max()
     # the records alone cannot tell a copy still held in a spool from a lost one: their count is
     # `undelivered`; the loss checker's lost/late are in the health lines below
-    cols = ["delivered", "undelivered", "duplicates", "throughput_multi", "delivery_prob", "latency_mean",
-            "overhead_ratio"]
+    cols = ["delivered", "undelivered", "duplicates", "throughput_2plus_per_model_h", "throughput_2plus_Bps",
+            "delay_model_s", "throughput_multi", "delivery_prob", "latency_mean", "overhead_ratio"]
     cols = [c for c in cols if c in wide.columns]
-    head = ["cell", "mode", "n", *cols]
+    head = ["cell", "mode", "n", *(CONSOLE_LABELS.get(c, c) for c in cols)]
     rows = [[str(cell), str(mode), str(n[(cell, mode)]), *(_fmt(row.get(c)) for c in cols)]
             for (cell, mode), row in wide.iterrows()]
     if console.is_terminal:

@@ -137,7 +137,8 @@ def test_headline_sentence_and_cell_table() -> None:
     text = sentences(comp)
     assert len(text) == 1
     s = text[0]
-    assert s.startswith("Fragmenting delivered messages of 2+ fragments at 2.1 msg/s [")
+    assert s.startswith("Fragmenting delivered messages of 2+ fragments at 2.1 msg per wall s [")
+    assert "mean delay of delivered messages" in s
     assert "n = 2 repetitions per mode" in s and "t on logs" in s
     assert "the throughput intervals separate and the delay intervals overlap" in s
     health = pd.DataFrame([{"cell": "f", "mode": "fragmenting", "lost": 0, "saturated": False},
@@ -146,7 +147,8 @@ def test_headline_sentence_and_cell_table() -> None:
     assert list(cells["cell"]) == ["f", "n"] and cells.loc[0, "saturated_runs"] == "1/2"
     assert cells.loc[0, "lost"] == 1.0 and cells.loc[0, "throughput_multi_lo"] > 0
     shown = cell_table_display(cells)
-    assert shown.loc[0, "throughput 2+ frag (msg/s)"].startswith("2.1 [")
+    assert shown.loc[0, "throughput 2+ frag (msg per wall s, whole run)"].startswith("2.1 [")
+    assert "thr2+/h (msg per model h)" not in shown      # no run has summary.json's value
     assert sentences(pd.DataFrame()) == [] and cell_table(pd.DataFrame()).empty
 
 
@@ -196,6 +198,6 @@ def test_console_summary_off_a_terminal_is_not_folded() -> None:
     console_summary(summary, console=Console(file=buf, width=80, force_terminal=False))
     lines = buf.getvalue().splitlines()
     head = next(line for line in lines if line.startswith("cell"))
-    assert head.split() == ["cell", "mode", "n", "delivered", "undelivered", "duplicates", "throughput_multi",
-                            "delivery_prob", "latency_mean", "overhead_ratio"]
+    assert head.split() == ["cell", "mode", "n", "delivered", "undelivered", "duplicates", "thr2+/wall_s",
+                            "delivery_prob", "delay_wall_s", "overhead_ratio"]
     assert len(head) > 80 and not any("ghput" in line.split() for line in lines)
