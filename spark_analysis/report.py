@@ -4,6 +4,7 @@ and Parquet, and the one-screen console summary. After the core tables come the 
 from __future__ import annotations
 
 import base64
+import datetime
 import html
 import logging
 import math
@@ -68,14 +69,32 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _is_time_column(name: Any) -> bool:
+    """Columns holding Unix timestamps (seconds), shown as times rather than 1.796e+09."""
+    name = str(name)
+    return name == "ts" or name.endswith("_ts")
+
+
+def _fmt_time(v) -> str:
+    if v is None or not isinstance(v, (int, float)) or isinstance(v, bool) or math.isnan(v):
+        return _fmt(v)
+    return datetime.datetime.fromtimestamp(v, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
 def _table(df: pd.DataFrame, table_id: str = "") -> str:
     if df is None or df.empty:
         return "<p><em>no data</em></p>"
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
+    fmts = [_fmt_time if _is_time_column(c) else _fmt for c in df.columns]
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(f(v))}</td>" for f, v in zip(fmts, row)) + "</tr>"
                    for row in df.itertuples(index=False))
     ident = f' id="{table_id}"' if table_id else ""
     return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _sub(title: str, df: pd.DataFrame | None, table_id: str) -> str:
+    """A sub-heading with its table; "" when the table is empty (no empty sections)."""
+    return "" if df is None or df.empty else f"<h3>{html.escape(title)}</h3>{_table(df, table_id)}"
 
 
 def _img(png: bytes, alt: str) -> str:
@@ -154,7 +173,8 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
         if df is not None:
             _save_table(df, out, name)
 
-    delay_png = save_figure(delay_plot(t.delays), out, "delay_by_size", formats)
+    delay_png = (save_figure(delay_plot(t.delays), out, "delay_by_size", formats)
+                 if t.delays is not None and len(t.delays) else b"")
     sweep_html = []
     for key, df in t.sweeps.items():
         metric = str(df["metric"].iloc[0]) if len(df) else "throughput_multi"
@@ -191,6 +211,46 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
     section_links = "".join(f'<a href="#{s.anchor}">{html.escape(s.link)}</a> · ' for s, _ in shown)
     sections_html = "".join(fragment for _, fragment in shown)
 
+    # core sections in page order: (anchor, link words, HTML); an empty one is left out with its link
+    core = [
+        ("comparison", "fragmenting vs non-fragmenting", "" if t.comparison is None or t.comparison.empty else
+         f"""<h2 id="comparison">Fragmenting vs non-fragmenting</h2>
+<p>Cells whose parameters differ only in the mode, side by side; ratio = fragmenting mean / non-fragmenting mean;
+ci_separate: whether the two 95% CIs are disjoint (empty when either has none).</p>
+{_table(t.comparison, "comparison-table")}"""),
+        ("sweeps", "sweeps", f'<h2 id="sweeps">Sweeps</h2>{"".join(sweep_html)}' if sweep_html else ""),
+        ("delay", "delay by size", "" if t.delays is None or t.delays.empty else
+         f"""<h2 id="delay">Mean delay of delivered messages by size bucket</h2>
+<p>Over delivered messages only (<code>messages</code>: how many each mean covers; the delivered share per cell
+is in the headline table); wall seconds.</p>
+{_img(delay_png, "mean delay by size bucket")}
+{_table(t.delays, "delay-table")}"""),
+        ("delivery", "delivery metrics", "" if not cdf_html and (t.hops is None or t.hops.empty) else
+         f"""<h2 id="delivery">Delivery metrics</h2>
+<p>delivery_prob = delivered (message, recipient) pairs / accepted copies; overhead_ratio = (bytes sent on
+links − bytes delivered) / bytes delivered; latency in wall seconds over delivered messages; hops = links
+crossed (see the summary table for means with n).</p>
+{cdf_html}{_sub("Hop counts", t.hops, "hops-table")}"""),
+        ("health", "run health", f"""<h2 id="health">Run health</h2>
+<p>Losses and duplicates must be zero. <code>lost</code> and <code>late</code> are the loss checker's verdict
+(<code>testbed check</code>: late copies were still held in a spool at teardown, naming no loss);
+<code>undelivered</code> counts accepted copies without a delivery record. Host saturation makes a run's
+timing suspect.</p>
+{_table(t.health, "health-table")}{_sub("Refusals by reason", t.refusals, "refusals-table")}"""),
+        ("resources", "resources", "" if not res_html and (t.buffer_classes is None or t.buffer_classes.empty) else
+         f"""<h2 id="resources">Resources</h2>{res_html}
+{_sub("Buffer classes (index = hops made)", t.buffer_classes, "buffer-table")}"""),
+        ("network", "network", "" if not net_html and (t.links is None or t.links.empty) else
+         f"""<h2 id="network">Network (from the pcaps)</h2>{net_html}
+<p>Direction on a link: <code>a_to_b</code>/<code>b_to_a</code> from the routes in topology.json;
+<code>unknown</code> for frames that are not IPv4 (ARP, IPv6 neighbour discovery) or whose destination is
+behind neither end or both.</p>
+{_sub("Links", t.links, "links-table")}{_sub("Largest flows", top_flows, "flows-table")}"""),
+    ]
+    core = [(anchor, words, fragment) for anchor, words, fragment in core if fragment]
+    core_links = ('<a href="#cells">headline</a> · <a href="#summary">summary</a> · '
+                  + "".join(f'<a href="#{a}">{html.escape(w)}</a> · ' for a, w, _ in core))
+    core_html = [fragment for _, _, fragment in core]
     n_runs = len(t.runs)
     headline = "".join(f'<p class="headline"><strong>{html.escape(x)}</strong></p>'
                        for x in sentences(t.comparison))
@@ -218,37 +278,9 @@ runs whose host was saturated. In every table <code>mean</code> is the arithmeti
 <code>ci_method</code> how it was computed (t, t on logs, t floored at 0, Wilson on pooled counts) and
 <code>ci95</code> = (hi − lo)/2 (the half-width for t on raw values). Tables are beside this file as CSV and in tables/ as Parquet; the packet table (when pcaps were
 captured) is in parquet/packets.</p>
-<p>Sections: <a href="#cells">headline</a> · <a href="#summary">summary</a> ·
-<a href="#comparison">fragmenting vs non-fragmenting</a> ·
-<a href="#sweeps">sweeps</a> · <a href="#delay">delay by size</a> · <a href="#delivery">delivery metrics</a> ·
-<a href="#health">run health</a> · <a href="#resources">resources</a> · <a href="#network">network</a> ·
-{section_links}<a href="#runs">per run</a></p>
+<p>Sections: {core_links}{section_links}<a href="#runs">per run</a></p>
 <h2 id="summary">Summary per cell, mode and metric</h2>{_table(t.summary, "summary-table")}
-<h2 id="comparison">Fragmenting vs non-fragmenting</h2>
-<p>Cells whose parameters differ only in the mode, side by side; ratio = fragmenting mean / non-fragmenting mean;
-ci_separate: whether the two 95% CIs are disjoint (empty when either has none).</p>
-{_table(t.comparison, "comparison-table")}
-<h2 id="sweeps">Sweeps</h2>{"".join(sweep_html) or "<p><em>no swept numeric parameter</em></p>"}
-<h2 id="delay">Mean delay of delivered messages by size bucket</h2>
-<p>Over delivered messages only (<code>messages</code>: how many each mean covers; the delivered share per cell is in the headline table).</p>
-{_img(delay_png, "mean delay by size bucket")}
-{_table(t.delays, "delay-table")}
-<h2 id="delivery">Delivery metrics</h2>
-<p>delivery_prob = delivered (message, recipient) pairs / accepted copies; overhead_ratio = (bytes sent on
-links − bytes delivered) / bytes delivered; latency in seconds; hops = links crossed (see the summary table
-for means with n).</p>
-{cdf_html}<h3>Hop counts</h3>{_table(t.hops, "hops-table")}
-<h2 id="health">Run health</h2>
-<p>Losses and duplicates must be zero. <code>lost</code> and <code>late</code> are the loss checker's verdict
-(<code>testbed check</code>: late copies were still held in a spool at teardown, naming no loss);
-<code>undelivered</code> counts accepted copies without a delivery record. Host saturation makes a run's
-timing suspect.</p>
-{_table(t.health, "health-table")}<h3>Refusals by reason</h3>{_table(t.refusals, "refusals-table")}
-<h2 id="resources">Resources</h2>{res_html or "<p><em>no resource metrics in the runs</em></p>"}
-<h3>Buffer classes (index = hops made)</h3>{_table(t.buffer_classes, "buffer-table")}
-<h2 id="network">Network (from the pcaps)</h2>{net_html}
-<h3>Links</h3>{_table(t.links, "links-table")}<h3>Largest flows</h3>{_table(top_flows, "flows-table")}
-{sections_html}<h2 id="runs">Per-run figures</h2>{_table(t.runs, "runs-table")}
+{"".join(core_html)}{sections_html}<h2 id="runs">Per-run figures</h2>{_table(t.runs, "runs-table")}
 </body></html>
 """
     (out / "report.html").write_text(page, encoding="utf-8")

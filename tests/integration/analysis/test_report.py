@@ -189,9 +189,12 @@ def test_html_numbers_agree_with_csv(built):
                     assert h in ("–", "nan", ""), table_id
                 else:
                     assert h == _fmt(v) or h == str(v), table_id
-    for section in ('id="comparison"', 'id="sweeps"', 'id="delivery"', 'id="health"', 'id="resources"',
-                    'id="network"'):
+    for section in ('id="comparison"', 'id="delivery"', 'id="health"'):
         assert section in text
+    # nothing swept, no resource metrics, no pcaps: those sections and their links are left out
+    for anchor in ("sweeps", "resources", "network"):
+        assert f'id="{anchor}"' not in text and f'href="#{anchor}"' not in text, anchor
+    assert "no data" not in text
 
 
 def test_delivery_probability_and_comparison_ratio(built):

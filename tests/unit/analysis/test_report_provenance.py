@@ -74,3 +74,14 @@ def test_report_page_has_provenance_and_no_empty_resource_plot(tmp_path) -> None
     page = write(tmp_path, "src", tables).read_text()
     assert 'id="provenance"' in page and "feedbeef" in page and "0.5 wall seconds per model second" in page
     assert not (tmp_path / "pool_occupancy.png").exists() and (tmp_path / "buffer_use.png").is_file()
+    # empty sections are left out, with their links
+    for anchor in ("comparison", "sweeps", "delay", "network"):
+        assert f'id="{anchor}"' not in page and f'href="#{anchor}"' not in page, anchor
+    assert 'id="resources"' in page
+
+
+def test_timestamps_are_shown_as_times() -> None:
+    from spark_analysis.report import _table
+
+    page = _table(pd.DataFrame({"first_ts": [1.796e9], "bytes": [1.796e9]}))
+    assert "2026-11-30 " in page and " UTC" in page and "1.796e+09" in page    # bytes stay a number
