@@ -242,7 +242,7 @@ timing suspect.</p>
 {_sub("Buffer classes (index = hops made)", t.buffer_classes, "buffer-table")}"""),
         ("network", "network", "" if not net_html and (t.links is None or t.links.empty) else
          f"""<h2 id="network">Network (from the pcaps)</h2>{net_html}
-<p>Direction on a link: <code>a_to_b</code>/<code>b_to_a</code> from the routes in topology.json;
+<p>Direction on a link: <code>a_to_b</code>/<code>b_to_a</code> from the networks behind each end in topology.json;
 <code>unknown</code> for frames that are not IPv4 (ARP, IPv6 neighbour discovery) or whose destination is
 behind neither end or both.</p>
 {_sub("Links", t.links, "links-table")}{_sub("Largest flows", top_flows, "flows-table")}"""),
