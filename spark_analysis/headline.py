@@ -79,9 +79,12 @@ def _health_rows(health: pd.DataFrame | None, cell: str, mode: str) -> pd.DataFr
 def cell_table_display(table: pd.DataFrame) -> pd.DataFrame:
     """The cell table as text: "centre [lo, hi]" per metric."""
     out = table[["cell", "mode", "n"]].copy()
+    model = any(table[m].notna().any() for m in ("throughput_2plus_Bps", "throughput_2plus_per_model_h"))
     for metric, title in [*HEADLINE_METRICS, *CHECKER_METRICS]:
         if metric in OPTIONAL_METRICS and table[metric].isna().all():
             continue    # runs without the testbed's summary.json value
+        if metric == "throughput_multi" and model:
+            continue    # the model-unit throughput stands for it: one definition per table (summary has both)
         out[title] = [fmt_interval(c, lo, hi) for c, lo, hi in
                       zip(table[metric], table[f"{metric}_lo"], table[f"{metric}_hi"])]
     out["saturated runs"] = table["saturated_runs"]

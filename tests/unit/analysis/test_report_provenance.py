@@ -59,6 +59,7 @@ def test_model_unit_columns_come_from_summary_json() -> None:
     assert shown.loc[0, "thr2+/h (msg per model h)"].startswith("4 [")          # geometric mean of 2 and 8
     assert shown.loc[0, "mean delay of delivered msgs (model s)"].startswith("160 [")
     assert "mean delay of delivered msgs (wall s)" in shown and "delivered share (Wilson)" in shown
+    assert "throughput 2+ frag (msg per wall s, whole run)" not in shown     # one throughput definition
     assert not math.isnan(cell_table(summary).loc[0, "delay_model_s_lo"])
 
 
