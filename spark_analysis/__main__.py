@@ -89,6 +89,7 @@ def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
     from pyspark.sql import functions as F
 
     from . import compare, pcap_ingest, records, traffic
+    from .layout import experiment_doc
     from .report import ReportTables
     from .sections import SECTIONS, RunData
 
@@ -126,6 +127,7 @@ def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
                                                                                "bin"))
                 tt.rtt.write.mode("overwrite").parquet(pcap_ingest.uri(parquet / "rtt"))
     tables.health = compare.health(runs, per_run, tables.refusals, host, tables.links if caps else None)
+    tables.experiment = experiment_doc(runs)
     data = RunData(spark, runs, subs, uniq)
     for section in SECTIONS:
         if section.wanted(runs):

@@ -7,18 +7,26 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .stats import Interval, metric_ci
+from .stats import Interval, metric_ci, wilson
 
 # message sizes in fragments, as the thesis' Fig. 6.8 groups them (1, 2-10, 11-20, ... 91-100), then 101+
 BUCKETS = [(1, 1, "1"), (2, 10, "2-10"), *((lo, lo + 9, f"{lo}-{lo + 9}") for lo in range(11, 100, 10)),
            (101, None, "101+")]
 BUCKET_ORDER = [b[2] for b in BUCKETS]
-RUN_METRICS = ["submitted", "accepted", "delivered", "lost", "duplicates", "throughput_multi", "delivery_prob",
+# undelivered: accepted messages without a delivery record. The records cannot tell a copy still held in a
+# spool from a lost one, so "lost" is only ever the loss checker's verdict (summary.json, the health table)
+RUN_METRICS = ["submitted", "accepted", "delivered", "undelivered", "duplicates", "throughput_multi", "delivery_prob",
                "overhead_ratio", "latency_mean", "latency_p50", "hops_mean"]
-# per-run metrics the testbed's summary.json computes (the records alone do not know the workload window):
-# throughput_2plus_Bps = bytes of messages of 2+ fragments delivered within the workload window per model
-# second, the thesis' "throughput of large transfers" (Brachman 1989, Figs 6.3-6.10)
-SUMMARY_METRICS = {"throughput_2plus_Bps": ("throughput", "model_bytes_per_s_2plus")}
+# per-run metrics the testbed's summary.json computes (the records alone do not know the workload window
+# or the time scale), in model units as the console and README show them: metric -> path in summary.json.
+# throughput_2plus_Bps (`thr2+B/s`) = bytes of messages of 2+ fragments delivered within the workload window
+# per model second, the thesis' "throughput of large transfers" (Brachman 1989, Figs 6.3-6.10);
+# throughput_2plus_per_model_h (`thr2+/h`) = messages of 2+ fragments delivered per model hour of workload;
+# delay_model_s = mean delay of the delivered messages in model seconds. The records' own figures
+# (throughput_multi, latency_*) are in wall seconds.
+SUMMARY_METRICS = {"throughput_2plus_Bps": ("throughput", "model_bytes_per_s_2plus"),
+                   "throughput_2plus_per_model_h": ("throughput", "per_model_hour"),
+                   "delay_model_s": ("delay", "overall", "mean_model_s")}
 # ci95 = (hi - lo) / 2; ci_centre = the value [ci95_lo, ci95_hi] bounds (geometric mean for t on logs)
 CI_COLUMNS = ["ci95", "ci95_lo", "ci95_hi", "ci_centre", "ci_method"]
 
@@ -81,10 +89,10 @@ def per_run(subs: DataFrame, dels: DataFrame, metrics: DataFrame | None = None) 
                                    F.sum(F.when(F.col("accepted"), _recipients(F.col("dst"))).otherwise(0))
                                    .alias("copies_accepted"))
     accepted_ids = subs.where(F.col("accepted") & (F.col("msg_id") != "")).select(*keys, "msg_id").distinct()
-    lost = (accepted_ids.join(dels.select(*keys, "msg_id").distinct(), [*keys, "msg_id"], "left_anti")
-            .groupBy(keys).agg(F.count(F.lit(1)).alias("lost")))
-    runs = (run_mode.join(s_agg, keys, "left").join(d_agg, keys, "left").join(lost, keys, "left")
-            .fillna(0, ["submitted", "accepted", "delivered", "duplicates", "multi", "lost", "copies_accepted",
+    undelivered = (accepted_ids.join(dels.select(*keys, "msg_id").distinct(), [*keys, "msg_id"], "left_anti")
+                   .groupBy(keys).agg(F.count(F.lit(1)).alias("undelivered")))
+    runs = (run_mode.join(s_agg, keys, "left").join(d_agg, keys, "left").join(undelivered, keys, "left")
+            .fillna(0, ["submitted", "accepted", "delivered", "duplicates", "multi", "undelivered", "copies_accepted",
                         "delivered_copies", "bytes_delivered"]))
     if metrics is not None:
         runs = runs.join(bytes_relayed(metrics), keys, "left")
@@ -109,11 +117,12 @@ def add_summary_metrics(per_run_pd: pd.DataFrame, runs: list) -> pd.DataFrame:
     """SUMMARY_METRICS taken from each run's summary.json (a column only when some run has the value)."""
     by_run = {(r.cell, r.rep): r.summary or {} for r in runs}
     out = per_run_pd.copy()
-    for metric, (section, key) in SUMMARY_METRICS.items():
+    for metric, path in SUMMARY_METRICS.items():
         values = []
         for cell, rep in zip(out["cell"], out["rep"]):
-            sec = by_run.get((cell, str(rep)), {}).get(section)
-            v = sec.get(key) if isinstance(sec, dict) else None
+            v = by_run.get((cell, str(rep)), {})
+            for key in path:
+                v = v.get(key) if isinstance(v, dict) else None
             values.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan)
         if any(not math.isnan(v) for v in values):
             out[metric] = values
@@ -206,10 +215,10 @@ def health(runs: list, per_run_pd: pd.DataFrame, refused: pd.DataFrame, host: Da
         # `lost` and `late` are the loss checker's (testbed check: it also read the spools left at teardown);
         # from the delivery records alone a copy still held in a spool cannot be told from a lost one, so
         # the records' count is shown as `undelivered`, not as losses
-        undelivered = int(rec["lost"]) if rec is not None else None
+        undelivered = int(rec["undelivered"]) if rec is not None else None
         row = {"cell": run.cell, "rep": run.rep, "mode": rec["mode"] if rec is not None else run.mode,
                "complete": s.get("complete"),
-               "lost": s["lost"] if isinstance(s.get("lost"), int) else undelivered,
+               "lost": s["lost"] if isinstance(s.get("lost"), int) and not isinstance(s.get("lost"), bool) else None,
                "late": s.get("late"), "undelivered": undelivered,
                # nothing delivered for stall_after while copies were held (a deadlock: late, not lost)
                "stalled": s.get("stalled"),
@@ -225,6 +234,8 @@ def health(runs: list, per_run_pd: pd.DataFrame, refused: pd.DataFrame, host: Da
         for k in ("lost", "duplicates", "summary_duplicates"):
             if isinstance(row.get(k), (int, float)) and row[k] > 0:
                 problems.append(f"{k}={row[k]}")
+        if row["lost"] is None and undelivered:    # no checker verdict: say what the records can say
+            problems.append(f"undelivered={undelivered} (no loss checker verdict)")
         if saturated:
             problems.append("host saturated")
         if s.get("stalled"):
@@ -335,6 +346,10 @@ def summarize(runs: pd.DataFrame, delay: pd.DataFrame) -> tuple[pd.DataFrame, pd
     for (cell, mode), g in runs.groupby(["cell", "mode"], sort=True):
         for metric in [*RUN_METRICS, *(m for m in SUMMARY_METRICS if m in runs.columns)]:
             iv = metric_ci(metric, g[metric].tolist())
+            if metric == "delivery_prob" and {"delivered_copies", "copies_accepted"} <= set(g.columns):
+                # a proportion: Wilson on the cell's pooled counts stays inside [0, 1], t on the runs' values does not
+                iv = wilson(float(g["delivered_copies"].fillna(0).sum()), float(g["copies_accepted"].fillna(0).sum()),
+                            mean=iv.mean, n=iv.n)
             rows.append({"cell": cell, "mode": mode, "metric": metric, "mean": iv.mean, **_ci_cols(iv), "n": iv.n})
     summary = pd.DataFrame(rows, columns=["cell", "mode", "metric", "mean", *CI_COLUMNS, "n"])
     rows = []

@@ -8,10 +8,20 @@ import pandas as pd
 
 from .stats import LOG_T, NO_CI, RAW_T_FLOOR, ci95, fmt_interval
 
-# (metric in the summary table, column title); lost and saturation come from the health table
-HEADLINE_METRICS = [("throughput_2plus_Bps", "throughput 2+ frag (B/s in the window)"),
-                    ("throughput_multi", "throughput 2+ frag (msg/s)"), ("latency_mean", "mean delay (s)"),
-                    ("delivery_prob", "delivery probability")]
+# (metric in the summary table, column title); lost, late and saturation come from the health table.
+# The delay is over delivered messages only: the delivered share stands beside it.
+# Model-unit columns (from summary.json, as the console and README show them) come first; a column no run
+# has is left out. The records' own figures are in wall seconds.
+HEADLINE_METRICS = [("throughput_2plus_Bps", "thr2+B/s (B per model s, in the window)"),
+                    ("throughput_2plus_per_model_h", "thr2+/h (msg per model h)"),
+                    ("delay_model_s", "mean delay of delivered msgs (model s)"),
+                    ("throughput_multi", "throughput 2+ frag (msg per wall s, whole run)"),
+                    ("latency_mean", "mean delay of delivered msgs (wall s)"),
+                    ("delivery_prob", "delivered share (Wilson)")]
+# from summary.json: absent for runs without it
+OPTIONAL_METRICS = frozenset({"throughput_2plus_Bps", "throughput_2plus_per_model_h", "delay_model_s"})
+# the loss checker's verdict per run (summary.json via the health table); never the records' shortfall
+CHECKER_METRICS = [("lost", "lost (checker, runs' mean)"), ("late", "late (checker, runs' mean)")]
 MAX_SENTENCES = 8
 
 
@@ -24,9 +34,9 @@ def _num(v) -> float:
 
 
 def cell_table(summary: pd.DataFrame, health: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per cell and mode: n, each headline metric's centre and 95% bounds, lost (the loss
-    checker's, per run in health; the records' count without it) and saturated runs / runs."""
-    cols = ["cell", "mode", "n"] + [f"{m}{s}" for m, _ in [*HEADLINE_METRICS, ("lost", "")]
+    """One row per cell and mode: n, each headline metric's centre and 95% bounds, lost and late (the
+    loss checker's, per run in health; NaN without its verdict) and saturated runs / runs."""
+    cols = ["cell", "mode", "n"] + [f"{m}{s}" for m, _ in [*HEADLINE_METRICS, *CHECKER_METRICS]
                                     for s in ("", "_lo", "_hi")] + ["saturated_runs"]
     if summary is None or summary.empty or "metric" not in summary:
         return pd.DataFrame(columns=cols)
@@ -34,7 +44,7 @@ def cell_table(summary: pd.DataFrame, health: pd.DataFrame | None = None) -> pd.
     for (cell, mode), g in summary.groupby(["cell", "mode"], sort=True):
         by_metric = g.set_index("metric")
         row: dict = {"cell": cell, "mode": mode, "n": int(g["n"].max())}
-        for metric, _ in [*HEADLINE_METRICS, ("lost", "")]:
+        for metric, _ in [*HEADLINE_METRICS, *CHECKER_METRICS]:
             r = by_metric.loc[metric] if metric in by_metric.index else None
             centre = "ci_centre" if r is not None and "ci_centre" in r else "mean"
             row[metric] = _num(r[centre]) if r is not None else math.nan
@@ -43,10 +53,11 @@ def cell_table(summary: pd.DataFrame, health: pd.DataFrame | None = None) -> pd.
         row["saturated_runs"] = "–"
         h = _health_rows(health, cell, mode)
         if h is not None and len(h):
-            if "lost" in h:  # the loss checker's count beats the records' (spools read at teardown)
-                iv = ci95(h["lost"].tolist())
-                if iv.n:
-                    row.update({"lost": iv.mean, "lost_lo": iv.lo, "lost_hi": iv.hi})
+            for metric, _ in CHECKER_METRICS:
+                if metric in h:     # counts: the interval never goes below 0
+                    iv = ci95(h[metric].tolist(), nonnegative=True)
+                    if iv.n:
+                        row.update({metric: iv.mean, f"{metric}_lo": iv.lo, f"{metric}_hi": iv.hi})
             if "saturated" in h:
                 row["saturated_runs"] = f"{_count_true(h['saturated'])}/{len(h)}"
         rows.append(row)
@@ -68,9 +79,12 @@ def _health_rows(health: pd.DataFrame | None, cell: str, mode: str) -> pd.DataFr
 def cell_table_display(table: pd.DataFrame) -> pd.DataFrame:
     """The cell table as text: "centre [lo, hi]" per metric."""
     out = table[["cell", "mode", "n"]].copy()
-    for metric, title in [*HEADLINE_METRICS, ("lost", "lost (runs' mean)")]:
-        if metric == "throughput_2plus_Bps" and table[metric].isna().all():
+    model = any(table[m].notna().any() for m in ("throughput_2plus_Bps", "throughput_2plus_per_model_h"))
+    for metric, title in [*HEADLINE_METRICS, *CHECKER_METRICS]:
+        if metric in OPTIONAL_METRICS and table[metric].isna().all():
             continue    # runs without the testbed's summary.json value
+        if metric == "throughput_multi" and model:
+            continue    # the model-unit throughput stands for it: one definition per table (summary has both)
         out[title] = [fmt_interval(c, lo, hi) for c, lo, hi in
                       zip(table[metric], table[f"{metric}_lo"], table[f"{metric}_hi"])]
     out["saturated runs"] = table["saturated_runs"]
@@ -114,6 +128,16 @@ def _methods(rows: list[pd.Series]) -> str:
     return f"geometric means, 95% CI t on logs; means, {raw} where a value was not > 0"
 
 
+def _share_text(r: pd.Series | None) -> str:
+    """What share of the accepted copies the delays cover, per mode ("" without it)."""
+    if r is None:
+        return ""
+    shares = [_num(r.get(f"{side}_ci_centre")) for side in ("frag", "nonfrag")]
+    if any(math.isnan(v) for v in shares):
+        return ""
+    return f" (covering {shares[0]:.0%} and {shares[1]:.0%} of the accepted copies)"
+
+
 def _n_text(r: pd.Series) -> str:
     fn, nn = int(r["frag_n"]), int(r["nonfrag_n"])
     return f"n = {fn} repetitions per mode" if fn == nn else f"n = {fn} fragmenting, {nn} non-fragmenting repetitions"
@@ -130,8 +154,8 @@ def sentences(comparison: pd.DataFrame) -> list[str]:
         # messages/s over the whole run: on the quickstart the bytes/s within the workload window
         # (throughput_2plus_Bps, the thesis' figures' measure, a column of the cell table) is dominated by
         # the few 31-100 fragment messages and its 3-repetition intervals overlap where these separate
-        thr_metric, unit = "throughput_multi", "msg/s"
-        thr, lat = rows.get(thr_metric), rows.get("latency_mean")
+        thr_metric, unit = "throughput_multi", "msg per wall s"
+        thr, lat, share = rows.get(thr_metric), rows.get("latency_mean"), rows.get("delivery_prob")
         if thr is None and lat is None:
             continue
         ref = thr if thr is not None else lat
@@ -140,8 +164,8 @@ def sentences(comparison: pd.DataFrame) -> list[str]:
             f"{prefix}ragmenting delivered messages of 2+ fragments at"
             f" {_side(rows, 'frag', thr_metric, unit)}"
             f" vs {_side(rows, 'nonfrag', thr_metric, unit)} non-fragmenting, and the mean delay"
-            f" (all messages) was {_side(rows, 'frag', 'latency_mean', 's')} vs"
-            f" {_side(rows, 'nonfrag', 'latency_mean', 's')} ({_n_text(ref)}; "
+            f" of delivered messages was {_side(rows, 'frag', 'latency_mean', 'wall s')} vs"
+            f" {_side(rows, 'nonfrag', 'latency_mean', 'wall s')}{_share_text(share)} ({_n_text(ref)}; "
             f"{_methods([r for r in (thr, lat) if r is not None])}); {_verdict(thr, lat)}.")
     if len(settings) > MAX_SENTENCES:
         out.append(f"... and {len(settings) - MAX_SENTENCES} more settings (see the comparison table).")

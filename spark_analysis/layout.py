@@ -53,6 +53,19 @@ def _cells(root: Path | HadoopPath) -> dict[str, dict]:
     return cells
 
 
+def experiment_doc(runs: list[Run]) -> dict:
+    """The experiment.json of the runs' experiment ({} for a lone run or an unreadable file): its
+    time_scale and provenance are shown in the report."""
+    if not runs:
+        return {}
+    exp = runs[0].path.parent.parent / "experiment.json"
+    try:
+        data = json.loads(exp.read_text()) if exp.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def find_runs(directory: str | Path, spark: Any = None, hadoop: bool | None = None) -> list[Run]:
     """All runs in an experiment directory, or the single run when DIR is itself a run.
 

@@ -75,6 +75,17 @@ def ci_label(df: pd.DataFrame) -> str:
     return f"over reps, 95% CI (t on logs; t where a value ≤ 0{floor})"
 
 
+# a value axis spanning this ratio or more goes logarithmic: otherwise one bucket dominates and the rest
+# lie flat at the bottom
+LOG_RATIO = 20.0
+
+
+def wants_log(values) -> bool:
+    """Whether an axis over these values should be logarithmic (all > 0, max / min >= LOG_RATIO)."""
+    vals = [float(v) for v in values if v is not None and v == v]
+    return bool(vals) and min(vals) > 0 and max(vals) / min(vals) >= LOG_RATIO
+
+
 def delay_plot(delays: pd.DataFrame):
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -84,7 +95,10 @@ def delay_plot(delays: pd.DataFrame):
         ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=f"{mode} ({cell})")
     ax.set_xticks(range(len(BUCKET_ORDER)), BUCKET_ORDER)
     ax.set_xlabel("message size (fragments)")
-    ax.set_ylabel(f"delay (s): {ci_label(delays)}")
+    ax.set_ylabel(f"delay of delivered messages (wall s): {ci_label(delays)}")
+    centre = "ci_centre" if "ci_centre" in delays else "mean_delay_s"
+    if len(delays) and wants_log(delays[centre]):
+        ax.set_yscale("log")
     ax.set_title("Mean delivery delay by size bucket")
     ax.grid(alpha=0.3)
     if len(delays):
@@ -116,7 +130,9 @@ def cdf_plot(cdf: pd.DataFrame):
     fig, ax = plt.subplots(figsize=(7, 4))
     for (cell, mode), g in cdf.groupby(["cell", "mode"], sort=True):
         ax.plot(g["delay_s"], g["q"], label=f"{mode} ({cell}, n={int(g['n_runs'].iloc[0])})")
-    ax.set_xlabel("delivery latency (s)")
+    ax.set_xlabel("delivery latency (wall s)")
+    if len(cdf) and wants_log(cdf["delay_s"]):
+        ax.set_xscale("log")
     ax.set_ylabel("fraction of deliveries")
     ax.set_title("Latency CDF (all repetitions pooled)")
     ax.grid(alpha=0.3)

@@ -4,14 +4,17 @@ and Parquet, and the one-screen console summary. After the core tables come the 
 from __future__ import annotations
 
 import base64
+import datetime
 import html
 import logging
 import math
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -44,6 +47,8 @@ class ReportTables:
     utilisation: pd.DataFrame = field(default_factory=pd.DataFrame)
     # section name -> what its build returned (spark_analysis/sections/); absent: not built
     sections: dict[str, Any] = field(default_factory=dict)
+    # the runs' experiment.json (layout.experiment_doc): time_scale and provenance; {} for a lone run
+    experiment: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -64,14 +69,32 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _is_time_column(name: Any) -> bool:
+    """Columns holding Unix timestamps (seconds), shown as times rather than 1.796e+09."""
+    name = str(name)
+    return name == "ts" or name.endswith("_ts")
+
+
+def _fmt_time(v) -> str:
+    if v is None or not isinstance(v, (int, float)) or isinstance(v, bool) or math.isnan(v):
+        return _fmt(v)
+    return datetime.datetime.fromtimestamp(v, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
 def _table(df: pd.DataFrame, table_id: str = "") -> str:
     if df is None or df.empty:
         return "<p><em>no data</em></p>"
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
+    fmts = [_fmt_time if _is_time_column(c) else _fmt for c in df.columns]
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(f(v))}</td>" for f, v in zip(fmts, row)) + "</tr>"
                    for row in df.itertuples(index=False))
     ident = f' id="{table_id}"' if table_id else ""
     return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _sub(title: str, df: pd.DataFrame | None, table_id: str) -> str:
+    """A sub-heading with its table; "" when the table is empty (no empty sections)."""
+    return "" if df is None or df.empty else f"<h3>{html.escape(title)}</h3>{_table(df, table_id)}"
 
 
 def _img(png: bytes, alt: str) -> str:
@@ -89,6 +112,42 @@ def _save_table(df: pd.DataFrame, out: Path, name: str) -> None:
         safe.to_parquet(out / "tables" / f"{name}.parquet", index=False)
     except (ValueError, TypeError, ImportError) as e:  # a table Parquet cannot hold stays CSV only
         log.warning("table %s not written as Parquet: %s", name, e)
+
+
+# provenance keys in the order shown, with their labels
+PROVENANCE = [("wanbed_version", "wanbed version"), ("git_commit", "git commit"), ("command", "command line"),
+              ("date", "started (UTC)"), ("seeds", "seeds"), ("shaper", "shaper backend"), ("kernel", "kernel"),
+              ("host_cpus", "host CPUs")]
+
+
+def provenance_html(experiment: dict[str, Any]) -> str:
+    """The provenance block: what made the runs (experiment.json's `provenance`), the time scale, and the
+    resolved scenario folded away; "" when the runs carry none."""
+    prov = experiment.get("provenance") if isinstance(experiment.get("provenance"), dict) else {}
+    ts = experiment.get("time_scale")
+    rows = []
+    if isinstance(ts, (int, float)) and not isinstance(ts, bool):
+        rows.append(("time_scale", f"{ts:g} wall seconds per model second"))
+    for key, label in PROVENANCE:
+        v = prov.get(key)
+        if v is None or v == "" or v == []:
+            continue
+        if key == "command" and isinstance(v, list):
+            v = shlex.join(str(a) for a in v)
+        elif isinstance(v, list):
+            v = ", ".join(str(x) for x in v)
+        rows.append((label, str(v)))
+    if not rows:
+        return ""
+    body = "".join(f"<tr><th>{html.escape(k)}</th><td style=\"text-align:left\"><code>{html.escape(v)}</code></td></tr>"
+                   for k, v in rows)
+    scenario = prov.get("scenario")
+    folded = ""
+    if isinstance(scenario, dict):
+        text = yaml.safe_dump(scenario, sort_keys=False, default_flow_style=False, allow_unicode=True)
+        folded = f"<details><summary>resolved scenario</summary><pre>{html.escape(text)}</pre></details>"
+    return (f'<h2 id="provenance">Provenance</h2><table id="provenance-table"><tbody>{body}</tbody></table>'
+            f"{folded}")
 
 
 def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: pd.DataFrame | None = None,
@@ -114,7 +173,8 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
         if df is not None:
             _save_table(df, out, name)
 
-    delay_png = save_figure(delay_plot(t.delays), out, "delay_by_size", formats)
+    delay_png = (save_figure(delay_plot(t.delays), out, "delay_by_size", formats)
+                 if t.delays is not None and len(t.delays) else b"")
     sweep_html = []
     for key, df in t.sweeps.items():
         metric = str(df["metric"].iloc[0]) if len(df) else "throughput_multi"
@@ -127,14 +187,16 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
     if len(t.latency_cdf):
         cdf_html = _img(save_figure(cdf_plot(t.latency_cdf), out, "latency_cdf", formats), "latency CDF")
     res_html = ""
-    if len(t.resources):
-        png = save_figure(series_plot(t.resources, "t", "pool_occupancy", ["run_mode", "cell", "rep"],
-                                      "seconds since start", "recipient pool occupancy (mean over nodes)",
-                                      "Recipient pool occupancy"), out, "pool_occupancy", formats)
-        png2 = save_figure(series_plot(t.resources, "t", "buffers_used", ["run_mode", "cell", "rep"],
-                                       "seconds since start", "buffers in use (mean over nodes)", "Buffer use"),
-                           out, "buffer_use", formats)
-        res_html = _img(png, "recipient pool occupancy") + _img(png2, "buffer use")
+    for column, ylabel, title in (("pool_occupancy", "recipient pool occupancy (mean over nodes)",
+                                   "Recipient pool occupancy"),
+                                  ("buffers_used", "buffers in use (mean over nodes)", "Buffer use")):
+        # a series no node reported (e.g. no recipient pool configured) would be an empty plot with a legend
+        if column not in t.resources or not t.resources[column].notna().any():
+            continue
+        png = save_figure(series_plot(t.resources, "t", column, ["run_mode", "cell", "rep"],
+                                      "wall seconds since the run's first sample", ylabel, title),
+                          out, "pool_occupancy" if column == "pool_occupancy" else "buffer_use", formats)
+        res_html += _img(png, title.lower())
     net_html = ""
     if len(t.utilisation):
         fig, note = link_throughput_plot(t.utilisation)
@@ -149,6 +211,46 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
     section_links = "".join(f'<a href="#{s.anchor}">{html.escape(s.link)}</a> · ' for s, _ in shown)
     sections_html = "".join(fragment for _, fragment in shown)
 
+    # core sections in page order: (anchor, link words, HTML); an empty one is left out with its link
+    core = [
+        ("comparison", "fragmenting vs non-fragmenting", "" if t.comparison is None or t.comparison.empty else
+         f"""<h2 id="comparison">Fragmenting vs non-fragmenting</h2>
+<p>Cells whose parameters differ only in the mode, side by side; ratio = fragmenting mean / non-fragmenting mean;
+ci_separate: whether the two 95% CIs are disjoint (empty when either has none).</p>
+{_table(t.comparison, "comparison-table")}"""),
+        ("sweeps", "sweeps", f'<h2 id="sweeps">Sweeps</h2>{"".join(sweep_html)}' if sweep_html else ""),
+        ("delay", "delay by size", "" if t.delays is None or t.delays.empty else
+         f"""<h2 id="delay">Mean delay of delivered messages by size bucket</h2>
+<p>Over delivered messages only (<code>messages</code>: how many each mean covers; the delivered share per cell
+is in the headline table); wall seconds.</p>
+{_img(delay_png, "mean delay by size bucket")}
+{_table(t.delays, "delay-table")}"""),
+        ("delivery", "delivery metrics", "" if not cdf_html and (t.hops is None or t.hops.empty) else
+         f"""<h2 id="delivery">Delivery metrics</h2>
+<p>delivery_prob = delivered (message, recipient) pairs / accepted copies; overhead_ratio = (bytes sent on
+links − bytes delivered) / bytes delivered; latency in wall seconds over delivered messages; hops = links
+crossed (see the summary table for means with n).</p>
+{cdf_html}{_sub("Hop counts", t.hops, "hops-table")}"""),
+        ("health", "run health", f"""<h2 id="health">Run health</h2>
+<p>Losses and duplicates must be zero. <code>lost</code> and <code>late</code> are the loss checker's verdict
+(<code>testbed check</code>: late copies were still held in a spool at teardown, naming no loss);
+<code>undelivered</code> counts accepted copies without a delivery record. Host saturation makes a run's
+timing suspect.</p>
+{_table(t.health, "health-table")}{_sub("Refusals by reason", t.refusals, "refusals-table")}"""),
+        ("resources", "resources", "" if not res_html and (t.buffer_classes is None or t.buffer_classes.empty) else
+         f"""<h2 id="resources">Resources</h2>{res_html}
+{_sub("Buffer classes (index = hops made)", t.buffer_classes, "buffer-table")}"""),
+        ("network", "network", "" if not net_html and (t.links is None or t.links.empty) else
+         f"""<h2 id="network">Network (from the pcaps)</h2>{net_html}
+<p>Direction on a link: <code>a_to_b</code>/<code>b_to_a</code> from the networks behind each end in topology.json;
+<code>unknown</code> for frames that are not IPv4 (ARP, IPv6 neighbour discovery) or whose destination is
+behind neither end or both.</p>
+{_sub("Links", t.links, "links-table")}{_sub("Largest flows", top_flows, "flows-table")}"""),
+    ]
+    core = [(anchor, words, fragment) for anchor, words, fragment in core if fragment]
+    core_links = ('<a href="#cells">headline</a> · <a href="#summary">summary</a> · '
+                  + "".join(f'<a href="#{a}">{html.escape(w)}</a> · ' for a, w, _ in core))
+    core_html = [fragment for _, _, fragment in core]
     n_runs = len(t.runs)
     headline = "".join(f'<p class="headline"><strong>{html.escape(x)}</strong></p>'
                        for x in sentences(t.comparison))
@@ -158,52 +260,46 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}img{{max-width:100%}}</style></head><body>
 <h1>wanbed report</h1><p>Source: <code>{html.escape(source)}</code>; {n_runs} runs.</p>
 {headline}
+{provenance_html(t.experiment)}
 <h2 id="cells">Headline metrics per cell and mode</h2>{_table(cell_table_display(cells), "headline-table")}
 <p>Each entry is "value [95% CI]" over the repetitions (n per row; [–]: no interval with n &lt; 2).
 Delays and throughputs are strictly positive and skewed, so their interval is Student-t on the logarithms
 of the per-repetition values, an interval for the geometric mean (exp(mean(log x) ± t·s/√n), always &gt; 0),
-and the value shown is that geometric mean; delivery probability and lost (which can be 0) use Student-t
-on the raw values around the arithmetic mean (a throughput that was 0 in some repetition too, its lower
-bound raised to 0: "t floored at 0"). lost is the loss checker's count per run; saturated runs:
+and the value shown is that geometric mean. The delays are over delivered messages only: the delivered
+share stands beside them. Delivered share (delivery_prob) is a proportion: its interval is a Wilson score
+interval on the cell's pooled counts (delivered copies / accepted copies over all repetitions, the value shown),
+so it stays inside [0, 1]. Counts use Student-t on the raw values around the arithmetic mean with the lower
+bound cut at 0, as does a throughput that was 0 in some repetition ("t floored at 0"); t quantiles are
+scipy.stats' exact ones. <code>lost</code> and <code>late</code> are only ever the loss checker's counts per
+run (<code>testbed check</code>); <code>undelivered</code> (summary table) counts accepted messages without a
+delivery record, which includes late copies still held in a spool. Saturated runs:
 runs whose host was saturated. In every table <code>mean</code> is the arithmetic mean,
 <code>ci95_lo</code>/<code>ci95_hi</code> the interval, <code>ci_centre</code> the value it bounds,
-<code>ci_method</code> how it was computed and <code>ci95</code> = (hi − lo)/2 (the half-width for t on raw
-values). Tables are beside this file as CSV and in tables/ as Parquet; the packet table (when pcaps were
+<code>ci_method</code> how it was computed (t, t on logs, t floored at 0, Wilson on pooled counts) and
+<code>ci95</code> = (hi − lo)/2 (the half-width for t on raw values). Tables are beside this file as CSV and in tables/ as Parquet; the packet table (when pcaps were
 captured) is in parquet/packets.</p>
-<p>Sections: <a href="#cells">headline</a> · <a href="#summary">summary</a> ·
-<a href="#comparison">fragmenting vs non-fragmenting</a> ·
-<a href="#sweeps">sweeps</a> · <a href="#delay">delay by size</a> · <a href="#delivery">delivery metrics</a> ·
-<a href="#health">run health</a> · <a href="#resources">resources</a> · <a href="#network">network</a> ·
-{section_links}<a href="#runs">per run</a></p>
+<p>Sections: {core_links}{section_links}<a href="#runs">per run</a></p>
 <h2 id="summary">Summary per cell, mode and metric</h2>{_table(t.summary, "summary-table")}
-<h2 id="comparison">Fragmenting vs non-fragmenting</h2>
-<p>Cells whose parameters differ only in the mode, side by side; ratio = fragmenting mean / non-fragmenting mean;
-ci_separate: whether the two 95% CIs are disjoint (empty when either has none).</p>
-{_table(t.comparison, "comparison-table")}
-<h2 id="sweeps">Sweeps</h2>{"".join(sweep_html) or "<p><em>no swept numeric parameter</em></p>"}
-<h2 id="delay">Mean delay by size bucket</h2>
-{_img(delay_png, "mean delay by size bucket")}
-{_table(t.delays, "delay-table")}
-<h2 id="delivery">Delivery metrics</h2>
-<p>delivery_prob = delivered (message, recipient) pairs / accepted copies; overhead_ratio = (bytes sent on
-links − bytes delivered) / bytes delivered; latency in seconds; hops = links crossed (see the summary table
-for means with n).</p>
-{cdf_html}<h3>Hop counts</h3>{_table(t.hops, "hops-table")}
-<h2 id="health">Run health</h2>
-<p>Losses and duplicates must be zero. <code>lost</code> and <code>late</code> are the loss checker's verdict
-(<code>testbed check</code>: late copies were still held in a spool at teardown, naming no loss);
-<code>undelivered</code> counts accepted copies without a delivery record. Host saturation makes a run's
-timing suspect.</p>
-{_table(t.health, "health-table")}<h3>Refusals by reason</h3>{_table(t.refusals, "refusals-table")}
-<h2 id="resources">Resources</h2>{res_html or "<p><em>no resource metrics in the runs</em></p>"}
-<h3>Buffer classes (index = hops made)</h3>{_table(t.buffer_classes, "buffer-table")}
-<h2 id="network">Network (from the pcaps)</h2>{net_html}
-<h3>Links</h3>{_table(t.links, "links-table")}<h3>Largest flows</h3>{_table(top_flows, "flows-table")}
-{sections_html}<h2 id="runs">Per-run figures</h2>{_table(t.runs, "runs-table")}
+{"".join(core_html)}{sections_html}<h2 id="runs">Per-run figures</h2>{_table(t.runs, "runs-table")}
 </body></html>
 """
     (out / "report.html").write_text(page, encoding="utf-8")
     return out / "report.html"
+
+
+# the console's names for the model-unit columns, as the testbed's own table and the README call them
+CONSOLE_LABELS = {"throughput_2plus_per_model_h": "thr2+/h", "throughput_2plus_Bps": "thr2+B/s",
+                  "delay_model_s": "delay_model_s", "throughput_multi": "thr2+/wall_s",
+                  "latency_mean": "delay_wall_s"}
+
+
+def plain_columns(head: list[str], rows: list[list[str]], left: int = 0, title: str = "") -> list[str]:
+    """The table as plain lines at full width (off a terminal nothing is folded into 80 columns): the
+    first `left` columns aligned left, the rest right."""
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return ([title] if title else []) + [line(head)] + [line(r) for r in rows]
 
 
 def console_summary(summary: pd.DataFrame, health: pd.DataFrame | None = None, console: Console | None = None,
@@ -217,17 +313,24 @@ def console_summary(summary: pd.DataFrame, health: pd.DataFrame | None = None, c
         return
     wide = summary.pivot_table(index=["cell", "mode"], columns="metric", values="mean", aggfunc="first")
     n = summary.groupby(["cell", "mode"])["n"].max()
-    table = Table(title="wanbed: mean over repetitions")
-    cols = ["delivered", "lost", "duplicates", "throughput_multi", "delivery_prob", "latency_mean", "overhead_ratio"]
+    # the records alone cannot tell a copy still held in a spool from a lost one: their count is
+    # `undelivered`; the loss checker's lost/late are in the health lines below
+    cols = ["delivered", "undelivered", "duplicates", "throughput_2plus_per_model_h", "throughput_2plus_Bps",
+            "delay_model_s", "throughput_multi", "delivery_prob", "latency_mean", "overhead_ratio"]
     cols = [c for c in cols if c in wide.columns]
-    # the records alone cannot tell a copy still held in a spool from a lost one: the loss checker's
-    # lost/late are in the health lines below, so this column says what the records can say
-    for c in ["cell", "mode", "n", *cols]:
-        table.add_column("undelivered" if c == "lost" else c, justify="left" if c in ("cell", "mode") else "right",
-                         overflow="fold")
-    for (cell, mode), row in wide.iterrows():
-        table.add_row(str(cell), str(mode), str(n[(cell, mode)]), *(_fmt(row.get(c)) for c in cols))
-    console.print(table)
+    head = ["cell", "mode", "n", *(CONSOLE_LABELS.get(c, c) for c in cols)]
+    rows = [[str(cell), str(mode), str(n[(cell, mode)]), *(_fmt(row.get(c)) for c in cols)]
+            for (cell, mode), row in wide.iterrows()]
+    if console.is_terminal:
+        table = Table(title="wanbed: mean over repetitions")
+        for c in head:
+            table.add_column(c, justify="left" if c in ("cell", "mode") else "right", overflow="fold")
+        for r in rows:
+            table.add_row(*r)
+        console.print(table)
+    else:
+        for line in plain_columns(head, rows, left=2, title="wanbed: mean over repetitions"):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     if health is not None and len(health) and "problems" in health:
         bad = health[health["problems"].astype(str) != ""]
         for r in bad.head(10).itertuples():

@@ -13,9 +13,12 @@ the runner marks the experiment incomplete and exits 130.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
+import platform
+import subprocess
 import shutil
 import signal
 import sys
@@ -154,7 +157,46 @@ def _experiment_doc(base: Scenario, path: str, plans: list[RepPlan], status: str
         c["reps"].append(entry)
     return {"scenario": base.name, "source": str(path), "quick": quick, "sets": loader.hide_secret_sets(sets), "seed": base.seed,
             "time_scale": base.time_scale, "reps": max((p.rep for p in plans), default=0), "status": status,
-            "started": started, "updated": time.time(), "cells": list(cells.values())}
+            "started": started, "updated": time.time(), "cells": list(cells.values()),
+            "provenance": _provenance(base, sets, plans, started)}
+
+
+def _git_commit() -> str | None:
+    """The checkout's commit (with "-dirty" when it has changes); None outside a git checkout."""
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=5)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5)
+        return head.stdout.strip() + ("-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _shaper_backend(choice: str) -> str:
+    """The scenario's shaper; "auto" is not probed here (the probe builds a namespace, too much for every
+    write of this file): each run's log names the backend it got."""
+    return "auto (netem when the kernel has it, else wire)" if choice == "auto" else choice
+
+
+def _provenance(base: Scenario, sets: list[str], plans: list[RepPlan], started: float) -> dict[str, Any]:
+    """What made these runs, for the report: software, command line (secret --set values hidden), the
+    resolved scenario, seeds, shaper and host."""
+    from testbed import __version__
+    hidden = dict(zip(sets, loader.hide_secret_sets(sets)))
+
+    def shown(arg: str) -> str:
+        if arg.startswith("--set="):
+            return "--set=" + hidden.get(arg[len("--set="):], arg[len("--set="):])
+        return hidden.get(arg, arg)
+    return {"wanbed_version": __version__, "git_commit": _git_commit(), "command": [shown(a) for a in sys.argv],
+            "scenario": loader.hide_secrets(loader.to_plain(base)),
+            "seeds": sorted({p.seed for p in plans}), "shaper": _shaper_backend(base.shaper),
+            "kernel": platform.release(), "host_cpus": os.cpu_count(),
+            "date": datetime.datetime.fromtimestamp(started, datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
 def _same_seed(p: RepPlan) -> bool:

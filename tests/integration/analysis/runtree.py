@@ -71,21 +71,25 @@ def make_tree(root: Path, messages: int = 80, lose: dict | None = None, dup: dic
             duration = max(r["deliver_ts"] for r in dels) - min(r["submit_ts"] for r in dels)
             expected[(cell, rep)] = {
                 "mode": mode, "submitted": messages + 1, "accepted": messages, "delivered": len(delays),
-                "lost": messages - len(delays), "duplicates": len(dels) - len(delays),
+                "undelivered": messages - len(delays), "duplicates": len(dels) - len(delays),
                 "throughput_multi": multi / duration,
                 "delay": {b: statistics.fmean(v) for b, v in by_bucket.items()},
             }
     return expected
 
 
+# t with 1 df is the Cauchy distribution: its 0.975 quantile is tan(0.475 pi) = 12.7062...
+T975_DF1 = math.tan(0.475 * math.pi)
+
+
 def mean_ci2(a: float, b: float) -> tuple[float, float]:
-    """Mean and 95% CI half-width of two values (t with 1 df = 12.706)."""
-    return (a + b) / 2, 12.706 * statistics.stdev([a, b]) / math.sqrt(2)
+    """Mean and 95% CI half-width of two values (t with 1 df)."""
+    return (a + b) / 2, T975_DF1 * statistics.stdev([a, b]) / math.sqrt(2)
 
 
 def log_ci2(a: float, b: float) -> tuple[float, float, float]:
     """Geometric mean and 95% bounds of two positive values, t (1 df) on their logarithms."""
     la, lb = math.log(a), math.log(b)
-    h = 12.706 * statistics.stdev([la, lb]) / math.sqrt(2)
+    h = T975_DF1 * statistics.stdev([la, lb]) / math.sqrt(2)
     c = (la + lb) / 2
     return math.exp(c), math.exp(c - h), math.exp(c + h)

@@ -66,7 +66,7 @@ def test_report_via_hadoop_matches_local(spark, tree, tmp_path):
     a = pd.read_csv(tmp_path / "local" / "runs.csv", dtype={"rep": str})
     b = pd.read_csv(tmp_path / "hadoop" / "runs.csv", dtype={"rep": str})
     pd.testing.assert_frame_equal(a, b)
-    assert sorted(a["lost"]) == [0, 0, 0, 2]
+    assert sorted(a["undelivered"]) == [0, 0, 0, 2]
 
 
 def test_unknown_scheme_is_one_clear_error(spark, tmp_path):
@@ -107,7 +107,7 @@ def test_spark_submit_with_bundle(tree, tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs = pd.read_csv(tmp_path / "o" / "runs.csv", dtype={"rep": str})
-    assert sorted(runs["lost"]) == [0, 0, 0, 2]
+    assert sorted(runs["undelivered"]) == [0, 0, 0, 2]
 
 
 def test_bundle_bad_out(tmp_path, capsys):

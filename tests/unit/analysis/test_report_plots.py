@@ -45,3 +45,13 @@ def test_link_plot_names_top_links_and_draws_rates() -> None:
     assert len(dashed) == 5 and all(ln.get_ydata()[0] == 8.0 for ln in dashed)  # kbit/s
     assert len([a for a in fig.axes if a.get_visible()]) == 2
     plots.pyplot().close(fig)
+
+
+def test_delay_axis_goes_logarithmic_when_one_bucket_dominates() -> None:
+    def delays(values: list[float]) -> pd.DataFrame:
+        return pd.DataFrame({"cell": "c", "mode": "fragmenting", "bucket": ["1", "2-10", "11-20"][:len(values)],
+                             "mean_delay_s": values, "ci_centre": values, "ci95_lo": values, "ci95_hi": values,
+                             "ci_method": "t on logs"})
+    assert plots.delay_plot(delays([1.0, 2.0, 1000.0])).axes[0].get_yscale() == "log"
+    flat = plots.delay_plot(delays([10.0, 20.0, 30.0])).axes[0]
+    assert flat.get_yscale() == "linear" and "wall s" in flat.get_ylabel()

@@ -62,4 +62,4 @@ def test_sweep_series_separate_the_other_swept_key_and_use_the_thesis_metric() -
     # the comparison carries both measures; the headline sentence speaks in messages/s
     comp = compare.comparison(summary, runs)
     assert {"throughput_2plus_Bps", "throughput_multi"} <= set(comp["metric"])
-    assert "msg/s" in " ".join(sentences(comp))
+    assert "msg per wall s" in " ".join(sentences(comp))
