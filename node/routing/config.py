@@ -107,7 +107,8 @@ class RoutingConfig:
     """How this node picks next hops (node/routing/). Rules come first, then the table."""
     mode: str = "static"           # static: the `routes` table; dynamic: link state + shortest paths
     nodes: list[str] = field(default_factory=list)   # every node of the network (sizes buffer classes)
-    hysteresis: float = 0.1        # a route moves only to a path cheaper by this fraction
+    # a route moves only to a path cheaper by this fraction; an exact tie keeps the current next hop
+    hysteresis: float = 0.1
     refresh: float = 300.0         # seconds between re-adverts of an unchanged link state
     max_age: float = 900.0         # seconds after which a node's advert is dropped unless refreshed
     rules: list = field(default_factory=list,             # see node/routing/rules.py
@@ -119,6 +120,17 @@ class RoutingConfig:
     @property
     def monitoring(self) -> bool:
         return self.monitor.enabled if self.monitor.enabled is not None else self.mode == "dynamic"
+
+    @property
+    def settle(self) -> float:
+        """Seconds of the start-up settle window, in which exact cost ties still go to the natural-order first hop
+        (node/routing/selector.py): two full latency windows on the slowest probed link, for the first
+        measurements to replace the one-quantum placeholder costs and reach every node."""
+        if not self.monitoring:
+            return 0.0      # every link costs one quantum from the start: nothing to settle
+        intervals = [self.monitor.interval_for(peer) for peer in self.monitor.links]
+        slowest = max([self.monitor.interval, *(i for i in intervals if i is not None)])
+        return 2 * self.monitor.window * slowest
 
     def validate(self, node: Any) -> None:
         """`node`: the core NodeConfig (its name and neighbours)."""

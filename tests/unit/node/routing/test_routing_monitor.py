@@ -116,6 +116,13 @@ def test_a_window_too_small_for_the_z_test_to_drop_anything_is_refused() -> None
             MonitorConfig(window=smallest - 1, z=z).validate({})
 
 
+def test_settle_window_is_two_latency_windows_on_the_slowest_probed_link() -> None:
+    assert RoutingConfig(mode="dynamic").settle == 2 * 8 * 1.0
+    links = {"n2": ProbeLinkConfig(interval=2.0), "n3": ProbeLinkConfig(interval=9.0, probe=False)}
+    assert RoutingConfig(mode="dynamic", monitor=MonitorConfig(window=6, links=links)).settle == 2 * 6 * 2.0
+    assert RoutingConfig(mode="static").settle == 0.0       # no monitor: every link one quantum from the start
+
+
 # --- cost, threshold, datagrams -------------------------------------------------------------------------
 
 def test_cost_formula_and_quantum() -> None:
