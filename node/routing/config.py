@@ -89,7 +89,11 @@ class CostConfig:
 class DampingConfig:
     """Route flap damping per link (RFC 2439's shape, time constants in seconds)."""
     enabled: bool = True
-    penalty: float = 1000.0        # added per change of the link's cost
+    # Added per flap, as RFC 2439 charges per flap: a withdrawal, a return, or a cost change that reverses
+    # the direction of the link's previous change. Not per cost change: the monitor smooths, so one move
+    # of a link to a new level is several published steps in one direction, and charging each would
+    # suppress a link that merely got slower once.
+    penalty: float = 1000.0
     suppress: float = 2000.0       # above this the link is suppressed (held at its worst cost)
     reuse: float = 750.0           # below this a suppressed link is used at its current cost again
     half_life: float = 15.0        # seconds for the penalty to halve

@@ -446,3 +446,17 @@ def test_ties_go_by_natural_order_in_the_start_up_settle_window() -> None:
     with_n5["n1"] = {**with_n5["n1"], "n5": 10}
     sel.update(with_n5, now=100.0)                      # a link never seen before opens the window again
     assert sel.routes["n3"].next_hop == "n2"
+
+
+def test_damping_charges_flaps_not_every_cost_change() -> None:
+    # RFC 2439 charges per flap; a monitored link reaches a new level in several published steps
+    d = FlapDamper(DampingConfig(half_life=1e9))        # no decay: the penalty counts the charges
+    for t, cost in enumerate([10, 15, 20, 25, 30, 40]):     # five steps up: one move
+        d.observe(L, cost, now=t)
+    assert d.penalty(L, 6) == 0
+    for t, cost in enumerate([30, 20, 10], start=6):    # back down: one reversal, one charge
+        d.observe(L, cost, now=t)
+    assert d.penalty(L, 9) == pytest.approx(1000) and not d.suppressed(L, 9)
+    d.observe(L, INF, now=10)                           # withdrawn: a flap
+    d.observe(L, 10, now=11)                            # back: a flap
+    assert d.penalty(L, 11) == pytest.approx(3000) and d.suppressed(L, 11)
