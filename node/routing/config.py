@@ -1,6 +1,7 @@
 """The `routing:` section of a node config (node/routing/): mode, rules, link monitor, costs, damping."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,6 +10,16 @@ from node.names import NODE_NAME_RULE, is_node_name
 from node.routing.rules import RuleError, parse_rules
 
 ROUTING_MODES = ("static", "dynamic")
+
+
+def min_window(z: float) -> int:
+    """The smallest latency window in which the z-test can drop anything: floor(z^2) + 2.
+
+    With the population sd no sample of n lies more than sqrt(n - 1) sd from the mean (Samuelson's bound),
+    so |x - mean| / sd > z needs n - 1 > z^2; a smaller window would never drop an outlier. The sample sd
+    would not help: it is larger, so it rejects even less.
+    """
+    return math.floor(z * z) + 2
 
 
 @dataclass
@@ -24,10 +35,12 @@ class MonitorConfig:
     # None: on with routing.mode dynamic, off with static
     enabled: bool | None = field(default=None, metadata={"optional": bool})
     interval: float = 1.0          # seconds between probes per link
-    window: int = 8                # latency samples the z-test looks at
-    z: float = 2.0                 # |x - mean| / sd above this is an outlier (none when sd = 0)
+    window: int = 8                # latency samples the z-test looks at; at least min_window(z)
+    z: float = 2.0                 # |x - mean| / population sd above this is an outlier (none when sd = 0)
     alpha: float = 0.5             # EMA weight of the newest window mean
-    loss_window: int = 32          # settled probes the loss fraction is taken over
+    # Loss = lost / settled over the last loss_window probes, not lost / total since the start: a link
+    # that got better must stop paying for losses it no longer has.
+    loss_window: int = 32
     timeout: float = 0.0           # seconds before an unanswered probe counts as lost; 0 = max(3 intervals, 1 s)
     links: dict[str, ProbeLinkConfig] = field(default_factory=dict, metadata={
         "map_of": ProbeLinkConfig, "error": "must be a mapping of neighbour -> {interval, probe}."})
@@ -35,10 +48,14 @@ class MonitorConfig:
     def validate(self, neighbours: dict[str, str]) -> None:
         if self.interval <= 0 or self.timeout < 0:
             raise ConfigError("routing.monitor.interval must be positive and timeout not negative.")
-        if self.window < 2 or self.loss_window < 1:
-            raise ConfigError("routing.monitor.window must be at least 2 and loss_window at least 1.")
+        if self.loss_window < 1:
+            raise ConfigError("routing.monitor.loss_window must be at least 1.")
         if self.z <= 0 or not 0.0 < self.alpha <= 1.0:
             raise ConfigError("routing.monitor.z must be positive and alpha in (0, 1].")
+        if self.window < min_window(self.z):
+            raise ConfigError(f"routing.monitor.window must be at least floor(z^2) + 2 = {min_window(self.z)} at "
+                              f"z = {self.z:g} (got {self.window}): in a smaller window the z-test can never "
+                              "drop a sample.")
         for peer, link in self.links.items():
             if peer not in neighbours:
                 raise ConfigError(f"routing.monitor.links.{peer}: {peer!r} is not a neighbour.")
@@ -72,7 +89,11 @@ class CostConfig:
 class DampingConfig:
     """Route flap damping per link (RFC 2439's shape, time constants in seconds)."""
     enabled: bool = True
-    penalty: float = 1000.0        # added per change of the link's cost
+    # Added per flap, as RFC 2439 charges per flap: a withdrawal, a return, or a cost change that reverses
+    # the direction of the link's previous change. Not per cost change: the monitor smooths, so one move
+    # of a link to a new level is several published steps in one direction, and charging each would
+    # suppress a link that merely got slower once.
+    penalty: float = 1000.0
     suppress: float = 2000.0       # above this the link is suppressed (held at its worst cost)
     reuse: float = 750.0           # below this a suppressed link is used at its current cost again
     half_life: float = 15.0        # seconds for the penalty to halve
@@ -90,7 +111,8 @@ class RoutingConfig:
     """How this node picks next hops (node/routing/). Rules come first, then the table."""
     mode: str = "static"           # static: the `routes` table; dynamic: link state + shortest paths
     nodes: list[str] = field(default_factory=list)   # every node of the network (sizes buffer classes)
-    hysteresis: float = 0.1        # a route moves only to a path cheaper by this fraction
+    # a route moves only to a path cheaper by this fraction; an exact tie keeps the current next hop
+    hysteresis: float = 0.1
     refresh: float = 300.0         # seconds between re-adverts of an unchanged link state
     max_age: float = 900.0         # seconds after which a node's advert is dropped unless refreshed
     rules: list = field(default_factory=list,             # see node/routing/rules.py
@@ -102,6 +124,17 @@ class RoutingConfig:
     @property
     def monitoring(self) -> bool:
         return self.monitor.enabled if self.monitor.enabled is not None else self.mode == "dynamic"
+
+    @property
+    def settle(self) -> float:
+        """Seconds of the start-up settle window, in which exact cost ties still go to the natural-order first hop
+        (node/routing/selector.py): two full latency windows on the slowest probed link, for the first
+        measurements to replace the one-quantum placeholder costs and reach every node."""
+        if not self.monitoring:
+            return 0.0      # every link costs one quantum from the start: nothing to settle
+        intervals = [self.monitor.interval_for(peer) for peer in self.monitor.links]
+        slowest = max([self.monitor.interval, *(i for i in intervals if i is not None)])
+        return 2 * self.monitor.window * slowest
 
     def validate(self, node: Any) -> None:
         """`node`: the core NodeConfig (its name and neighbours)."""

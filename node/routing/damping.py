@@ -3,7 +3,10 @@
 Every flap of a link adds a penalty that decays exponentially. A flap is a withdrawal or a return
 (cost to or from infinity) or a change that reverses the direction of the link's previous change: a
 link whose measured cost moves to a new level takes several published steps (the monitor smooths),
-all in one direction, and that is one move, not a flap. A link whose
+all in one direction, and that is one move, not a flap. RFC 2439 likewise charges per flap (a
+withdrawal, a re-advertisement, an attribute change: in BGP each of those is a route change heard
+once); charging every published cost step instead would suppress a link that merely got slower once.
+One `penalty` serves every kind of flap. A link whose
 penalty exceeds `suppress` is held at the highest cost advertised since its suppression began (so
 routes avoid it while alternatives exist, and its flapping stops moving them back and forth); it is
 released when the penalty decays below `reuse` or after `max_suppress` seconds, whichever is first.

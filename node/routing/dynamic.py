@@ -58,7 +58,7 @@ class DynamicTable:
             self.me, spool, CAPABILITY, SEQ_KEY, "link-state advert", self.db, r.refresh, advert_from_frame,
             lambda seq, now: Advert(self.me, seq, now, dict(self.own)))
         self.damper = FlapDamper(r.damping)
-        self.selector = RouteSelector(self.me, r.hysteresis)
+        self.selector = RouteSelector(self.me, r.hysteresis, r.settle)
         self.monitor = (LinkMonitor(self.me, r, cfg.neighbours, probe_listen(cfg), self._measured)
                         if r.monitoring else None)
         self.own: dict[str, float] = {}           # the costs this node advertises for its up links
@@ -176,7 +176,7 @@ class DynamicTable:
             eff = self.damper.observe(link, cost, now)
             if math.isfinite(eff):
                 effective.setdefault(link[0], {})[link[1]] = eff
-        changed = self.selector.update(effective)
+        changed = self.selector.update(effective, now)
         moved = False
         for dst in sorted(changed, key=natural_key):
             old, new = changed[dst]

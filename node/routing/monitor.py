@@ -36,7 +36,11 @@ logged at most once a minute per reason.
 
 Per neighbour a `LinkEstimator` (pure logic, no sockets) keeps latency
 (z-test outlier removal over a window, then an EMA of window means), jitter
-(RFC 3550), and loss over a sliding window of settled probes. `LinkMonitor`
+(RFC 3550), and loss over a sliding window of settled probes. Loss is not
+lost / total since the start: that count never forgets, so a link that got
+better would keep paying for its old losses. The z-test uses the population
+sd, under which no sample of a window of n lies past sqrt(n - 1) sd from the
+mean (Samuelson), hence the config's minimum window (config.min_window). `LinkMonitor`
 turns an estimate into a cost (`link_cost`) and calls `on_cost(peer, cost)`
 only when the cost moved past the publishing threshold (`changed_enough`).
 """

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from node.routing.config import CostConfig, DampingConfig, MonitorConfig, ProbeLinkConfig
+from node.routing.config import CostConfig, DampingConfig, MonitorConfig, ProbeLinkConfig, min_window
 from testbed import units
 from testbed.scenario.checks import MISSING, Check, KeyPath, show
 from testbed.scenario.parts import RoutingSpec
@@ -71,6 +71,9 @@ def _monitor(c: Check, path: KeyPath, raw: Any) -> MonitorConfig:
     out.alpha = c.number(path + ("alpha",), m.get("alpha", out.alpha), positive=True)
     if out.alpha > 1.0:
         c.fail(path + ("alpha",), f"expected a weight greater than 0 and at most 1, got {show(m['alpha'])}")
+    if out.window < min_window(out.z):
+        c.fail(path + ("window",), f"expected at least floor(z^2) + 2 = {min_window(out.z)} at z = {out.z:g}, got "
+                                   f"{out.window}: in a smaller window the z-test can never drop a sample")
     for name, entry in c.mapping(path + ("links",), m.get("links")).items():
         lp = path + ("links", name)
         e = c.mapping(lp, entry, PROBE_LINK_KEYS)

@@ -108,6 +108,8 @@ def test_link_names_are_the_topologys_own():
     ("{monitor: {timeout: -1}}", "<string>:2 routing.monitor.timeout: expected a duration like \"25ms\" "
                                  "(not negative), got -1"),
     ("{monitor: {window: 1}}", "<string>:2 routing.monitor.window: expected a whole number from 2 to 100000, got 1"),
+    ("{monitor: {window: 5}}", "<string>:2 routing.monitor.window: expected at least floor(z^2) + 2 = 6 at z = 2, "
+                               "got 5: in a smaller window the z-test can never drop a sample"),
     ("{monitor: {loss_window: 0}}", "<string>:2 routing.monitor.loss_window: expected a whole number from 1 to "
                                     "100000, got 0"),
     ("{monitor: {z: 0}}", "<string>:2 routing.monitor.z: expected a number greater than zero, got 0"),

@@ -105,6 +105,24 @@ def test_loss_window_forgets_old_losses() -> None:
     assert est.loss == 0.0
 
 
+def test_a_window_too_small_for_the_z_test_to_drop_anything_is_refused() -> None:
+    # Samuelson: with the population sd no sample of n lies past sqrt(n - 1) sd, so at z = 2 five cannot
+    kept, dropped = [0.0] * 4 + [10.0], [0.0] * 5 + [10.0]
+    assert window_stats(kept, 2.0)[0] == pytest.approx(2.0) and window_stats(dropped, 2.0)[0] == 0.0
+    for z, smallest in ((2.0, 6), (3.0, 11), (1.5, 4)):
+        MonitorConfig(window=smallest, z=z).validate({})
+        with pytest.raises(ConfigError, match=rf"^routing\.monitor\.window must be at least floor\(z\^2\) \+ 2 = "
+                                              rf"{smallest} at z = {z:g} \(got {smallest - 1}\)"):
+            MonitorConfig(window=smallest - 1, z=z).validate({})
+
+
+def test_settle_window_is_two_latency_windows_on_the_slowest_probed_link() -> None:
+    assert RoutingConfig(mode="dynamic").settle == 2 * 8 * 1.0
+    links = {"n2": ProbeLinkConfig(interval=2.0), "n3": ProbeLinkConfig(interval=9.0, probe=False)}
+    assert RoutingConfig(mode="dynamic", monitor=MonitorConfig(window=6, links=links)).settle == 2 * 6 * 2.0
+    assert RoutingConfig(mode="static").settle == 0.0       # no monitor: every link one quantum from the start
+
+
 # --- cost, threshold, datagrams -------------------------------------------------------------------------
 
 def test_cost_formula_and_quantum() -> None:

@@ -341,7 +341,7 @@ def test_a_broken_path_through_a_next_hop_that_has_another_is_kept_within_the_ma
     graph = {"s": {"a": 5, "b": 5}, "a": {"d": 5, "c": 1}, "b": {"d": 6}, "c": {"d": 5}}
     sel = RouteSelector("s", hysteresis=0.1)
     sel.update(graph)
-    graph["a"]["d"] = INF         # via a is now s-a-c-d (11), via b 11: a tie, a first in natural order
+    graph["a"]["d"] = INF         # via a is now s-a-c-d (11), via b 11: a tie, a is kept
     sel.update(graph)
     assert sel.routes["d"] == Route("a", 11, ("s", "a", "c", "d"))
 
@@ -399,12 +399,64 @@ def test_unreachable_destination_keeps_its_next_hop_at_infinite_cost() -> None:
     assert sel.routes["d"] == Route("b", 4, ("s", "b", "d")) and "d" in changed
 
 
-def test_an_exact_tie_goes_to_the_natural_first_hop_whatever_the_order_routes_arrived_in() -> None:
+B3_SIDE = {"b1": {"b3": 1}, "b3": {"b1": 1, "b21": 1}, "b21": {"b3": 1, "b20": 1}, "b20": {"b21": 1}}
+BOTH_SIDES = {(1, 2): 1, (2, 10): 1, (10, 20): 1, (1, 3): 1, (3, 21): 1, (21, 20): 1}
+
+
+def ring(n1_n2: float) -> dict[str, dict[str, float]]:
+    """drill-flap's ring of four with 10 ms links; n1 reaches n3 for 20 both ways while n1-n2 is 10."""
+    edges = {("n1", "n2"): n1_n2, ("n2", "n3"): 10, ("n3", "n4"): 10, ("n4", "n1"): 10}
+    graph: dict[str, dict[str, float]] = {}
+    for (a, b), cost in edges.items():
+        graph.setdefault(a, {})[b] = cost
+        graph.setdefault(b, {})[a] = cost
+    return graph
+
+
+def test_an_exact_tie_keeps_the_current_next_hop() -> None:
     sel = RouteSelector("b1", hysteresis=0.1)
-    # b3's side first: b20 via b3 is the only path
-    sel.update({"b1": {"b3": 1}, "b3": {"b1": 1, "b21": 1}, "b21": {"b3": 1, "b20": 1}, "b20": {"b21": 1}})
-    assert sel.routes["b20"].next_hop == "b3"
-    # b2's side arrives: an equal-cost path via b2, which the deterministic tie rule prefers
-    g = undirected({(1, 2): 1, (2, 10): 1, (10, 20): 1, (1, 3): 1, (3, 21): 1, (21, 20): 1})
-    sel.update(g)
+    sel.update(B3_SIDE)                                 # b20 via b3 is the only path
+    assert sel.update(undirected(BOTH_SIDES)).get("b20") is None       # via b2 ties: no gain, no move
+    assert sel.routes["b20"] == Route("b3", 3, ("b1", "b3", "b21", "b20"))
+    # drill-flap: n1-n2 goes to 40 (n1 moves to n4) and comes back: the tie does not move n1 back to n2
+    sel = RouteSelector("n1", hysteresis=0.1)
+    sel.update(ring(10))
+    assert sel.routes["n3"].next_hop == "n2"            # chosen afresh: the natural-order first hop
+    sel.update(ring(40))
+    assert sel.routes["n3"] == Route("n4", 20, ("n1", "n4", "n3"))
+    assert "n3" not in sel.update(ring(10))
+    assert sel.routes["n3"] == Route("n4", 20, ("n1", "n4", "n3"))
+
+
+def test_ties_go_by_natural_order_in_the_start_up_settle_window() -> None:
+    settle = 5.0
+    sel = RouteSelector("b1", hysteresis=0.1, settle=settle)
+    sel.update(B3_SIDE, now=0.0)
+    sel.update(undirected(BOTH_SIDES), now=2.0)         # b2's side is new: the window runs to 7.0
     assert (sel.routes["b20"].next_hop, sel.routes["b20"].cost) == ("b2", 3)
+    sel = RouteSelector("n1", hysteresis=0.1, settle=settle)
+    sel.update(ring(10), now=0.0)
+    sel.update(ring(40), now=1.0)
+    sel.update(ring(10), now=settle)                    # the window's last instant: natural order
+    assert sel.routes["n3"].next_hop == "n2"
+    sel.update(ring(40), now=settle + 1)
+    sel.update(ring(10), now=settle + 2)                # settled: the tie keeps n4
+    assert sel.routes["n3"].next_hop == "n4"
+    with_n5 = {**ring(10), "n5": {"n1": 10}}
+    with_n5["n1"] = {**with_n5["n1"], "n5": 10}
+    sel.update(with_n5, now=100.0)                      # a link never seen before opens the window again
+    assert sel.routes["n3"].next_hop == "n2"
+
+
+def test_damping_charges_flaps_not_every_cost_change() -> None:
+    # RFC 2439 charges per flap; a monitored link reaches a new level in several published steps
+    d = FlapDamper(DampingConfig(half_life=1e9))        # no decay: the penalty counts the charges
+    for t, cost in enumerate([10, 15, 20, 25, 30, 40]):     # five steps up: one move
+        d.observe(L, cost, now=t)
+    assert d.penalty(L, 6) == 0
+    for t, cost in enumerate([30, 20, 10], start=6):    # back down: one reversal, one charge
+        d.observe(L, cost, now=t)
+    assert d.penalty(L, 9) == pytest.approx(1000) and not d.suppressed(L, 9)
+    d.observe(L, INF, now=10)                           # withdrawn: a flap
+    d.observe(L, 10, now=11)                            # back: a flap
+    assert d.penalty(L, 11) == pytest.approx(3000) and d.suppressed(L, 11)
