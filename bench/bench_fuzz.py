@@ -165,7 +165,8 @@ def main() -> int:
           f"{st['certificates refused by nodes']}")
     print(f"fuzz forged probe datagrams refused: {st['forged probes refused']} / {st['forged probes sent']}")
     print(f"fuzz calls without a valid token refused: {st['tokenless calls refused']} (slowest "
-          f"{st['tokenless slowest ms']} ms)")
+          f"{st['tokenless slowest ms']} ms; {st['tokenless statuses lost to a write race']} large Subscribe starts "
+          f"cut off by the refusal, their status lost in the client)")
     print(f"fuzz late pieces refused: {st['late pieces refused']}; late copies of taken messages acked as "
           f"duplicates {st['late duplicates acked']}")
     if fz.known_hits:
