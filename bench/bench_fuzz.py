@@ -4,10 +4,13 @@ The same structure-aware fuzzer as tests/integration/node/test_node_fuzz.py (str
 tests/integration/node/fuzz_strategies.py): Link sessions as a fake neighbour (good OPEN then random and mutated
 fragments, runs, acks, refusals, credits, keepalives, link-state adverts, interest records, publications; and
 bad first batches), every Submit, Control and PubSub call (Subscribe as scripted streams) with valid and
-mutated requests, and bytes that do not decode for every method. One network (n1 - n2, n3 alone with dynamic
-routing) for the whole run.
+mutated requests, and bytes that do not decode for every method; and the attacks on the trust defences
+(tests/integration/node/fuzz_trust.py): subscription takeover and listing by another user, plaintext to the TLS
+ports, certificates clients must refuse, forged and replayed link probes, calls without a valid token, pieces
+arriving after expiry. One network (n1 - n2, n3 alone with dynamic routing; tls and auth on) for the whole run.
 
-Rounds: each round runs every target for its test-suite number of examples (fuzz_strategies.BASE_EXAMPLES) with
+Rounds: each round runs every target for its test-suite number of examples (BASE_EXAMPLES: fuzz_strategies' and
+fuzz_trust's; the trust targets' are small in the test suite, so a round runs TRUST_FACTOR times as many) with
 a fresh random seed, so rounds explore different inputs; between rounds a canary message n1 -> n2 goes out and
 every node must answer Health. `--scale K` runs K rounds (default 20: twenty times `make test`); `--minutes M`
 runs rounds until M minutes have passed instead. A target whose example breaks a rule stops for that round
@@ -38,6 +41,11 @@ sys.path.insert(0, str(REPO / "tests" / "integration" / "node"))
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 
 import fuzz_strategies as fs  # noqa: E402
+import fuzz_trust as ft  # noqa: E402
+
+TRUST_FACTOR = 5
+TARGETS = {**fs.TARGETS, **ft.TARGETS}
+BASE_EXAMPLES = {**fs.BASE_EXAMPLES, **{k: v * TRUST_FACTOR for k, v in ft.BASE_EXAMPLES.items()}}
 
 
 def log(msg: str) -> None:
@@ -46,7 +54,7 @@ def log(msg: str) -> None:
 
 def run_target(fz: fs.Fuzzer, name: str, examples: int, rnd: int, uncapped: bool) -> str | None:
     """One hypothesis run of one target; the problem it found (after shrinking), or None."""
-    make, drive = fs.TARGETS[name]
+    make, drive = TARGETS[name]
     strategy = fs.link_scripts(real_cap=False) if uncapped and name == "link" else make()
 
     @seed(rnd)
@@ -67,7 +75,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=int, default=20, help="rounds, each one `make test`'s examples (default 20)")
     ap.add_argument("--minutes", type=float, help="run rounds for this long instead of --scale rounds")
-    ap.add_argument("--targets", default=",".join(fs.TARGETS), help=f"comma-separated, of {', '.join(fs.TARGETS)}")
+    ap.add_argument("--targets", default=",".join(TARGETS), help=f"comma-separated, of {', '.join(TARGETS)}")
     ap.add_argument("--examples", type=float, default=1.0, help="factor on the examples per target and round")
     ap.add_argument("--uncapped", action="store_true", help="let Link records of a node's own carry any sequence "
                                                             "number (finds known bugs that break that node)")
@@ -75,7 +83,7 @@ def main() -> int:
     ap.add_argument("--keep", help="keep the network's directory (node logs, spools) here")
     args = ap.parse_args()
     targets = [t for t in args.targets.split(",") if t]
-    unknown = [t for t in targets if t not in fs.TARGETS]
+    unknown = [t for t in targets if t not in TARGETS]
     if unknown:
         ap.error(f"unknown target {unknown[0]!r}")
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench_fuzz_"))
@@ -95,7 +103,7 @@ def main() -> int:
                     break
                 rnd = rng.randrange(1 << 32)
                 before, first = fz.stats["examples"], len(fz.problems)
-                found = run_target(fz, name, max(1, round(fs.BASE_EXAMPLES[name] * args.examples)), rnd,
+                found = run_target(fz, name, max(1, round(BASE_EXAMPLES[name] * args.examples)), rnd,
                                    args.uncapped)
                 log(f"round {rounds} {name} (seed {rnd}): {fz.stats['examples'] - before} examples"
                     + (f"; PROBLEM {found.splitlines()[0][:300]}" if found else ""))
@@ -146,6 +154,21 @@ def main() -> int:
     print(f"fuzz accepted: Send {st['Submit/Send accepted']} (refused {st['Submit/Send refused']}), Publish "
           f"{st['PubSub/Publish accepted']} (refused {st['PubSub/Publish refused']}); Subscribe streams started "
           f"{st['Subscribe subscribed']}, publications delivered on them {st['Subscribe publications delivered']}")
+    print(f"fuzz refused messages found in a mailbox: {st['refused_delivered']} / 0 (of {st['refused_messages']} "
+          f"late pieces' messages and calls a node refused)")
+    intact = st["takeover owners' streams intact"]
+    print(f"fuzz takeover: owners' streams intact after the attacks {intact}; "
+          f"attaches refused {st['takeover attaches refused']}, removals refused {st['takeover removals refused']}")
+    print(f"fuzz plaintext to TLS ports: calls {st['plaintext calls refused']}, raw connections "
+          f"{st['plaintext raw connections refused']}, none answered")
+    print(f"fuzz certificates refused: by clients {st['certificates refused by clients']}, by nodes "
+          f"{st['certificates refused by nodes']}")
+    print(f"fuzz forged probe datagrams refused: {st['forged probes refused']} / {st['forged probes sent']}")
+    print(f"fuzz calls without a valid token refused: {st['tokenless calls refused']} (slowest "
+          f"{st['tokenless slowest ms']} ms; {st['tokenless statuses lost to a write race']} large Subscribe starts "
+          f"cut off by the refusal, their status lost in the client)")
+    print(f"fuzz late pieces refused: {st['late pieces refused']}; late copies of taken messages acked as "
+          f"duplicates {st['late duplicates acked']}")
     if fz.known_hits:
         print("fuzz known bugs hit (xfailed in tests/integration/node/test_node_fuzz.py): "
               + ", ".join(f"{k} {v}" for k, v in sorted(fz.known_hits.items())))

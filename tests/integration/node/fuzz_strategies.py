@@ -4,10 +4,14 @@ harness that sends each generated call and judges the answer. Shared by tests/in
 this folder on sys.path; the bench adds it).
 
 The network: n1 - n2 on loopback (static routes), and n3 alone with dynamic routing (so it runs the link-state
-frame handler). n1 and n3 also list a neighbour FAKE ("a0") at an address where nothing listens: the name sorts
-before theirs, so they never dial it and wait for it to dial them; the fuzzer plays that neighbour on their data
-port with a real OPEN and then random and mutated frames. The management services of n1 and n3 get the other
-calls; n2 is never fuzzed directly: it is where the mail sent at n1 must arrive.
+frame handler and probes its links). n1 and n3 also list a neighbour FAKE ("a0") at an address where nothing
+listens: the name sorts before theirs, so they never dial it and wait for it to dial them; the fuzzer plays that
+neighbour on their data port with a real OPEN and then random and mutated frames. The management services of n1
+and n3 get the other calls; n2 is never fuzzed directly: it is where the mail sent at n1 must arrive.
+The network runs with `security: {tls: true, auth: true}`, as a deployment does: mTLS between neighbours (the
+run's CA issues a0's certificate with the nodes'; a0 is never started), the management port over TLS, a token on
+every call (the fuzzer's calls carry the legacy control_token, which is an admin token with auth on) and users
+with tokens of their own at n1 and n3 (USERS). The attacks on these defences are in fuzz_trust.py.
 
 What every example must satisfy (Fuzzer.verdict and the drivers):
 - the call ends within its deadline, with an OK answer or a gRPC status other than UNKNOWN / INTERNAL (an UNKNOWN
@@ -18,8 +22,8 @@ What every example must satisfy (Fuzzer.verdict and the drivers):
   is accepted or refused exactly as node/link.py documents it;
 - every daemon is still running afterwards (`proc.poll() is None`).
 And at the end (Fuzzer.verify): every message a node accepted (a Send, or all pieces of a message a fake
-neighbour sent and the node acked) is in its mailbox exactly once, each node is healthy and node.log shows no
-crash (Fuzzer.log_problems).
+neighbour sent and the node acked) is in its mailbox exactly once, no message a node had to refuse (Fuzzer.forbid)
+is in any mailbox, each node is healthy and node.log shows no crash (Fuzzer.log_problems).
 """
 from __future__ import annotations
 
@@ -45,19 +49,25 @@ from node.link import GRPC_OPTIONS, VERSION
 from node.names import is_user_name
 from node.reports import REPORTER
 from node.rpc import common_pb2, control_pb2, link_pb2, link_pb2_grpc, pubsub_pb2, submit_pb2
-from testbed.localnet import LocalNet, free_port
+from node.security.tls import TARGET_NAME_OPTION
+from testbed.localnet import LocalNet
 
 # -- the network ----------------------------------------------------------------------------------------------
 NAMES = ["n1", "n2", "n3"]
 EDGES = [("n1", "n2")]
 FAKE = "a0"                       # the neighbour of n1 and n3 that the fuzzer plays (sorts first: it dials)
 LINK_TARGETS = ("n1", "n3")       # nodes whose data port gets fuzzed Link sessions
-TOKEN = "fuzz-token"              # the Control services want it (metadata authorization)
+TOKEN = "fuzz-token"              # the nodes' control_token: with auth on, an admin token at every node
+USERS = {"n1": ["alice", "bob", "carol"], "n3": ["alice", "bob"]}     # users with tokens of their own
 MAX_MESSAGE = 1 << 20             # the nodes' limits.max_message_size: accepted fuzz messages stay small
 HOLD = 1.5                        # session hold time (the FAST timers of nodenet_support)
 SETTINGS = {"session": {"keepalive": 0.3, "hold_time": HOLD, "backoff_min": 0.05, "backoff_max": 0.5},
             "metrics_interval": 0.5, "control_token": TOKEN, "fragment_size": 16384,
             "limits": {"max_message_size": MAX_MESSAGE}}
+# n3 probes a0 (the fuzzer) this often once a0 has sent it a probe key; an unanswered probe stays outstanding
+# this long, so a forged answer to it has the whole example to be (wrongly) taken
+PROBE_INTERVAL = 0.1
+PROBE_TIMEOUT = 10.0
 
 CALL_TIMEOUT = 10.0               # gRPC deadline of one call: far above any answer a healthy node gives
 EXAMPLE_TIMEOUT = 30.0            # one whole example (several calls)
@@ -67,14 +77,18 @@ MD = (("authorization", TOKEN),)
 
 def build_network(workdir: Path) -> LocalNet:
     """Start the fuzzing network (see the module docstring) and wait until n1-n2 is up."""
-    net = LocalNet.build(workdir, NAMES, EDGES, **SETTINGS)
+    # a0 is built with the nodes only for its certificate of the run's CA (the CA's key is gone once they are
+    # issued); it is never started: the fuzzer dials with its certificate, and n1 and n3 list its address
+    net = LocalNet.build(workdir, [*NAMES, FAKE], EDGES, tls=True, auth=True, users=USERS, **SETTINGS)
     try:
+        fake_addr = net.nodes.pop(FAKE).cfg.data_listen          # nothing listens there: the fuzzer plays it
         for name in LINK_TARGETS:
             node = net.nodes[name]
             raw = as_dict(node.cfg)
-            raw["neighbours"][FAKE] = f"127.0.0.1:{free_port()}"      # nothing listens there: the fuzzer plays it
+            raw["neighbours"][FAKE] = fake_addr
             if name == "n3":
                 raw["routing"]["mode"] = "dynamic"
+                raw["routing"]["monitor"] = {"interval": PROBE_INTERVAL, "timeout": PROBE_TIMEOUT}
             node.cfg = from_dict(raw)
             node.cfg_path.write_text(dump(node.cfg))
         net.start(wait=False)       # LocalNet.wait_sessions would wait for FAKE, which never comes by itself
@@ -757,7 +771,8 @@ def open_batches(draw, target: str) -> link_pb2.FrameBatch:
 
 
 def open_verdict(batch: link_pb2.FrameBatch, target: str, neighbours: set[str]) -> grpc.StatusCode:
-    """What node/link.py LinkManager.accept must answer to this first batch (OK: its own OPEN)."""
+    """What node/link.py LinkManager.accept must answer to this first batch (OK: its own OPEN), from FAKE's
+    certificate."""
     if not batch.frames or batch.frames[0].WhichOneof("kind") != "open":
         return grpc.StatusCode.INVALID_ARGUMENT
     o = batch.frames[0].open
@@ -765,6 +780,8 @@ def open_verdict(batch: link_pb2.FrameBatch, target: str, neighbours: set[str]) 
         return grpc.StatusCode.PERMISSION_DENIED
     if not o.node < target or o.version != VERSION:
         return grpc.StatusCode.FAILED_PRECONDITION
+    if o.node != FAKE:                 # the fuzzer's certificate names FAKE only
+        return grpc.StatusCode.UNAUTHENTICATED
     return grpc.StatusCode.OK
 
 
@@ -883,6 +900,11 @@ class Fuzzer:
         self.known_hits: Counter[str] = Counter()
         self.pools: dict[str, list] = {"msg_id": [], "local_msg_id": [], "token": [], "pub_id": []}
         self.expected: dict[str, dict[str, set[str]]] = {n: {} for n in NAMES}   # node -> msg_id -> users
+        # node -> message ids and users that must never reach its mailbox (what a node had to refuse)
+        self.forbidden: dict[str, set[str]] = {n: set() for n in NAMES}
+        self.memory: dict[str, list] = {}       # what a target keeps between examples (fuzz_trust.py)
+        cert_dir = net.workdir / FAKE
+        self.fake_cert = (cert_dir / "node.crt").read_bytes(), (cert_dir / "node.key").read_bytes()
 
     # -- plumbing --------------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -893,17 +915,30 @@ class Fuzzer:
         self.loop.close()
 
     def mgmt(self, node: str) -> grpc.aio.Channel:
+        """The management port of `node`, over TLS as a client that trusts the run's CA and checks the name."""
         ch = self._mgmt.get(node)
         if ch is None:
-            ch = self._mgmt[node] = grpc.aio.insecure_channel(self.net.nodes[node].mgmt, options=GRPC_OPTIONS)
+            creds = grpc.ssl_channel_credentials(root_certificates=self.net.secrets.ca)
+            ch = self._mgmt[node] = grpc.aio.secure_channel(self.net.nodes[node].mgmt, creds,
+                                                            options=GRPC_OPTIONS + [(TARGET_NAME_OPTION, node)])
         return ch
 
     def data(self, node: str) -> grpc.aio.Channel:
+        """The data port of `node`, dialled as FAKE (its certificate of the run's CA)."""
         ch = self._data.get(node)
         if ch is None:
-            addr = self.net.nodes[node].cfg.data_listen
-            ch = self._data[node] = grpc.aio.insecure_channel(addr, options=GRPC_OPTIONS)
+            ch = self._data[node] = self.data_channel(node)
         return ch
+
+    def data_channel(self, node: str, ca: bytes | None = None, name: str | None = None,
+                     cert: tuple[bytes, bytes] | None = None) -> grpc.aio.Channel:
+        """A new channel to `node`'s data port: FAKE's certificate, trusting the run's CA and checking `node`'s
+        name unless told otherwise (the caller closes it)."""
+        chain, key = cert or self.fake_cert
+        creds = grpc.ssl_channel_credentials(root_certificates=ca or self.net.secrets.ca, private_key=key,
+                                             certificate_chain=chain)
+        return grpc.aio.secure_channel(self.net.nodes[node].cfg.data_listen, creds,
+                                       options=GRPC_OPTIONS + [(TARGET_NAME_OPTION, name or node)])
 
     def run(self, what: str, coro) -> None:
         """Run one example's coroutine; afterwards every daemon must still be running."""
@@ -965,6 +1000,10 @@ class Fuzzer:
     def expect(self, node: str, msg_id: str, users: set[str]) -> None:
         self.expected[node].setdefault(msg_id, set()).update(users or {""})
 
+    def forbid(self, node: str, *marks: str) -> None:
+        """No mail with any of these message ids or users may ever be in `node`'s mailbox."""
+        self.forbidden[node].update(marks)
+
     # -- invariants ------------------------------------------------------------------------------------------
     def canary(self, note: str) -> str:
         """Send a valid message n1 -> n2 through the Submit service; it must arrive exactly once."""
@@ -1014,7 +1053,22 @@ class Fuzzer:
         if miss:
             self.fail(f"{len(miss)} of {total} accepted messages not delivered exactly once: "
                       + "; ".join(f"{k}: want users {v[0]}, got {v[1]}" for k, v in list(miss.items())[:5]))
+        bad = self.intruders()
+        self.stats["refused_messages"] = sum(len(m) for m in self.forbidden.values())
+        self.stats["refused_delivered"] = len(bad)
+        if bad:
+            self.fail(f"{len(bad)} messages a node had to refuse are in a mailbox: {bad[:5]}")
         return total
+
+    def intruders(self) -> list[str]:
+        """Mailbox items matching Fuzzer.forbid: "node: msg_id for user" each."""
+        out = []
+        for name, marks in self.forbidden.items():
+            if not marks:
+                continue
+            with self.net.client(name) as c:
+                out += [f"{name}: {i.msg_id} for {i.user!r}" for i in c.mailbox() if {i.msg_id, i.user} & marks]
+        return out
 
     def log_problems(self) -> list[str]:
         """Crash signs in the nodes' logs: tracebacks, ERROR lines, failed periodic jobs and background tasks, a
@@ -1173,7 +1227,7 @@ async def drive_raw(fz: Fuzzer, rc: RawCall) -> None:
         decode = pubsub_pb2.SubscribeEvent.FromString
     service, name = rc.method.split("/")
     call = ch.stream_stream(f"/wanbed.{service}/{name}", request_serializer=None, response_deserializer=decode)(
-        timeout=CALL_TIMEOUT)
+        timeout=CALL_TIMEOUT, metadata=MD if service == "PubSub" else ())
     try:
         if rc.after_start:
             await send(call, first)
@@ -1324,7 +1378,7 @@ async def drive_subscribe(fz: Fuzzer, sc: SubscribeScript) -> None:
     ch = fz.mgmt(sc.node)
     sub_fn = ch.stream_stream("/wanbed.PubSub/Subscribe", request_serializer=None,
                               response_deserializer=pubsub_pb2.SubscribeEvent.FromString)
-    calls = [sub_fn(timeout=CALL_TIMEOUT * 2)]
+    calls = [sub_fn(timeout=CALL_TIMEOUT * 2, metadata=MD)]
     call = calls[0]
     first = sc.first if isinstance(sc.first, bytes) else sc.first.SerializeToString()
     durable_name = ""
@@ -1405,7 +1459,7 @@ async def drive_subscribe(fz: Fuzzer, sc: SubscribeScript) -> None:
                 await _sub_send(fz, call, sc,
                                 pubsub_pb2.SubscribeRequest(ack=pubsub_pb2.SubscribeAck(pub_ids=delivered)))
             elif step[0] == "takeover" and durable_name:
-                other = sub_fn(timeout=CALL_TIMEOUT * 2)
+                other = sub_fn(timeout=CALL_TIMEOUT * 2, metadata=MD)
                 calls.append(other)
                 await _sub_send(fz, other, sc, pubsub_pb2.SubscribeRequest(start=start))
                 e = await asyncio.wait_for(other.read(), CALL_TIMEOUT)

@@ -4,11 +4,14 @@ Link.Session (as a fake neighbour: good OPEN then random and mutated frames; bad
 Status, ListMailbox, DeleteMail), Control (Stats, Drain, SetRoutes, Health, GetRoutes, SetRules), PubSub
 (Publish, Subscribe streams, Unsubscribe, ListSubscriptions), and bytes that do not decode for every method. The
 strategies, the network and the rules every example must keep are in fuzz_strategies.py (shared with
-bench/bench_fuzz.py, which runs the same fuzzing far longer).
+bench/bench_fuzz.py, which runs the same fuzzing far longer). Then the attacks on the trust defences
+(fuzz_trust.py): subscription takeover and listing by another user, plaintext to the TLS ports, certificates a
+client must refuse, forged and replayed link probes, calls without a valid token, pieces arriving after expiry.
 
-One network for the module (n1 - n2, and n3 alone with dynamic routing; n1 and n3 wait for a neighbour "a0" that
-the fuzzer plays). Bounded to about a minute: the example counts are fuzz_strategies.BASE_EXAMPLES, times the
-environment variable WANBED_FUZZ_EXAMPLES (a factor, default 1; e.g. WANBED_FUZZ_EXAMPLES=10 for a longer run).
+One network for the module, with tls and auth on (n1 - n2, and n3 alone with dynamic routing; n1 and n3 wait
+for a neighbour "a0" that the fuzzer plays). Bounded to about a minute and a half: the example counts are
+fuzz_strategies.BASE_EXAMPLES and fuzz_trust.BASE_EXAMPLES, times the environment variable WANBED_FUZZ_EXAMPLES
+(a factor, default 1; e.g. WANBED_FUZZ_EXAMPLES=10 for a longer run).
 Examples are derandomized (the same inputs on every run) and nothing is stored between runs.
 
 The tests of the bugs it found outside the request handlers (a unary request that does not decode, an OPEN
@@ -28,15 +31,17 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 
 import fuzz_strategies as fs
+import fuzz_trust as ft
 from node.codec import SEQ_MAX
 from node.rpc import control_pb2, link_pb2, link_pb2_grpc, pubsub_pb2, submit_pb2
 
 pytestmark = pytest.mark.timeout(900)
 SCALE = float(os.environ.get("WANBED_FUZZ_EXAMPLES", "1") or 1)
+BASE_EXAMPLES = {**fs.BASE_EXAMPLES, **ft.BASE_EXAMPLES}
 
 
 def fuzz_settings(target: str):
-    return settings(max_examples=max(1, round(fs.BASE_EXAMPLES[target] * SCALE)), deadline=None, derandomize=True,
+    return settings(max_examples=max(1, round(BASE_EXAMPLES[target] * SCALE)), deadline=None, derandomize=True,
                     database=None, suppress_health_check=list(HealthCheck), print_blob=False)
 
 
@@ -159,13 +164,59 @@ def test_bytes_that_are_no_request(fz: fs.Fuzzer) -> None:
     fz.healthy()
 
 
+# -- the trust defences (fuzz_trust.py) ---------------------------------------------------------------------
+def run_trust(fz: fs.Fuzzer, target: str) -> None:
+    make, drive = ft.TARGETS[target]
+
+    @fuzz_settings(target)
+    @given(example=make())
+    def run(example) -> None:
+        fz.run(target, drive(fz, example))
+
+    run()
+    fz.healthy()
+
+
+def test_another_users_subscription_can_be_neither_taken_nor_seen(fz: fs.Fuzzer) -> None:
+    run_trust(fz, "takeover")
+    assert fz.stats["takeover owners' streams intact"] > 0
+
+
+def test_plaintext_to_a_tls_port_gets_no_answer(fz: fs.Fuzzer) -> None:
+    run_trust(fz, "plaintext")
+    assert fz.stats["plaintext calls refused"] and fz.stats["plaintext raw connections refused"]
+
+
+def test_clients_refuse_a_certificate_of_another_ca_or_name(fz: fs.Fuzzer) -> None:
+    run_trust(fz, "certs")
+    assert fz.stats["certificates refused by clients"] and fz.stats["certificates refused by nodes"]
+
+
+def test_forged_and_replayed_probes_change_no_cost(fz: fs.Fuzzer) -> None:
+    run_trust(fz, "probes")
+    assert fz.stats["forged probes refused"] == fz.stats["forged probes sent"] > 0
+
+
+def test_calls_without_a_valid_token_are_refused_before_their_request(fz: fs.Fuzzer) -> None:
+    run_trust(fz, "tokens")
+    assert fz.stats["tokenless calls refused"]
+
+
+def test_pieces_arriving_after_their_lifetime_are_refused(fz: fs.Fuzzer) -> None:
+    fz.canary("late")
+    run_trust(fz, "late")
+    assert fz.stats["late pieces refused"]
+
+
 def test_every_accepted_message_arrives_once_and_no_node_crashed(fz: fs.Fuzzer) -> None:
-    """After all the fuzzing: the canaries and every message a node accepted are delivered exactly once, every
+    """After all the fuzzing: the canaries and every message a node accepted are delivered exactly once, none a
+    node had to refuse (late pieces, calls without a token or over a refused certificate) is in a mailbox, every
     node is healthy and no node.log shows a crash (a traceback, an ERROR line, a session failing on an
     exception), apart from the known bugs' lines."""
     fz.canary("after the fuzzing")
     total = fz.verify()
     assert total >= 8                 # the canaries at least
+    assert fz.stats["refused_messages"] > 0 and fz.stats["refused_delivered"] == 0
     fz.healthy()
     assert fz.log_problems() == []
 
