@@ -11,14 +11,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import grpc
 import pytest
 
 from node.rpc import control_pb2
-from nodenet_support import FAST, wait_until
+from nodenet_support import FAST, chain, wait_until
 from testbed import cli
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -29,15 +28,7 @@ DELIVERY = 20 * FAST["session"]["hold_time"]      # seconds a message may take a
 
 @pytest.fixture(scope="module")
 def net():
-    from testbed.localnet import LocalNet
-
-    work = Path(tempfile.mkdtemp(prefix="wanbed-cli-node-"))
-    n = LocalNet.build(work, NAMES, [("n1", "n2"), ("n2", "n3")], **FAST)
-    try:
-        n.start()
-        yield n
-    finally:
-        n.close()
+    yield from chain("wanbed-cli-node-", NAMES)
 
 
 @pytest.fixture

@@ -13,12 +13,11 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from nodenet_support import FAST, wait_until
+from nodenet_support import FAST, chain, wait_until
 from tests.integration.support import signal_and_wait
 from testbed import cli
 
@@ -32,15 +31,7 @@ DELIVERY_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3}  (\S+)  (\S+)  (\d+) B  (\d+
 
 @pytest.fixture(scope="module")
 def net():
-    from testbed.localnet import LocalNet
-
-    work = Path(tempfile.mkdtemp(prefix="wanbed-cli-pubsub-"))
-    n = LocalNet.build(work, NAMES, [("n1", "n2"), ("n2", "n3")], **FAST)
-    try:
-        n.start()
-        yield n
-    finally:
-        n.close()
+    yield from chain("wanbed-cli-pubsub-", NAMES)
 
 
 @pytest.fixture(autouse=True)
