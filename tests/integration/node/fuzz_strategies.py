@@ -1313,9 +1313,16 @@ async def drive_link(fz: Fuzzer, ls: LinkScript) -> None:
         acked: set[int] = set()
         refused: dict[int, str] = {}
         deadline = loop.time() + ANSWER_TIMEOUT
+        # One read outstanding across the polls: cancelling a grpc.aio read (asyncio.wait_for's timeout) cancels
+        # the whole call, which would look like the node ending the session.
+        reading: asyncio.Future | None = None
         while ended is None and (not want <= (acked | set(refused)) or second_open):
             try:
-                got = await asyncio.wait_for(call.read(), 0.25)
+                reading = reading or asyncio.ensure_future(call.read())
+                done, _ = await asyncio.wait({reading}, timeout=0.25)
+                if not done:
+                    raise asyncio.TimeoutError
+                got, reading = reading.result(), None
             except asyncio.TimeoutError:
                 if loop.time() > deadline:
                     break
@@ -1337,6 +1344,8 @@ async def drive_link(fz: Fuzzer, ls: LinkScript) -> None:
                     refused[f.refuse.seq] = f.refuse.reason
                     if not f.refuse.reason:
                         fz.fail(f"{node} refused frame {f.refuse.seq} without a reason\n  input: {ls!r}")
+        if reading is not None:
+            reading.cancel()          # nothing more is read from this call
         if ended is not None:
             fz.verdict("Link/Session", ended[0], ended[1], ls)
             if not second_open:
