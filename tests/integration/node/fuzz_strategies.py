@@ -834,16 +834,24 @@ def link_opens() -> st.SearchStrategy[LinkOpen]:
 def canary_frames(msg_id: str, canary: tuple) -> list[link_pb2.Frame]:
     dst, users, payload, pieces, as_run, _pos = canary
     now = time.time()
+    return message_frames(msg_id, dst, users, payload, pieces, as_run, now + 3600, CANARY_SEQ, submit=now)
+
+
+def message_frames(msg_id: str, dst: str, users: tuple, payload: bytes, pieces: int, as_run: bool, expires: float,
+                   seq: int, submit: float | None = None) -> list[link_pb2.Frame]:
+    """The frames of one message as FAKE sends it: `pieces` fragments (or one run) from sequence number `seq`;
+    submitted at `submit` (default: now, or `expires` if that is earlier)."""
     n = max(1, math.ceil(len(payload) / pieces)) if payload else 1
     parts = [payload[i:i + n] for i in range(0, len(payload), n)] or [b""]
     head = dict(msg_id=msg_id, total_size=len(payload), hops=1, src=FAKE,
-                recipients=[common_pb2.Recipient(node=dst, user=u) for u in users], priority=1, submit_ts=now,
-                expires_ts=now + 3600, fragments=len(parts))
+                recipients=[common_pb2.Recipient(node=dst, user=u) for u in users], priority=1,
+                submit_ts=min(expires, time.time()) if submit is None else submit, expires_ts=expires,
+                fragments=len(parts))
     if as_run and len(parts) > 1:
-        return [link_pb2.Frame(run=link_pb2.Run(head=link_pb2.Fragment(offset=0, seq=CANARY_SEQ, **head), data=parts))]
+        return [link_pb2.Frame(run=link_pb2.Run(head=link_pb2.Fragment(offset=0, seq=seq, **head), data=parts))]
     out, off = [], 0
     for i, part in enumerate(parts):
-        out.append(link_pb2.Frame(fragment=link_pb2.Fragment(offset=off, seq=CANARY_SEQ + i, data=part, **head)))
+        out.append(link_pb2.Frame(fragment=link_pb2.Fragment(offset=off, seq=seq + i, data=part, **head)))
         off += len(part)
     return out
 

@@ -30,7 +30,6 @@ import asyncio
 import hashlib
 import hmac
 import json
-import math
 import secrets
 import time
 import uuid
@@ -1023,23 +1022,6 @@ def late_scripts(draw) -> LateScript:
     return LateScript(node, draw(st.lists(message, min_size=1, max_size=3)), draw(st.booleans()), draw(st.booleans()))
 
 
-def message_frames(msg_id: str, dst: str, users: tuple, payload: bytes, pieces: int, as_run: bool, expires: float,
-                   seq: int, submit: float | None = None) -> list[link_pb2.Frame]:
-    """The frames of one message as FAKE sends it: `pieces` fragments (or one run) from sequence number `seq`."""
-    n = max(1, math.ceil(len(payload) / pieces)) if payload else 1
-    parts = [payload[i:i + n] for i in range(0, len(payload), n)] or [b""]
-    head = dict(msg_id=msg_id, total_size=len(payload), hops=1, src=fs.FAKE,
-                recipients=[common_pb2.Recipient(node=dst, user=u) for u in users], priority=1,
-                submit_ts=min(expires, time.time()) if submit is None else submit, expires_ts=expires,
-                fragments=len(parts))
-    if as_run and len(parts) > 1:
-        return [link_pb2.Frame(run=link_pb2.Run(head=link_pb2.Fragment(offset=0, seq=seq, **head), data=parts))]
-    out, off = [], 0
-    for i, part in enumerate(parts):
-        out.append(link_pb2.Frame(fragment=link_pb2.Fragment(offset=off, seq=seq + i, data=part, **head)))
-        off += len(part)
-    return out
-
 
 async def drive_late(fz: fs.Fuzzer, ls: LateScript) -> None:
     late_seqs: dict[int, tuple[str, str]] = {}          # seq -> (msg_id, node whose mailbox it must never reach)
@@ -1048,7 +1030,7 @@ async def drive_late(fz: fs.Fuzzer, ls: LateScript) -> None:
     for dst, users, payload, pieces, as_run, (how, value) in ls.messages:
         msg_id = f"late-{uuid.uuid4().hex[:12]}"
         expires = time.time() - value if how == "ago" else value
-        fr = message_frames(msg_id, dst, tuple(users), payload, pieces, as_run, expires, seq)
+        fr = fs.message_frames(msg_id, dst, tuple(users), payload, pieces, as_run, expires, seq)
         for s in fs.answer_seqs(link_pb2.FrameBatch(frames=fr)):
             late_seqs[s] = (msg_id, dst)
         seq += 10
@@ -1058,11 +1040,11 @@ async def drive_late(fz: fs.Fuzzer, ls: LateScript) -> None:
     if ls.valid:
         # named like the Link canaries, which the Submit target's DeleteMail never picks
         valid = (f"{fs.CANARY_PREFIX}{uuid.uuid4().hex[:12]}", ls.node, ("lk",), b"valid" * 300, 2, False)
-        frames += message_frames(*valid, time.time() + 3600, VALID_SEQ)
+        frames += fs.message_frames(*valid, time.time() + 3600, VALID_SEQ)
     earlier = [c for c in fz.memory.get("late", []) if c[1] == ls.node]
     dup_seqs: set[int] = set()
     if ls.dup and earlier:
-        fr = message_frames(*earlier[-1], time.time() - 1.0, DUP_SEQ)
+        fr = fs.message_frames(*earlier[-1], time.time() - 1.0, DUP_SEQ)
         dup_seqs = fs.answer_seqs(link_pb2.FrameBatch(frames=fr))
         frames += fr
     frames.append(link_pb2.Frame(fragment=link_pb2.Fragment(seq=fs.PROBE_SEQ, total_size=1, data=b"?", hops=1)))
@@ -1110,7 +1092,7 @@ async def drive_late(fz: fs.Fuzzer, ls: LateScript) -> None:
     fz.stats["late pieces refused"] += len(late_seqs)
     fz.verdict("Link/Session", OK, "", ls)
     if valid is not None:
-        vs = fs.answer_seqs(link_pb2.FrameBatch(frames=message_frames(*valid, 1.0, VALID_SEQ)))
+        vs = fs.answer_seqs(link_pb2.FrameBatch(frames=fs.message_frames(*valid, 1.0, VALID_SEQ)))
         if not vs <= acked:
             fz.fail(f"{ls.node} did not take a valid message sent beside late ones: "
                     f"{ {s: refused.get(s) for s in vs - acked} }\n  input: {ls!r}")
