@@ -9,13 +9,14 @@ Where a node's management address comes from, first match wins:
 
 The token a call carries (scenario `security.auth`), first match wins:
   WANBED_TOKEN=TOKEN
-  the running network's secrets/tokens.json: the user's token at that node when the command names a user
-  (`mailbox --user`, `send --originator`) and the run has one, else that node's admin token
+  the running network's secrets/tokens.json, when the address is that network's node NODE: the user's token
+  at that node when the command names a user (`mailbox --user`, `send --originator`) and the run has one,
+  else that node's admin token
   none (a network without tokens)
 
 TLS (scenario `security.tls`: the node serves its management port over TLS), first match wins:
   WANBED_CA=FILE                            (the PEM certificate of the CA to trust)
-  the running network's secrets/ca.crt, when its nodes have certificates
+  the running network's secrets/ca.crt, when its nodes have certificates and the address is its node NODE
   none: plaintext
 With a CA the node's certificate must name the node the command names (NODE, not the address dialled).
 """
@@ -77,18 +78,15 @@ def resolve_address(node: str, address: str | None) -> str:
     return addr
 
 
-def node_access(node: str, user: str = "") -> Access:
-    """The token and TLS check for calls to `node` (see the module docstring)."""
+def node_access(node: str, address: str, user: str = "") -> Access:
+    """The token and TLS check for calls to `node` at `address` (see the module docstring)."""
     from node.client import Access
     from testbed import secrets
     run = secrets.RunSecrets()
-    try:
-        rec = netstate.current()
-    except UserError:
-        rec = None        # no network is up: an --address of another setup, which has no secrets of ours
-    run_dir = rec.state.get("run_dir") if rec is not None else None
-    if run_dir:
-        run = secrets.load(Path(run_dir))
+    if _running_network_node(node, address):
+        run_dir = netstate.current().state.get("run_dir")
+        if run_dir:
+            run = secrets.load(Path(run_dir))
     token = os.environ.get("WANBED_TOKEN") or (run.token(node, user) if user in run.users.get(node, {})
                                                else run.token(node))
     ca = run.ca if run.tls else b""
@@ -108,7 +106,16 @@ def node_client(node: str, address: str, user: str = "", timeout: float = 30.0) 
     (a failed TLS check is one line of ours, not the library's handshake report)."""
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     from node.client import NodeClient
-    return NodeClient.to(address, node_access(node, user), timeout)
+    return NodeClient.to(address, node_access(node, address, user), timeout)
+
+
+def _running_network_node(node: str, address: str) -> bool:
+    """Whether `address` is node `node` of the running `testbed up` network: only then do its secrets apply (an
+    address of another setup, from --address or WANBED_NODES, must not be sent this network's tokens)."""
+    try:
+        return netstate.mgmt_address(node) == address
+    except Exception:     # no network is up, it has no such node, or its state is damaged: none of its secrets
+        return False
 
 
 def _check_daemon(node: str) -> None:
