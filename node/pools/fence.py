@@ -76,8 +76,10 @@ class Release:
 
 @dataclass(frozen=True)
 class Step:
-    """What one input leads to: events to process now, in this order, then messages to publish once they are
-    processed and acknowledged; `refused` says why an input was refused; `ignored` counts duplicate events."""
+    """What one input leads to: events to process now, in this order; then, once they are processed and
+    acknowledged, the Acked messages to publish and the FenceDone ones to record (the pause ends there);
+    `refused` says why an input was refused; `ignored` counts events dropped as duplicates or not this
+    instance's (they are acknowledged all the same)."""
     released: tuple[Release, ...] = ()
     send: tuple[Acked | FenceDone, ...] = ()
     refused: str | None = None

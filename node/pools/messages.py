@@ -102,9 +102,10 @@ def parse_heartbeat(body: bytes | str) -> ConsumerBeat | InstanceBeat:
         return ConsumerBeat(_pool_name(obj, "name"), _node(obj), tuple(types), state,
                             {app: float(rate) for app, rate in load.items()})
     if role == "instance":
-        _only(obj, {"role", "name", "app", "node", "state", "backlog"}, {"state", "backlog"}, "heartbeat")
+        # backlog is required: a leaving instance at backlog 0 is removed, so a missing one must not read as 0
+        _only(obj, {"role", "name", "app", "node", "state", "backlog"}, {"state"}, "heartbeat")
         return InstanceBeat(_pool_name(obj, "name"), _pool_name(obj, "app"), _node(obj), state,
-                            _count(obj.get("backlog", 0), "heartbeat: backlog"))
+                            _count(obj["backlog"], "heartbeat: backlog"))
     raise BadMessage("heartbeat: role must be consumer or instance")
 
 

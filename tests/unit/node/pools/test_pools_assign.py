@@ -138,6 +138,11 @@ def test_interest_balance_load_and_term() -> None:
     state, moves = apply(state, {"op": "load", "consumer": "PS1", "app": "A", "rate": 7.0, "term": 3})
     assert moves == [] and state["version"] == version and state["term"] == 3
     assert balance(state, "A") == pytest.approx(8.0 / 4.5)     # PR1: PS1 7 + PS9 1 (no report), PR2: PS2 1
+    again, moves = apply(state, cons("PS1"))                     # registering again with the same record
+    assert moves == [] and again == state
+    state, moves = run(state, cons("PS1", ("ims",)))             # new types: new interest, the old load goes
+    assert moves == [Move("PS1", "A", "PR1", None), Move("PS1", "B", None, "X1")]
+    assert "PS1" not in state["load"] and state["version"] == version + 1
 
 
 BAD = [

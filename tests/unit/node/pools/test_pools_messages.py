@@ -57,6 +57,7 @@ BAD_BODIES = [
     (parse_heartbeat, '{"role": "consumer", "name": "c", "node": "n1", "types": ["t"], "load": {"A": 1'
      + "0" * 400 + '}}', "load"),
     (parse_heartbeat, '{"role": "instance", "name": "i", "app": "A", "node": "n1", "state": "gone"}', "state"),
+    (parse_heartbeat, '{"role": "instance", "name": "i", "app": "A", "node": "n1", "state": "leaving"}', "backlog"),
     (parse_fence, '{"consumer": "c", "app": "A", "seq": 1, "old": "i", "new": "i", "version": 1, "term": 1}', "same"),
     (parse_event_key, "abc:1", "<event id>"),
     (parse_event_key, "abc:0:1", "seq"),
