@@ -127,7 +127,8 @@ class _PoolLog(SyncObjConsumer):
     """The replicated part. Attributes set before SyncObjConsumer.__init__ are local (not serialised); `state` and
     `refused`, set after, are what pysyncobj serialises for log compaction and snapshots."""
 
-    def __init__(self, apply: ApplyFn, report: Callable[[dict, dict, dict], None]) -> None:
+    def __init__(self, name: str, apply: ApplyFn, report: Callable[[dict, dict, dict], None]) -> None:
+        self._name = name
         self._apply = apply
         self._report = report
         super().__init__()
@@ -138,29 +139,37 @@ class _PoolLog(SyncObjConsumer):
     def command(self, command: dict) -> dict:
         """Applies one committed command: runs in the Raft thread of every replica, in log order. Returns the
         outcome: {"ok", "term", "version"} and "moves" or "reason"."""
+        # An exception escaping here would stop pysyncobj at this log entry for good: every failure is a refusal
+        # (the same on every replica, which runs the same code on the same state).
         reason = _stale(command, self.state)
         if reason is None:
             try:
                 state, moves = self._apply(self.state, command)
+                outcome = {"ok": True, "moves": list(moves), "term": state["term"], "version": state["version"]}
             except ValueError as e:
                 reason = str(e) or type(e).__name__
-            except Exception as e:   # a bug in apply: refusing keeps every replica equal and the thread alive
-                log.exception("pool command %r failed", command)
+            except Exception as e:   # a bug in apply
+                log.exception("%s: pool command %r failed", self._name, command)
                 reason = f"{type(e).__name__}: {e}"
         if reason is not None:
             self.refused += 1
             outcome = {"ok": False, "reason": reason, "term": self.state["term"], "version": self.state["version"]}
         else:
             self.state = state
-            outcome = {"ok": True, "moves": list(moves), "term": state["term"], "version": state["version"]}
-        self._report(command, outcome, self.state)
+        self._tell(command, outcome)
         return outcome
 
     def _deserialize(self, data: dict) -> None:
         # a snapshot (from the leader, or the dump file at start): the state jumps without commands
         super()._deserialize(data)
-        self._report({"op": "snapshot"}, {"ok": True, "moves": [], "term": self.state["term"],
-                                          "version": self.state["version"]}, self.state)
+        self._tell({"op": "snapshot"}, {"ok": True, "moves": [], "term": self.state["term"],
+                                        "version": self.state["version"]})
+
+    def _tell(self, command: Any, outcome: dict) -> None:
+        try:
+            self._report(command, outcome, self.state)
+        except Exception:
+            log.exception("%s: reporting pool command %r failed", self._name, command)
 
 
 def _stale(command: Any, state: dict) -> str | None:
@@ -212,7 +221,7 @@ class PoolController:
         self._loop = loop
         self._on_applied = on_applied
         self._on_elected = on_elected
-        self._log = _PoolLog(apply, self._committed)
+        self._log = _PoolLog(self.name, apply, self._committed)
         self._sync: SyncObj | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()

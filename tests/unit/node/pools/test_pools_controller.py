@@ -23,7 +23,8 @@ FAST = RaftTimeouts().scaled(0.5)     # elections in 0.2-0.7 s: the tests that d
 
 
 def toy_apply(state: dict, command: dict) -> tuple[dict, list]:
-    """define_app (refused twice for one app) and load (no version bump); anything else is refused."""
+    """define_app (refused twice for one app) and load (no version bump); explode is a bug; anything else is
+    refused."""
     new = copy.deepcopy(state)
     op = command.get("op")
     if op == "define_app":
@@ -31,6 +32,8 @@ def toy_apply(state: dict, command: dict) -> tuple[dict, list]:
             raise ValueError(f"app {command['app']!r} is already defined")
         new["apps"][command["app"]] = {"algorithm": "round_robin", "move_share": 0.5, "types": [], "instances": {}}
         new["version"] += 1
+    elif op == "explode":
+        raise RuntimeError("a bug in apply")
     elif op == "load":
         new["load"].setdefault(command["consumer"], {})[command["app"]] = command["rate"]
     else:
@@ -131,6 +134,9 @@ def test_commands_replicate_and_refused_ones_change_nothing(tmp_path: Path) -> N
                 await leader.submit({"op": "define_app", "app": "A"})
             with pytest.raises(CommandRefused, match="unknown op"):
                 await leader.submit({"op": "nonsense"})
+            # a bug in apply is a refusal too: raised in the Raft thread, it would stall the log at that entry
+            with pytest.raises(CommandRefused, match="RuntimeError: a bug in apply"):
+                await leader.submit({"op": "explode"})
             load = await leader.submit({"op": "load", "consumer": "c1", "app": "A", "rate": 2.5})
             assert load["version"] == 1
             await group.settled(10 * FAST.append_period_s)
@@ -142,7 +148,7 @@ def test_commands_replicate_and_refused_ones_change_nothing(tmp_path: Path) -> N
                 # the refused commands reached no on_applied and are counted alike everywhere
                 assert [cmd["op"] for _, _, cmd in group.applied[addr]] == ["define_app", "load"]
                 assert group.applied[addr][-1][0] == expected
-                assert c.status()["refused"] == 2
+                assert c.status()["refused"] == 3
                 assert c.status()["leader"] == leader.self_addr
         finally:
             await group.stop_all()
