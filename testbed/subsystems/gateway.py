@@ -40,6 +40,8 @@ def gateway_config(scenario: Scenario, name: str, start: float | None = None) ->
         if u.permit is not None:
             entry["permit"] = list(u.permit)
         entry.update(deny=list(u.deny), priority=u.priority)
+        if u.throughput is not None:
+            entry["throughput"] = u.throughput
         users[user] = entry
     incoming = {n: ({"neighbour": i.neighbour} if i.neighbour else {"user": i.user}) | {"throughput": i.throughput}
                 for n, i in gw.incoming.items()}
@@ -62,10 +64,13 @@ class Gateway(Subsystem):
         for out in gw.outgoing.values():
             out.rate /= k
         for inc in gw.incoming.values():
-            inc.throughput /= k
+            if inc.throughput is not None:
+                inc.throughput /= k
         for user in gw.users.values():
             if user.locked_for is not None:
                 user.locked_for *= k
+            if user.throughput is not None:
+                user.throughput /= k
 
     def node_config(self, scenario: Scenario, node: str) -> dict[str, Any]:
         section = gateway_config(scenario, node)

@@ -11,14 +11,14 @@
       escalate_after: 60s           # ... while the problem persists ("10%" works too)
       actions: [deactivate_lb, throttle, drop]    # any subset ([] = no action); the order of use is fixed
       move_queued: false            # deactivate_lb also moves the copies already queued for the connector
-      drop_order: [expired, priority, random, newest]
+      drop_order: [expired, priority, random, newest]   # or oldest
       outgoing:                     # outgoing connectors: MTA neighbours of the gateway node
         o1: {rate: 1}               # messages per second (0 or absent: unpaced)
       incoming:                     # incoming connectors, by name: a neighbour or a local submitting user
-        s1: {neighbour: s1, throughput: 3}
+        s1: {neighbour: s1, throughput: 3}    # throughput: messages per second (absent: unlimited)
         in1: {user: in1, throughput: 5}
-      users:
-        alice: {credits: 1000, locked_until: 600s, permit: [o1, o2], deny: [], priority: 1}
+      users:                        # throughput: messages per second the user may submit (absent: unlimited)
+        alice: {credits: 1000, locked_until: 600s, permit: [o1, o2], deny: [], priority: 1, throughput: 2}
 
 `locked_until` is a model-time offset ("600s", or a bare number of seconds) counted from when the run's node
 configs are written, just before the daemons start (so it includes the warm-up), or an ISO-8601 time
@@ -41,10 +41,11 @@ from testbed.topology import overlay
 from testbed.topology.model import Topology
 
 ACTIONS = ("deactivate_lb", "throttle", "drop")
-DROP_POLICIES = ("expired", "priority", "random", "newest")
+DROP_POLICIES = ("expired", "priority", "random", "newest", "oldest")
+DROP_ORDER = ("expired", "priority", "random", "newest")     # the default order
 KEYS = ("node", "gamma", "threshold", "lower", "period", "settle", "escalate", "escalate_after", "actions",
         "move_queued", "drop_order", "outgoing", "incoming", "users")
-USER_KEYS = ("credits", "locked_until", "permit", "deny", "priority")
+USER_KEYS = ("credits", "locked_until", "permit", "deny", "priority", "throughput")
 LOWER_SHARE = 0.75          # the lower threshold when none is given: the contract's 150 for 200
 USER_RULE = "letters, digits, '_.-'"
 
@@ -58,7 +59,7 @@ class OutgoingSpec:
 class IncomingSpec:
     neighbour: str = ""                  # exactly one of neighbour / user
     user: str = ""
-    throughput: float = 0.0              # messages per (model) second
+    throughput: float | None = None      # messages per (model) second; None: unlimited
 
 
 @dataclass
@@ -69,6 +70,7 @@ class UserSpec:
     permit: list[str] | None = None      # None: every connector
     deny: list[str] = field(default_factory=list)
     priority: int = 1                    # lower is dropped first
+    throughput: float | None = None      # messages per (model) second it may submit; None: unlimited
 
 
 @dataclass
@@ -84,7 +86,7 @@ class GatewaySpec:
     escalate_after: float = 60.0         # seconds
     actions: list[str] = field(default_factory=lambda: list(ACTIONS))
     move_queued: bool = False
-    drop_order: list[str] = field(default_factory=lambda: list(DROP_POLICIES))
+    drop_order: list[str] = field(default_factory=lambda: list(DROP_ORDER))
     outgoing: dict[str, OutgoingSpec] = field(default_factory=dict)
     incoming: dict[str, IncomingSpec] = field(default_factory=dict)
     users: dict[str, UserSpec] = field(default_factory=dict)
@@ -155,9 +157,8 @@ def _incoming(c: Check, ip: KeyPath, name: Any, raw: Any) -> IncomingSpec:
     setattr(out, key, c.text(ip + (key,), e[key]))
     if key == "user" and not is_user_name(out.user):
         c.fail(ip + ("user",), f"{show(out.user)} is not a valid user name ({USER_RULE})")
-    if "throughput" not in e:
-        c.fail(ip, "missing: an incoming connector needs 'throughput' (messages per second)")
-    out.throughput = _not_negative(c, ip + ("throughput",), e["throughput"])
+    if e.get("throughput") is not None:
+        out.throughput = _not_negative(c, ip + ("throughput",), e["throughput"])
     return out
 
 
@@ -174,6 +175,8 @@ def _user(c: Check, up: KeyPath, name: Any, raw: Any) -> UserSpec:
         out.permit = _names(c, up + ("permit",), e["permit"])
     out.deny = _names(c, up + ("deny",), e.get("deny"))
     out.priority = c.integer(up + ("priority",), e.get("priority", out.priority))
+    if e.get("throughput") is not None:
+        out.throughput = _not_negative(c, up + ("throughput",), e["throughput"])
     return out
 
 
@@ -271,6 +274,8 @@ def _plain(s: Scenario) -> Any:
             entry["locked_until"] = u.locked_at if u.locked_at is not None else u.locked_for
         if u.permit is not None:
             entry["permit"] = list(u.permit)
+        if u.throughput is not None:
+            entry["throughput"] = u.throughput
         users[name] = entry
     return {"node": gw.node, "gamma": gw.gamma, "threshold": gw.threshold, "lower": gw.lower,
             "period": gw.period, "settle": gw.settle, "escalate": gw.escalate, "escalate_after": gw.escalate_after,

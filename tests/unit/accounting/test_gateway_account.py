@@ -91,9 +91,9 @@ def test_no_gateway_no_account_and_a_silent_gateway_is_a_problem(tmp_path: Path)
     scenario = load_text(SCENARIO, "emg.yaml")
     node = tmp_path / "nodes" / "hub"
     write(node / "metrics.jsonl", [metrics(1.0, 10, False, 0, 0, section=False)], "metrics")
-    (node / gateway.DECISIONS_FILE).write_text('{"ts": 1.0, "node": "hub", "action": "none"}\nnot json\n')
+    (node / gateway.DECISIONS_FILE).write_text(json.dumps(decision("none")) + "\nnot json\n")
     reader = RecordReader(tmp_path)
     acc = gateway.account(tmp_path, reader, scenario, [])
-    assert acc["outgoing"]["n1"]["max_queue"] == 10 and acc["samples"] == 0
+    assert acc["outgoing"]["n1"]["max_queue"] == 10 and acc["samples"] == 0 and acc["decisions"] == {"none": 1}
     assert reader.problems == 1 and "gateway.jsonl:2" in reader.samples[0]
     assert "wrote no `gateway` section" in SUBSYSTEM.problems({"gateway": acc})[0]

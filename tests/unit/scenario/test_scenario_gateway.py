@@ -41,7 +41,7 @@ gateway:
     s1: {neighbour: s1, throughput: 3}
     in1: {user: in1, throughput: 5}
   users:
-    alice: {credits: 1000, locked_until: 600s, permit: [o1], deny: [o2], priority: 2}
+    alice: {credits: 1000, locked_until: 600s, permit: [o1], deny: [o2], priority: 2, throughput: 2}
     bob: {locked_until: "2026-11-27T10:00:00Z"}
 """
 
@@ -69,13 +69,16 @@ def test_defaults_round_trip_and_sweep_keys() -> None:
     swept = load(GOOD, sets=("gateway.actions=[deactivate_lb]", "gateway.move_queued=true", "gateway.lower=120"))
     assert (swept.gateway.actions, swept.gateway.move_queued, swept.gateway.lower) == (["deactivate_lb"], True, 120)
     assert not load("").gateway.enabled
+    # a connector's throughput may be left out (unlimited); `oldest` is a drop policy too
+    open_ = load("gateway: {node: gw, drop_order: [oldest], incoming: {s1: {neighbour: s1}}}\n").gateway
+    assert open_.incoming["s1"].throughput is None and open_.drop_order == ["oldest"]
 
 
 def test_time_scale_converts_durations_and_rates() -> None:
     wall = timescale.to_wall(load(GOOD)).gateway
     assert (wall.period, wall.settle, wall.escalate_after) == (1.0, 5.0, 30.0)
     assert (wall.outgoing["o1"].rate, wall.incoming["s1"].throughput) == (2.0, 6.0)
-    assert wall.users["alice"].locked_for == 300.0
+    assert (wall.users["alice"].locked_for, wall.users["alice"].throughput) == (300.0, 4.0)
     assert (wall.threshold, wall.lower, wall.escalate, wall.users["alice"].credits) == (200, 150, 0.1, 1000)
 
 
@@ -89,7 +92,7 @@ def test_the_gateway_node_gets_the_contract_section_in_wall_units() -> None:
         "outgoing": {"o1": {"rate": 2.0}, "o2": {"rate": 6.0}},
         "incoming": {"s1": {"neighbour": "s1", "throughput": 6.0}, "in1": {"user": "in1", "throughput": 10.0}},
         "users": {"alice": {"credits": 1000, "locked_until": 1_000_300.0, "permit": ["o1"], "deny": ["o2"],
-                            "priority": 2},
+                            "priority": 2, "throughput": 4.0},
                   "bob": {"credits": None, "locked_until": 1795773600.0, "deny": [], "priority": 1}}}
     assert gateway_config(wall, "o1", start=0.0) == {}
     assert SUBSYSTEM.node_config(wall, "s1") == {}
@@ -105,12 +108,13 @@ def test_the_gateway_node_gets_the_contract_section_in_wall_units() -> None:
     ("gateway: {node: gw, threshold: 100, lower: 100}\n", "gateway.lower", "must be below the threshold"),
     ("gateway: {node: gw, threshold: 100, lower: 150}\n", "gateway.lower", "must be below the threshold"),
     ("gateway: {node: gw, actions: [deactivate_lb, slow_down]}\n", "gateway.actions[1]", "unknown action"),
-    ("gateway: {node: gw, drop_order: [oldest]}\n", "gateway.drop_order[0]", "unknown drop policy"),
+    ("gateway: {node: gw, drop_order: [latest]}\n", "gateway.drop_order[0]", "unknown drop policy"),
     ("gateway: {node: gw, outgoing: {o1: {rate: -1}}}\n", "gateway.outgoing.o1.rate", "zero or more"),
     ("gateway: {node: gw, incoming: {s1: {neighbour: s1, throughput: -3}}}\n", "gateway.incoming.s1.throughput",
      "zero or more"),
     ("gateway: {node: gw, incoming: {s1: {throughput: 3}}}\n", "gateway.incoming.s1", "exactly one of"),
     ("gateway: {node: gw, users: {alice: {credits: -5}}}\n", "gateway.users.alice.credits", "at least 0"),
+    ("gateway: {node: gw, users: {alice: {throughput: -1}}}\n", "gateway.users.alice.throughput", "zero or more"),
     ("gateway: {node: gw, users: {alice: {locked_until: soon}}}\n", "gateway.users.alice.locked_until",
      "expected a time"),
     ("gateway: {node: gw, users: {alice: {locked_until: 2026-11-27}}}\n", "gateway.users.alice.locked_until",
