@@ -232,6 +232,8 @@ class NodeConfig:
                 raise ConfigError(f"{key} must be positive.")
         if self.session.hold_time <= self.session.keepalive:
             raise ConfigError("session.hold_time must be longer than session.keepalive.")
+        if not 0 < self.session.backoff_min <= self.session.backoff_max:
+            raise ConfigError("session needs 0 < backoff_min <= backoff_max.")
         for key in ("max_link_queue", "max_orphan_bytes", "max_submission_bytes"):
             if getattr(self.limits, key) < 1:
                 raise ConfigError(f"limits.{key} must be at least 1 byte.")

@@ -9,7 +9,7 @@ that does not answer, a refusal (with the node's reason).
 `sub` runs until Ctrl-C (status 0, a summary line) or until --count deliveries. A non-durable subscription
 lives as long as its stream: when the node goes away `sub` says so in one sentence and exits 2. A durable one
 (--durable NAME) lives in the node's spool, so `sub --durable` reconnects instead: it says so, retries with
-backoff (RECONNECT_MIN doubling to RECONNECT_MAX) until the node answers again or Ctrl-C, and the node
+backoff (node/backoff.py: RECONNECT_MIN doubling to RECONNECT_MAX, with jitter) until the node answers again or Ctrl-C, and the node
 hands over what waited meanwhile (plus anything delivered but not acknowledged, flagged redelivered).
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ import time
 from datetime import datetime
 from typing import Any, Callable, Iterator
 
+from node.backoff import Backoff
 from node.errors import UserError
 from node.natural import natural_key
 from testbed.commands.messaging import node_client, read_body, resolve_address
@@ -227,10 +228,9 @@ class _Subscriber:
     def _reconnect(self, exc: UserError) -> Iterator[Any]:
         self.out.notice(f"{self.node} went away: {one_line(exc).rstrip('.')}; reconnecting to the durable "
                         f"subscription {self.name}, with backoff (Ctrl-C to stop)")
-        delay = RECONNECT_MIN
+        backoff = Backoff(RECONNECT_MIN, RECONNECT_MAX)
         while True:
-            time.sleep(delay)
-            delay = min(2 * delay, RECONNECT_MAX)
+            time.sleep(backoff.wait())
             try:
                 return self._attach(again=True)
             except UserError as again:
