@@ -157,3 +157,22 @@ def progress_on(stream: TextIO | None = None) -> Iterator[Progress]:
         close = getattr(progress, "close", None)
         if callable(close):
             close()
+
+
+@contextmanager
+def waiting(text: str, stream: TextIO | None = None) -> Iterator[None]:
+    """Say what a command waits for while it waits (`up` building the network, starting the daemons): a rich
+    spinner on a terminal, else one plain line; on stderr, so stdout keeps only the command's result."""
+    stream = stream if stream is not None else sys.stderr
+    isatty = getattr(stream, "isatty", None)
+    if not (callable(isatty) and isatty()):
+        print(f"{time.strftime('%H:%M:%S')} {text} ...", file=stream, flush=True)
+        yield
+        return
+    from rich.console import Console
+    t0 = time.monotonic()
+    console = Console(file=stream)
+    with console.status(f"{text} ..."):
+        yield
+    console.print(f"{text}: done in {time.monotonic() - t0:.1f} s", markup=False, highlight=False)
+
