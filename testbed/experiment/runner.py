@@ -391,6 +391,7 @@ def run_experiment(path: str, out: Path, reps: int | None, resume: bool, quick: 
                     progress.event(f"{p.cell.name} rep {p.rep}: already complete, skipped")
                     continue
             save()
+            progress.repetitions(sum(p.status != "skipped" for p in plans), len(plans))
             if needs_docker(plans):
                 # once, before the first cell; a test passes its own (docker-free) stand-in
                 (ensure_image or ensure_node_image)(progress)
