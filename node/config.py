@@ -44,6 +44,7 @@ only accepts. So every pair has exactly one session and no tie-break is needed.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -271,8 +272,9 @@ def build_section(cls: type, data: Any, where: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(f"unknown key {where + '.' if where else ''}{unknown[0]} in node config "
-                          f"(known: {', '.join(sorted(fields))}).")
+        near = difflib.get_close_matches(unknown[0], sorted(fields), n=1)
+        hint = f"did you mean '{near[0]}'?" if near else f"known: {', '.join(sorted(fields))}"
+        raise ConfigError(f"unknown key {where + '.' if where else ''}{unknown[0]} in node config ({hint}).")
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         f = fields[name]

@@ -31,7 +31,7 @@ def test_nested_sections_load() -> None:
 
 @pytest.mark.parametrize("change, words", [
     ({"colour": "red"}, "unknown key colour"),
-    ({"batch": {"max_framez": 3}}, "unknown key batch.max_framez"),
+    ({"batch": {"max_framez": 3}}, "unknown key batch.max_framez in node config (did you mean 'max_frames'?)"),
     ({"mode": "teleport"}, "mode"),
     ({"routes": {"n3": "n9"}}, "not a neighbour"),
     ({"data_listen": "nowhere"}, "host:port"),
