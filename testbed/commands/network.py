@@ -22,6 +22,7 @@ from typing import Any
 
 from testbed import netstate, pycmd, registry
 from testbed.commands import examples
+from testbed.commands.routing import text_table
 from testbed.commands.values import parse_duration, parse_percent, parse_rate
 from testbed.experiment import console
 from testbed.network import Network
@@ -196,29 +197,34 @@ def _read_report(fd: int, proc: subprocess.Popen, timeout: float) -> dict[str, A
 
 
 def _print_tables(desc: dict[str, Any], run_dir: Path | None = None) -> None:
+    """The hosts and links: rich tables on a terminal; otherwise plain aligned columns at full width (a pipe or
+    a log file gets no table folded into 80 columns)."""
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
     console.print(f"network [bold]{desc['run_id']}[/bold] ({desc['topology']}): runtime {desc['runtime']}, "
                   f"{desc.get('shaper_message') or 'shaper ' + desc['shaper']}"
-                  + (f", run dir {run_dir}" if run_dir else ""))
-    t = Table(title="hosts")
-    for col in ("host", "management", "data (loopback)", "interfaces"):
-        t.add_column(col)
-    for h in desc["hosts"]:
-        ifs = " ".join(f"{i['ifname']}={i['address']}" for i in h["interfaces"] if i["link"] != "mgmt")
-        t.add_row(h["name"], h["mgmt_address"], h["data_address"], ifs)
-    console.print(t)
-    t = Table(title="links")
-    for col in ("link", "state", "a→b", "b→a"):
-        t.add_column(col)
-    for l in desc["links"]:
-        t.add_row(l["name"], l["state"], _fmt_dir(l["a_to_b"]), _fmt_dir(l["b_to_a"]))
-    console.print(t)
+                  + (f", run dir {run_dir}" if run_dir else ""), soft_wrap=True)
+    hosts = [[h["name"], h["mgmt_address"], h["data_address"],
+              " ".join(f"{i['ifname']}={i['address']}" for i in h["interfaces"] if i["link"] != "mgmt")]
+             for h in desc["hosts"]]
+    links = [[l["name"], l["state"], _fmt_dir(l["a_to_b"]), _fmt_dir(l["b_to_a"])] for l in desc["links"]]
+    for title, head, rows in (("hosts", ["host", "management", "data (loopback)", "interfaces"], hosts),
+                              ("links", ["link", "state", "a→b", "b→a"], links)):
+        if console.is_terminal:
+            t = Table(title=title)
+            for col in head:
+                t.add_column(col)
+            for row in rows:
+                t.add_row(*row)
+            console.print(t)
+        else:
+            print(title)
+            print("\n".join(text_table(head, rows)))
     if desc.get("partitions"):
         for a, b in desc["partitions"]:
-            console.print(f"partition: {','.join(a)} | {','.join(b)}")
+            print(f"partition: {','.join(a)} | {','.join(b)}")
 
 
 def _fmt_dir(d: dict[str, Any]) -> str:

@@ -116,3 +116,18 @@ def test_shell_completion_completes_commands(tmp_path: Path) -> None:
                        cwd=ROOT, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr
     assert sorted(w.strip() for w in out.read_text().split("\n") if w.strip()) == ["report", "reproduce"]
+
+
+def test_up_and_status_tables_off_a_terminal_are_not_folded(capsys) -> None:
+    from testbed.commands.network import _print_tables
+    ifs = [{"ifname": f"eth{i}", "address": f"10.200.{i}.1/30", "link": f"n1-n{i}"} for i in range(1, 7)]
+    direction = {"delay": 0.025, "jitter": 0.005, "loss": 0.01, "rate": 320e3}
+    desc = {"run_id": "abc123", "topology": "star", "runtime": "netns", "shaper": "netem",
+            "hosts": [{"name": "n1", "mgmt_address": "10.99.0.2", "data_address": "10.255.0.1", "interfaces": ifs}],
+            "links": [{"name": "n1-n2", "state": "up", "a_to_b": direction, "b_to_a": direction}]}
+    _print_tables(desc)
+    lines = capsys.readouterr().out.splitlines()
+    [host] = [l for l in lines if l.startswith("n1 ")]
+    assert "eth1=10.200.1.1/30" in host and "eth6=10.200.6.1/30" in host and len(host) > 80
+    [link] = [l for l in lines if l.startswith("n1-n2 ")]
+    assert link.count("rate 320kbit") == 2
