@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Emulated WAN testbed for store-and-forward messaging.",
         epilog="Run `testbed COMMAND --help` for the options and examples of one command.\n"
                "examples:\n  testbed validate scenarios/quickstart.yaml\n  sudo testbed run scenarios/quickstart.yaml\n"
-               "  sudo testbed up scenarios/quickstart.yaml && testbed send n1 --to n4 --size 10kB",
+               "  sudo testbed up scenarios/quickstart.yaml && sudo testbed send n1 --to n4 --size 10kB",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"testbed {__version__}")

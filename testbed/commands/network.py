@@ -202,8 +202,8 @@ def _print_tables(desc: dict[str, Any], run_dir: Path | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    console.print(f"network [bold]{desc['run_id']}[/bold] ({desc['topology']}): runtime {desc['runtime']}, "
+    out = Console()
+    out.print(f"network [bold]{desc['run_id']}[/bold] ({desc['topology']}): runtime {desc['runtime']}, "
                   f"{desc.get('shaper_message') or 'shaper ' + desc['shaper']}"
                   + (f", run dir {run_dir}" if run_dir else ""), soft_wrap=True)
     hosts = [[h["name"], h["mgmt_address"], h["data_address"],
@@ -212,13 +212,13 @@ def _print_tables(desc: dict[str, Any], run_dir: Path | None = None) -> None:
     links = [[l["name"], l["state"], _fmt_dir(l["a_to_b"]), _fmt_dir(l["b_to_a"])] for l in desc["links"]]
     for title, head, rows in (("hosts", ["host", "management", "data (loopback)", "interfaces"], hosts),
                               ("links", ["link", "state", "a→b", "b→a"], links)):
-        if console.is_terminal:
+        if out.is_terminal:
             t = Table(title=title)
             for col in head:
                 t.add_column(col)
             for row in rows:
                 t.add_row(*row)
-            console.print(t)
+            out.print(t)
         else:
             print(title)
             print("\n".join(text_table(head, rows)))
