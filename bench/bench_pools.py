@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import socket
 import statistics
 import sys
@@ -29,49 +28,13 @@ sys.path.insert(0, str(REPO))
 
 from node.pools.controller import CommitTimeout, NotLeader, PoolController, RaftTimeouts  # noqa: E402
 
-try:
-    from node.pools.assign import apply as assign_apply  # noqa: E402
-    ASSIGNMENT = "node.pools.assign"
-except ImportError:   # the assignment module lands separately; until then the stand-in below keeps the bench running
-    assign_apply = None
-    ASSIGNMENT = "round-robin stand-in"
+from node.pools.assign import apply as APPLY  # noqa: E402
 
 PASSWORD = "bench-pools"
 FAILOVER_BOUND = 2.0
 REBALANCE_BOUND = 1.0
 
 
-def standin_apply(state: dict, command: dict) -> tuple[dict, list]:
-    """Round-robin full reallocation (the commands the bench sends only)."""
-    new = copy.deepcopy(state)
-    op, app = command["op"], command.get("app")
-    if op == "define_app":
-        new["apps"][app] = {"algorithm": command["algorithm"], "move_share": command["move_share"],
-                            "types": list(command["types"]), "instances": {}}
-    elif op == "instance_join":
-        new["apps"][app]["instances"][command["instance"]] = {"node": command["node"], "state": "active"}
-    elif op == "instance_crash":
-        del new["apps"][app]["instances"][command["instance"]]
-    elif op == "consumer_join":
-        new["consumers"][command["consumer"]] = {"node": command["node"], "types": list(command["types"])}
-    else:
-        raise ValueError(f"unknown op {op!r}")
-    moves = []
-    for name, spec in new["apps"].items():
-        active = sorted(i for i, s in spec["instances"].items() if s["state"] == "active")
-        wanting = sorted(c for c, s in new["consumers"].items() if set(s["types"]) & set(spec["types"]))
-        for k, consumer in enumerate(wanting):
-            old = new["connections"].get(consumer, {}).get(name)
-            target = active[k % len(active)] if active else None
-            if target != old:
-                new["connections"].setdefault(consumer, {})[name] = target
-                moves.append((consumer, name, old, target))
-    new["version"] += 1
-    new["term"] = command.get("term", new["term"])
-    return new, moves
-
-
-APPLY = assign_apply or standin_apply
 
 
 def addresses(n: int) -> list[str]:
@@ -224,8 +187,8 @@ async def main() -> None:
               f"ratio {max(t) / FAILOVER_BOUND:.2f}")
 
     t = await rebalance(args.instances, args.consumers, args.changes)
-    head = (f"re-balance in-process, {args.instances} instances, {args.consumers} consumers, {len(t)} changes "
-            f"({ASSIGNMENT}), submit to applied at 3 replicas")
+    head = (f"re-balance in-process, {args.instances} instances, {args.consumers} consumers, {len(t)} changes, "
+            f"submit to applied at 3 replicas")
     for name, q in (("p50", 0.5), ("p99", 0.99)):
         v = quantile(t, q)
         print(f"{head} {name}: measured {v:.3f} s / bound {REBALANCE_BOUND:.3f} s = ratio {v / REBALANCE_BOUND:.2f}")

@@ -5,4 +5,5 @@ application, and a replicated controller re-balances the connections on joins an
                load-aware allocation, invariants, balance)
   fence.py     the handover fence between the old and the new instance of a connection (no I/O)
   messages.py  parsing and validation of the control-plane publications, and the stale-assignment guard
+  controller.py  the pool state replicated over Raft (pysyncobj) among the controller replicas
 """
