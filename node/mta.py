@@ -52,6 +52,7 @@ from node.states import PieceState as S
 log = logging.getLogger("node.mta")
 
 ROUTE_MEMORY = 600.0       # seconds a copy's next hop is remembered after its last piece passed
+ACKED_DELETE_WITHIN = 0.5  # seconds at most before acknowledged pieces' rows are deleted (Spool.defer)
 QUEUE_FULL_RETRY = 0.25    # seconds a sender refused for a full link queue here waits first (it doubles, to 1 s)
 
 
@@ -402,7 +403,9 @@ class Engine:
             st.frags_out += 1
             st.bytes_out += p.size
             self.policy.forwarded(p)
-        self._spawn(self.spool.run(Spool.op_delete_pieces(pieces)))
+        # deferred: the deletion rides in the next transaction (no fsync of its own per hop); should a crash lose
+        # it, the pieces are sent again and the next hop drops them as duplicates, as after any crash
+        self.spool.defer(Spool.op_delete_pieces(pieces), ACKED_DELETE_WITHIN)
 
     def refused(self, peer: str, p: Piece, reason: str, retry_after: float = 0.0) -> None:
         """The next hop will not take this piece: for now (retry_after > 0: offer it again later), or ever

@@ -5,7 +5,9 @@ operations that arrive while the previous fsync is in progress (plus a short
 commit window), runs them in ONE transaction, commits (synchronous=FULL, so the
 WAL is fsynced) and only then resolves each caller's future. A caller that
 awaited `run` therefore knows its change is durable — that is when a
-submission is acknowledged and when a neighbour's frame is acked.
+submission is acknowledged and when a neighbour's frame is acked. A change
+nobody waits for and a crash may lose (`defer`: deleting pieces the next hop
+acked) rides in the next transaction instead of costing an fsync of its own.
 
 Where a piece of a message lives is the `state` column of `frag`, like
 Postfix's queues: queued, held, part, orphan (named once, in node/states.py).
@@ -110,6 +112,12 @@ def _piece(row: tuple) -> Piece:
 
 
 Op = Callable[[sqlite3.Connection], Any]
+
+# the writer's queue also carries these markers: a deferred change is waiting (`Spool.defer`), and (made by the
+# writer itself) the deferred changes are due
+_LATER = object()
+_LATER_DUE = object()
+LATER_RETRY = 1.0      # seconds before deferred changes whose transaction failed are tried again
 
 # (table, column, type, default, then) added since the first spools: open() adds them to an older file, and runs
 # `then` once. The `done` rows of a spool from before their expiry column are forgotten FORGET_UNDATED after
@@ -254,6 +262,10 @@ class Spool:
         self._thread: threading.Thread | None = None
         self.commits = 0
         self.ops = 0
+        # changes nobody waits for, carried by the next transaction (`defer`): guarded, the writer takes them
+        self._later: list[Op] = []
+        self._later_due = 0.0
+        self._later_lock = threading.Lock()
         self.quarantined: Path | None = None     # where a damaged spool file was moved at open()
         # reads of payloads for sending (`read`): their own connection and thread, so they wait neither for
         # the writer's fsync nor block the event loop (WAL: readers and the writer do not block each other)
@@ -342,17 +354,24 @@ class Spool:
     def _writer(self, conn: sqlite3.Connection) -> None:
         stop = False
         while not stop:
-            first = self._q.get()
+            with self._later_lock:
+                wait = max(0.0, self._later_due - time.monotonic()) if self._later else None
+            try:
+                first = self._q.get(timeout=wait)
+            except queue.Empty:
+                first = _LATER_DUE       # deferred changes waited long enough: they commit alone
             if first is None:
                 break
-            batch = [first]
+            if first is _LATER:          # a deferred change arrived: wait for work at most until it is due
+                continue
+            batch = [] if first is _LATER_DUE else [first]
             deadline = time.monotonic() + self.commit_window
             while len(batch) < self.max_commit:
                 try:
                     item = self._q.get_nowait()
                 except queue.Empty:
                     left = deadline - time.monotonic()
-                    if left <= 0:
+                    if left <= 0 or not batch:
                         break
                     try:
                         item = self._q.get(timeout=left)
@@ -361,34 +380,68 @@ class Spool:
                 if item is None:
                     stop = True
                     break
-                batch.append(item)
-            results = []
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                for op, _fut, _loop in batch:
-                    # a savepoint per operation: one bad operation fails alone, the rest commit
-                    conn.execute("SAVEPOINT op")
-                    try:
-                        results.append((True, op(conn)))
-                        conn.execute("RELEASE op")
-                    except Exception as exc:  # reported to that caller only
-                        conn.execute("ROLLBACK TO op")
-                        conn.execute("RELEASE op")
-                        results.append((False, exc))
-                conn.execute("COMMIT")
-                self.commits += 1
-                self.ops += len(batch)
-            except Exception as exc:  # the whole transaction failed (disk full...): everyone hears it
-                log.error("spool commit failed: %s", exc)
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-                results = [(False, exc)] * len(batch)
-            for (_op, fut, loop), (ok, value) in zip(batch, results):
-                if fut is not None:
-                    loop.call_soon_threadsafe(_resolve, fut, ok, value)
+                if item is not _LATER:
+                    batch.append(item)
+            self._commit(conn, batch)
+        if self._later:
+            self._commit(conn, [])       # the deferred changes still waiting, before the spool closes
         conn.close()
+
+    def _commit(self, conn: sqlite3.Connection, batch: list) -> None:
+        """One transaction: the deferred changes first (so every operation in it sees them), then `batch`."""
+        with self._later_lock:
+            later, self._later = self._later, []
+        results = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for op in later:
+                conn.execute("SAVEPOINT op")
+                try:
+                    op(conn)
+                    conn.execute("RELEASE op")
+                except Exception as exc:  # nobody waits for it: it was allowed to be lost
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                    log.warning("a deferred spool change failed: %s", exc)
+            for op, _fut, _loop in batch:
+                # a savepoint per operation: one bad operation fails alone, the rest commit
+                conn.execute("SAVEPOINT op")
+                try:
+                    results.append((True, op(conn)))
+                    conn.execute("RELEASE op")
+                except Exception as exc:  # reported to that caller only
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                    results.append((False, exc))
+            conn.execute("COMMIT")
+            self.commits += 1
+            self.ops += len(batch) + len(later)
+        except Exception as exc:  # the whole transaction failed (disk full...): everyone hears it
+            log.error("spool commit failed: %s", exc)
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            results = [(False, exc)] * len(batch)
+            if later:                     # kept for a later transaction, not tried again at once
+                with self._later_lock:
+                    self._later[:0] = later
+                    self._later_due = time.monotonic() + LATER_RETRY
+        for (_op, fut, loop), (ok, value) in zip(batch, results):
+            if fut is not None:
+                loop.call_soon_threadsafe(_resolve, fut, ok, value)
+
+    def defer(self, op: Op, within: float) -> None:
+        """Run `op` in the next transaction, or in one of its own `within` seconds from now if none comes
+        sooner; nobody waits for it. Only for a change a crash may lose without harm: it saves a commit (an
+        fsync) when work is flowing, and every operation queued after it sees it done."""
+        with self._later_lock:
+            first = not self._later
+            self._later.append(op)
+            if first:
+                self._later_due = time.monotonic() + within
+        if first:
+            self._q.put(_LATER)
 
     def run(self, op: Op) -> "asyncio.Future[Any]":
         """Queue an operation; the returned future resolves once its transaction is durable."""

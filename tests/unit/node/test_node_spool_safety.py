@@ -228,3 +228,26 @@ def test_an_old_spool_gains_the_expiry_columns(tmp_path: Path) -> None:
         assert spool.run_sync(Spool.op_ndr_once("m1", "n9", 5.0)) is True
     finally:
         spool.close()
+
+
+def test_a_deferred_change_rides_the_next_commit_or_commits_alone_when_due(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool.db", commit_window=0.0)
+    spool.open()
+    try:
+        spool.run_sync(lambda c: c.execute("CREATE TABLE t(x)"))
+        before = spool.commits
+        spool.defer(lambda c: c.execute("INSERT INTO t VALUES (1)"), within=5.0)
+        # the next operation runs after it, in the same commit
+        assert spool.run_sync(lambda c: c.execute("SELECT COUNT(*) FROM t").fetchone()[0]) == 1
+        assert spool.commits == before + 1
+        within = 0.2
+        spool.defer(lambda c: c.execute("INSERT INTO t VALUES (2)"), within)
+        t0 = time.monotonic()
+        while spool.commits == before + 1 and time.monotonic() - t0 < 20 * within:
+            time.sleep(within / 20)
+        assert spool.commits == before + 2 and time.monotonic() - t0 >= within * 0.9    # alone, once due
+        spool.defer(lambda c: c.execute("INSERT INTO t VALUES (3)"), within=60.0)
+    finally:
+        spool.close()                     # a change still deferred is committed before the spool closes
+    with sqlite3.connect(tmp_path / "spool.db") as c:
+        assert [x for (x,) in c.execute("SELECT x FROM t ORDER BY x")] == [1, 2, 3]
