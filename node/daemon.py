@@ -24,6 +24,7 @@ from node.subsystem import OpenAuthorizer, Subsystem
 log = logging.getLogger("node.daemon")
 
 MGMT_RPCS = 512         # concurrent Submit/Control calls
+PRUNE_EVERY = 30.0      # seconds between prunes of what only matters while a message can still arrive
 
 
 def _first(found: list, what: str):
@@ -108,7 +109,7 @@ class NodeDaemon:
         self.links.start()
         self._tasks = [asyncio.ensure_future(self._every(self.cfg.metrics_interval, self._metrics)),
                        asyncio.ensure_future(self._every(0.5, self.engine.sweep)),
-                       asyncio.ensure_future(self._every(30.0, self.engine.prune)),
+                       asyncio.ensure_future(self._every(PRUNE_EVERY, self.engine.prune)),
                        asyncio.ensure_future(self.engine.policy.run_background())]
         log.info("node %s up: data %s%s, management %s%s%s, mode %s, subsystems %s", self.cfg.name,
                  ", ".join(self.cfg.data_addresses), " (mTLS)" if creds is not None else "", self.cfg.mgmt_listen,

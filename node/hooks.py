@@ -10,9 +10,23 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from node.piece import Piece
-from node.spool import MAIL_KINDS
+from node.spool import MAIL_KINDS, Op
 
 Consumer = Callable[[Piece, bytes], None]             # (header piece of the delivered copy, its payload)
+
+
+@dataclass(frozen=True)
+class Received:
+    """What a subsystem does with a whole copy of its kind arriving here, planned before the engine's receive
+    transaction and run inside it: `op` runs in that transaction when the copy is new here (it must take the
+    copy's inbox row away); then `done(True)` once it committed, or `done(False)` when it did not run or did
+    not commit (a duplicate, the op raised, the transaction failed): the copy then stays in the inbox and goes
+    to `consume`, as without this hook."""
+    op: Op
+    done: Callable[[bool], None]
+
+
+Receiver = Callable[[Piece, bytes], "Received | None"]    # None: leave this copy to the inbox path
 
 
 @dataclass(frozen=True)
@@ -20,15 +34,19 @@ class MessageKind:
     """A kind of message a subsystem sends between nodes (Piece.kind). The engine stores, forwards and retries
     it like mail; at its destination it goes into the spool's inbox and is handed to `consume`, which takes the
     inbox row away in its own transaction (after a crash it reads the inbox). `accept` is the codec's rule for a
-    fragment of this kind from a neighbour: (msg_id, originator) -> may a neighbour pass it on."""
+    fragment of this kind from a neighbour: (msg_id, originator) -> may a neighbour pass it on. `on_receive`
+    (optional) saves that second transaction for a copy that arrives in one piece: its spool changes join the
+    transaction that stores the copy (Received), so a hop costs one commit."""
     kind: str
     accept: Callable[[str, str], bool]
     consume: Consumer
+    on_receive: Receiver | None = None
 
 
 @dataclass
 class EngineHooks:
     consumers: dict[str, Consumer] = field(default_factory=dict)          # message kind -> its consumer
+    on_receive: dict[str, Receiver] = field(default_factory=dict)         # message kind -> its receive hook
     accept: dict[str, Callable[[str, str], bool]] = field(default_factory=dict)   # message kind -> codec rule
     on_delivery: list[Callable[[Piece, int], None]] = field(default_factory=list)  # a mail copy delivered here
     on_session: list[Callable[[str, bool], None]] = field(default_factory=list)    # a Link session up / down
@@ -41,6 +59,8 @@ class EngineHooks:
                 raise ValueError(f"{sub.name}: message kind {mk.kind!r} is taken already")
             self.consumers[mk.kind] = mk.consume
             self.accept[mk.kind] = mk.accept
+            if mk.on_receive is not None:
+                self.on_receive[mk.kind] = mk.on_receive
         if sub.overrides("on_delivery"):
             self.on_delivery.append(sub.on_delivery)
         if sub.overrides("on_session"):

@@ -26,15 +26,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from node.config import NodeConfig
 from node import expiry
-from node.hooks import EngineHooks
+from node.hooks import EngineHooks, Received
 from node.metrics import engine_snapshot
-from node.origination import NewMessage, Origination
+from node.origination import NewMessage, Origination, Together
 from node.orphans import Orphans
 from node.payloads import PayloadReader
 from node.peer import Peer
@@ -177,6 +178,11 @@ class Engine:
         transaction: None when all is durable, else why nothing was stored."""
         return await self.origination.originate_together(messages, also)
 
+    def prepare_together(self, messages: list[NewMessage], also: Op) -> "Together | str":
+        """`originate_together` without storing: the caller runs the returned operation in a transaction of its
+        own (a subsystem's receive hook: node/hooks.py Received), or why the messages are refused."""
+        return self.origination.prepare_together(messages, also)
+
     # -- arrivals from neighbours ------------------------------------------------
     async def receive(self, peer: str, pieces: list[Piece]) -> list[Refusal | None]:
         """Store pieces from `peer` durably; per piece None (ack it) or why it is refused, for good or for now
@@ -229,17 +235,28 @@ class Engine:
         if not keep:
             return result
         deliver_ts = time.time()
+        # a whole copy of a subsystem's kind: its spool changes join this transaction (one commit per hop)
+        planned = self._kind_ops(keep) if self.hooks.on_receive else {}
+        op = Spool.op_receive(keep, deliver_ts)
         try:
-            fresh = await self.spool.run(Spool.op_receive(keep, deliver_ts))
+            if planned:
+                fresh, taken = await self.spool.run(_with_kind_ops(op, planned))
+            else:
+                fresh, taken = await self.spool.run(op), set()
         except Exception:
             for p in keep:
                 self.policy.stored(peer, p, False)    # nothing was stored: undo the charges, as for duplicates
+            for r in planned.values():
+                r.done(False)
             raise
+        for i, r in planned.items():
+            if i not in taken:
+                r.done(False)          # a duplicate, or its op failed: a new copy is in the inbox for `consume`
         now = time.monotonic()
         st.frags_in += len(keep)
         st.bytes_in += sum(p.size for p in keep)
         where = {id(p): i for i, p in enumerate(pieces)}
-        for p, new in zip(keep, fresh):
+        for i, (p, new) in enumerate(zip(keep, fresh)):
             self.policy.stored(peer, p, new is True)
             if isinstance(new, str):          # its byte range or total contradicts what is stored: never
                 result[where[id(p)]] = Refusal(new)
@@ -249,7 +266,10 @@ class Engine:
                 st.duplicates_in += 1
                 continue
             if p.state == S.WHOLE:
-                self._delivered(p, p.total, deliver_ts, p.data)
+                if i in taken:
+                    planned[i].done(True)     # its subsystem handled it in the same commit
+                else:
+                    self._delivered(p, p.total, deliver_ts, p.data)
             elif p.state == S.PART:
                 pend = self._collect(self.partial, p)
                 pend.last = now
@@ -266,6 +286,23 @@ class Engine:
             else:
                 self._enqueue(p)
         return result
+
+    def _kind_ops(self, keep: list[Piece]) -> dict[int, Received]:
+        """Per index into `keep`: what the subsystem of a whole copy for this node plans to do with it."""
+        out: dict[int, Received] = {}
+        hooks = self.hooks.on_receive
+        for i, p in enumerate(keep):
+            hook = hooks.get(p.kind) if p.state == S.WHOLE else None
+            if hook is None:
+                continue
+            try:
+                r = hook(p, p.data)
+            except Exception:          # a subsystem's bug must not refuse the copy: the inbox path still has it
+                log.exception("%s: receive hook for %s failed", self.me, p.msg_id)
+                continue
+            if r is not None:
+                out[i] = r
+        return out
 
     def _collect(self, table: dict[tuple[str, str], Pending], p: Piece) -> Pending:
         pend = table.get(p.mkey)
@@ -513,6 +550,30 @@ class Engine:
         """Wait for background spool work (used at shutdown)."""
         while self._bg:
             await asyncio.gather(*list(self._bg), return_exceptions=True)
+
+
+def _with_kind_ops(receive: Op, planned: dict[int, Received]) -> Op:
+    """`receive` (Spool.op_receive) and then, for each new whole copy among its pieces, its subsystem's planned
+    op, each under a savepoint of its own: one that raises is undone alone and leaves its copy in the inbox.
+    The op returns (op_receive's result, the indices whose planned op ran)."""
+    def op(c: sqlite3.Connection) -> tuple[list, set[int]]:
+        fresh = receive(c)
+        taken: set[int] = set()
+        for i, r in planned.items():
+            if fresh[i] is not True:
+                continue
+            c.execute("SAVEPOINT kind_op")
+            try:
+                r.op(c)
+            except Exception as exc:       # e.g. targets handled already: the inbox path plans it again
+                c.execute("ROLLBACK TO kind_op")
+                c.execute("RELEASE kind_op")
+                log.debug("a subsystem's op for a received copy was undone: %r", exc)
+                continue
+            c.execute("RELEASE kind_op")
+            taken.add(i)
+        return fresh, taken
+    return op
 
 
 class FragmentingEngine(Engine):

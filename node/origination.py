@@ -57,6 +57,26 @@ class Prepared:
     origin: Op
 
 
+@dataclass
+class Together:
+    """Messages prepared together (Origination.prepare_together), not stored yet: `op` stores them inside some
+    transaction; after it, exactly one of `accepted` (it committed) or `cancel` (it did not) is called."""
+    origination: "Origination"
+    preps: list[Prepared]
+    op: Op
+
+    def accepted(self) -> None:
+        for prep in self.preps:
+            self.origination._accepted(prep, prep.pieces)
+
+    def cancel(self) -> None:
+        """Nothing of them was stored: give back what admitting them charged. Nothing is queued yet, and the spool
+        is left alone (a stored copy of the same id, from an earlier arrival, must stay)."""
+        for prep in self.preps:
+            for p in prep.pieces:
+                self.origination.e.policy.dropped(p)
+
+
 class Origination:
     """One per engine (`Engine.origination`); the engine's submit, originate and originate_together."""
 
@@ -172,6 +192,24 @@ class Origination:
         return await asyncio.shield(self._originate_together(messages, also))
 
     async def _originate_together(self, messages: list[NewMessage], also: Op) -> str | None:
+        together = self.prepare_together(messages, also)
+        if isinstance(together, str):
+            return together
+        try:
+            await self.e.spool.run(together.op)
+        except Exception as exc:
+            for prep in together.preps:
+                self._abandon(prep.msg_id, prep.pieces)
+            if not isinstance(exc, (sqlite3.Error, OSError)):
+                raise                         # the subsystem's own objection (its `also` raised): its to handle
+            log.error("cannot store %d messages of this node now: %s", len(together.preps), exc)
+            return f"{CONGESTED}: this node cannot store it now ({exc})"
+        together.accepted()
+        return None
+
+    def prepare_together(self, messages: list[NewMessage], also: Op) -> "Together | str":
+        """Several messages this node originates cut, routed and admitted, and one operation that stores them
+        and `also` in the caller's transaction (Together); or why they are refused (nothing charged)."""
         preps: list[Prepared] = []
         for m in messages:
             prep = self._prepare(m)
@@ -188,18 +226,7 @@ class Origination:
                 prep.origin(c)
                 insert(c)
             also(c)
-        try:
-            await self.e.spool.run(op)
-        except Exception as exc:
-            for prep in preps:
-                self._abandon(prep.msg_id, prep.pieces)
-            if not isinstance(exc, (sqlite3.Error, OSError)):
-                raise                         # the subsystem's own objection (its `also` raised): its to handle
-            log.error("cannot store %d messages of this node now: %s", len(preps), exc)
-            return f"{CONGESTED}: this node cannot store it now ({exc})"
-        for prep in preps:
-            self._accepted(prep, prep.pieces)
-        return None
+        return Together(self, preps, op)
 
     def _accepted(self, prep: "Prepared", pieces: list[Piece]) -> None:
         """A durable message of this node: queue it before anything else can fail, then record it."""

@@ -13,10 +13,13 @@ Two paths, chosen per target by the publisher:
 - durable: a target with a durable subscription. The copy is an ordinary
   message of kind "pub" addressed to the next broker, so the engine stores it,
   fragments it, keeps it until the next hop acknowledged it and retries it
-  across link cuts and restarts. The next broker gets it from the spool's
-  inbox (its message kind's consumer: node/broker/subsystem.py) and, in ONE transaction, queues it for its local
-  durable subscriptions, stores the copies for its next hops, remembers the
-  (publication, target) pairs and takes it out of the inbox.
+  across link cuts and restarts. The next broker, in the transaction that
+  stores the copy (its message kind's receive hook, `received`), queues it for
+  its local durable subscriptions, stores the copies for its next hops and
+  remembers the (publication, target) pairs: one commit per hop. A copy that
+  hook leaves alone (in several pieces, a duplicate target, not storable now)
+  goes the longer way: from the spool's inbox (`delivered`), in a second
+  transaction that also takes it out of the inbox.
 - live: a target with non-durable subscriptions only. The copy is a Link frame
   (`publication`), never stored: at most once, like NATS core.
 
@@ -44,6 +47,7 @@ from node.broker.interest import CAPABILITY as INTEREST, MAX_SUBSCRIPTIONS, Inte
 from node.broker.subscriptions import DurableSubscription, LiveSubscription, Stream, delivery
 from node.broker.topics import matches, pattern_problem, topic_problem
 from node.config import NodeConfig
+from node.hooks import Received
 from node.mta import Engine
 from node.names import is_message_id, is_node_name, is_user_name
 from node.peer import Peer
@@ -52,7 +56,7 @@ from node.origination import NewMessage
 from node.routing import CopyHeader
 from node.rpc import link_pb2, pubsub_pb2
 from node.piece import Piece
-from node.spool import Spool
+from node.spool import Op, Spool
 
 log = logging.getLogger("node.broker")
 
@@ -94,6 +98,15 @@ class Counters:
                 "live_out": self.live_out, "live_out_bytes": self.live_out_bytes,
                 "live_dropped": dict(self.live_dropped), "duplicates": self.duplicates, "expired": self.expired,
                 "hop_limit": self.hop_limit, "bad": self.bad, "local": self.local}
+
+
+@dataclass
+class Plan:
+    """What handling one publication here stores (`op`, in the caller's transaction) and then does."""
+    local: bool                       # this node is a target
+    queue_for: list[str]              # local durable subscriptions that get a queue row
+    messages: list[NewMessage]        # the copies for the next hops
+    op: Op
 
 
 class Broker:
@@ -280,18 +293,39 @@ class Broker:
             return None
         return await self._handle(pub, hops, set(pub.targets), inbox_id=msg_id)
 
+    def received(self, m: Piece, payload: bytes) -> Received | None:
+        """The engine's receive hook for kind "pub": what handling this copy here stores, planned now to run in
+        the transaction that stores the copy (one commit per hop). None leaves it to the inbox path
+        (`delivered`), which also drops a bad, expired or looping copy and counts it."""
+        if not self._started:
+            return None
+        pub = _parse(payload)
+        if pub is None or pub.expires_ts < time.time() or pub.hops + 1 > self.bc.max_hops:
+            return None
+        hops = pub.hops + 1
+        plan = self._plan(pub, hops, set(pub.targets), m.msg_id, {})
+        together = self.engine.prepare_together(plan.messages, plan.op)
+        if isinstance(together, str):
+            return None                     # not storable now: the inbox path tries again later
+
+        def done(stored: bool) -> None:
+            if not stored:
+                together.cancel()
+                return
+            together.accepted()
+            self.counters.copies_in += 1
+            self._handled(pub, hops, plan)
+        return Received(together.op, done)
+
     async def _handle(self, pub: link_pb2.Publication, hops: int, targets: set[str], inbox_id: str | None,
                       route: dict[str, str | None] | None = None) -> str | None:
         """Store what one publication does here (local durable queues, copies for next hops, the targets handled,
         the inbox row gone) in one transaction, then hand it to local live subscribers. None when done."""
+        route = {} if route is None else route
         while True:
-            local = self.me in targets
-            queue_for = [s.name for s in self.durable.values() if local and matches(s.pattern, pub.topic)]
-            body = _stored(pub) if queue_for else b""
-            messages = self._copies(pub, hops, targets - {self.me}, {} if route is None else route)
-            op = store.op_handle(self.me, pub, hops, targets, queue_for, body, inbox_id)
+            plan = self._plan(pub, hops, targets, inbox_id, route)
             try:
-                reason = await self.engine.originate_together(messages, op)
+                reason = await self.engine.originate_together(plan.messages, plan.op)
             except store.AlreadySeen as seen:
                 self.counters.duplicates += len(seen.targets)
                 targets = targets - seen.targets
@@ -299,16 +333,29 @@ class Broker:
             if reason:
                 return reason
             break
-        self.counters.copies_out += len(messages)
-        self.counters.copies_out_bytes += sum(len(m.payload) for m in messages)
-        if local:
-            for name in queue_for:
+        self._handled(pub, hops, plan)
+        return None
+
+    def _plan(self, pub: link_pb2.Publication, hops: int, targets: set[str], inbox_id: str | None,
+              route: dict[str, str | None]) -> "Plan":
+        local = self.me in targets
+        queue_for = [s.name for s in self.durable.values() if local and matches(s.pattern, pub.topic)]
+        body = _stored(pub) if queue_for else b""
+        messages = self._copies(pub, hops, targets - {self.me}, route)
+        return Plan(local, queue_for, messages, store.op_handle(self.me, pub, hops, targets, queue_for, body,
+                                                                inbox_id))
+
+    def _handled(self, pub: link_pb2.Publication, hops: int, plan: "Plan") -> None:
+        """After the commit: counters, the local durable subscriptions woken, the live ones handed it."""
+        self.counters.copies_out += len(plan.messages)
+        self.counters.copies_out_bytes += sum(len(m.payload) for m in plan.messages)
+        if plan.local:
+            for name in plan.queue_for:
                 sub = self.durable.get(name)
                 if sub is not None:
                     sub.backlog += 1
                     sub.wake()
             self._to_live_subscribers(pub, hops)
-        return None
 
     def _copies(self, pub: link_pb2.Publication, hops: int, remote: set[str],
                 route: dict[str, str | None]) -> list[NewMessage]:
@@ -581,6 +628,15 @@ def _stored(pub: link_pb2.Publication) -> bytes:
     copy.CopyFrom(pub)
     del copy.targets[:]
     return copy.SerializeToString()
+
+
+def _parse(payload: bytes) -> link_pb2.Publication | None:
+    """The publication a stored copy carries, or None when it is not a sound one."""
+    try:
+        pub = link_pb2.Publication.FromString(payload)
+    except DecodeError:
+        return None
+    return None if _publication_problem(pub) else pub
 
 
 def _publication_problem(pub: link_pb2.Publication) -> str | None:

@@ -35,7 +35,7 @@ class BrokerSubsystem(Subsystem):
         return self.broker.frame_handlers()
 
     def message_kinds(self) -> list[MessageKind]:
-        return [MessageKind(PUB_KIND, _is_publication_copy, self.broker.delivered)]
+        return [MessageKind(PUB_KIND, _is_publication_copy, self.broker.delivered, self.broker.received)]
 
     def on_session(self, peer: str, up: bool) -> None:
         self.broker.interest.session(peer, up)

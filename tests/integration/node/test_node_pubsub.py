@@ -7,13 +7,17 @@ they leave the network as it was (every node running, subscriptions removed).
 from __future__ import annotations
 
 import collections
+import math
 import threading
 import time
 
 import grpc
 import pytest
 
+from node.broker.broker import EXPIRY_EVERY
+from node.daemon import PRUNE_EVERY
 from node.errors import UserError
+from node.mta import ACKED_DELETE_WITHIN
 from node.rpc import pubsub_pb2, pubsub_pb2_grpc
 from nodenet_support import FAST, wait_until
 from tests.integration.support import kill_with_pieces_in_flight
@@ -33,7 +37,9 @@ def net():
 
     from testbed.localnet import LocalNet
     work = Path(tempfile.mkdtemp(prefix="wanbed-pubsub-"))
-    n = LocalNet.build(work, NAMES, EDGES, broker={"live_buffer": LIVE_BUFFER}, **FAST)
+    # n2 commits every transaction at once (no commit window): its commits can be counted per publication
+    n = LocalNet.build(work, NAMES, EDGES, broker={"live_buffer": LIVE_BUFFER},
+                       per_node={"n2": {"batch": {"commit_window": 0.0}}}, **FAST)
     try:
         n.start()
         yield n
@@ -276,6 +282,35 @@ def test_a_slow_non_durable_subscriber_drops_and_stalls_nobody(net) -> None:
     # keepalives went out all the same (no session was reset)
     with net.client("n1") as c:
         assert c.stats()["neighbours"]["n2"]["reconnects"] == 0
+
+
+def test_a_durable_publication_costs_a_transit_node_one_commit(net) -> None:
+    """n1 -> n2 -> n3, one durable publication at a time: n2 stores the copy it received, the copy for n3 and
+    (deferred into the next commit) the deletion of the copy n3 acknowledged in ONE commit per publication."""
+    N = 20
+    rcv = Receiver(net, "n3", "hop.>", name="hop", durable=True)
+    try:
+        wait_until(lambda: ("n3", "hop", "hop.>", True) in remote_subs(net, "n1"), SPREAD,
+                   what="n3's durable subscription known at n1")
+        with net.client("n1") as pub, net.client("n2") as transit:
+            def one(i: int) -> None:
+                assert pub.publish("hop.t", size=200).accepted
+                wait_until(lambda: len(rcv.unique()) == i, 10, step=0.005, what=f"publication {i} at n3")
+            one(1)                                       # warm-up: sessions and routes in use
+            time.sleep(2 * ACKED_DELETE_WITHIN)          # its deferred deletion committed
+            before, t0 = transit.stats()["spool_commits"], time.monotonic()
+            for i in range(2, N + 2):
+                one(i)
+            grown, took = transit.stats()["spool_commits"] - before, time.monotonic() - t0
+        # besides: the node's own timers (broker housekeeping, pruning) and the last copy's deferred deletion
+        timers = math.ceil(took / EXPIRY_EVERY) + math.ceil(took / PRUNE_EVERY) + 1
+        print(f"n2: {grown} commits for {N} publications in {took:.2f} s")
+        assert grown <= N + timers, f"{grown} commits at the transit node for {N} publications"
+        assert max(rcv.counts.values()) == 1
+    finally:
+        rcv.close()
+        with net.client("n3") as c:
+            c.unsubscribe("hop")
 
 
 def _publisher(net, topic: str, count: int, out: list[str], stop: threading.Event, pace: float = 0.005) -> None:
