@@ -547,9 +547,10 @@ class Engine:
             log.error("background task failed: %r", t.exception())
 
     async def settle(self) -> None:
-        """Wait for background spool work (used at shutdown)."""
+        """Wait for background spool work, deferred changes included (used at shutdown)."""
         while self._bg:
             await asyncio.gather(*list(self._bg), return_exceptions=True)
+        await self.spool.flush()
 
 
 def _with_kind_ops(receive: Op, planned: dict[int, Received]) -> Op:

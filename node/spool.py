@@ -443,6 +443,11 @@ class Spool:
         if first:
             self._q.put(_LATER)
 
+    async def flush(self) -> None:
+        """Return once the changes deferred so far are committed."""
+        if self._later:
+            await self.run(lambda c: None)
+
     def run(self, op: Op) -> "asyncio.Future[Any]":
         """Queue an operation; the returned future resolves once its transaction is durable."""
         loop = asyncio.get_running_loop()
