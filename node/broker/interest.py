@@ -28,6 +28,7 @@ log = logging.getLogger("node.broker")
 SEQ_KEY = "interest.seq"
 CAPABILITY = "interest"           # the frame kind, announced in OPEN by the link layer
 MAX_SUBSCRIPTIONS = 4096          # in one record
+MATCH_CACHE = 4096                # topics whose matching subscriptions are remembered (any topic may be published)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,9 @@ class InterestTable:
             lambda seq, now: InterestRecord(me, seq, now, self.own))
         self.records = self.flood.records
         self._watchers: list[Callable[[], None]] = []
+        # topic -> matching(topic), valid while `changes` (every change of a record counts there) stays as it was
+        self._matches: dict[str, dict[str, list[Sub]]] = {}
+        self._matches_at = 0
 
     @property
     def seq(self) -> int:
@@ -135,13 +139,23 @@ class InterestTable:
 
     # -- questions -----------------------------------------------------------------------------------
     def matching(self, topic: str) -> dict[str, list[Sub]]:
-        """Per node, its subscriptions whose pattern matches `topic` (this node's own included)."""
-        out: dict[str, list[Sub]] = {}
-        for origin, rec in self.records.items():
-            hits = [s for s in rec.subs if matches(s.pattern, topic)]
-            if hits:
-                out[origin] = hits
-        return out
+        """Per node, its subscriptions whose pattern matches `topic` (this node's own included). Remembered per
+        topic until the table changes: a publisher's node asks it for every publication. The lists are shared
+        with later callers: do not change them."""
+        if self._matches_at != self.changes:
+            self._matches.clear()
+            self._matches_at = self.changes
+        hit = self._matches.get(topic)
+        if hit is None:
+            hit = {}
+            for origin, rec in self.records.items():
+                subs = [s for s in rec.subs if matches(s.pattern, topic)]
+                if subs:
+                    hit[origin] = subs
+            if len(self._matches) >= MATCH_CACHE:
+                self._matches.clear()
+            self._matches[topic] = hit
+        return dict(hit)
 
     def housekeeping(self) -> None:
         """Drop records nobody refreshed within max_age; re-send our own every `refresh` seconds."""
