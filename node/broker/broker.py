@@ -317,27 +317,9 @@ class Broker:
             self._handled(pub, hops, plan)
         return Received(together.op, done)
 
-    async def _handle(self, pub: link_pb2.Publication, hops: int, targets: set[str], inbox_id: str | None,
-                      route: dict[str, str | None] | None = None) -> str | None:
-        """Store what one publication does here (local durable queues, copies for next hops, the targets handled,
-        the inbox row gone) in one transaction, then hand it to local live subscribers. None when done."""
-        route = {} if route is None else route
-        while True:
-            plan = self._plan(pub, hops, targets, inbox_id, route)
-            try:
-                reason = await self.engine.originate_together(plan.messages, plan.op)
-            except store.AlreadySeen as seen:
-                self.counters.duplicates += len(seen.targets)
-                targets = targets - seen.targets
-                continue
-            if reason:
-                return reason
-            break
-        self._handled(pub, hops, plan)
-        return None
-
     def _plan(self, pub: link_pb2.Publication, hops: int, targets: set[str], inbox_id: str | None,
               route: dict[str, str | None]) -> "Plan":
+        """`_handle`'s transaction for one copy from a neighbour, planned for the receive hook."""
         local = self.me in targets
         queue_for = [s.name for s in self.durable.values() if local and matches(s.pattern, pub.topic)]
         body = _stored(pub) if queue_for else b""
@@ -346,7 +328,8 @@ class Broker:
                                                                 inbox_id))
 
     def _handled(self, pub: link_pb2.Publication, hops: int, plan: "Plan") -> None:
-        """After the commit: counters, the local durable subscriptions woken, the live ones handed it."""
+        """After the receive hook's commit, as after `_handle`'s: counters, the local durable subscriptions
+        woken, the live ones handed the publication."""
         self.counters.copies_out += len(plan.messages)
         self.counters.copies_out_bytes += sum(len(m.payload) for m in plan.messages)
         if plan.local:
@@ -356,6 +339,36 @@ class Broker:
                     sub.backlog += 1
                     sub.wake()
             self._to_live_subscribers(pub, hops)
+
+    async def _handle(self, pub: link_pb2.Publication, hops: int, targets: set[str], inbox_id: str | None,
+                      route: dict[str, str | None] | None = None) -> str | None:
+        """Store what one publication does here (local durable queues, copies for next hops, the targets handled,
+        the inbox row gone) in one transaction, then hand it to local live subscribers. None when done."""
+        while True:
+            local = self.me in targets
+            queue_for = [s.name for s in self.durable.values() if local and matches(s.pattern, pub.topic)]
+            body = _stored(pub) if queue_for else b""
+            messages = self._copies(pub, hops, targets - {self.me}, {} if route is None else route)
+            op = store.op_handle(self.me, pub, hops, targets, queue_for, body, inbox_id)
+            try:
+                reason = await self.engine.originate_together(messages, op)
+            except store.AlreadySeen as seen:
+                self.counters.duplicates += len(seen.targets)
+                targets = targets - seen.targets
+                continue
+            if reason:
+                return reason
+            break
+        self.counters.copies_out += len(messages)
+        self.counters.copies_out_bytes += sum(len(m.payload) for m in messages)
+        if local:
+            for name in queue_for:
+                sub = self.durable.get(name)
+                if sub is not None:
+                    sub.backlog += 1
+                    sub.wake()
+            self._to_live_subscribers(pub, hops)
+        return None
 
     def _copies(self, pub: link_pb2.Publication, hops: int, remote: set[str],
                 route: dict[str, str | None]) -> list[NewMessage]:
