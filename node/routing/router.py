@@ -41,6 +41,10 @@ class NodeRouter:
         self.peers: dict[str, Peer] = {}
         self._refusing: dict[str, float] = {}     # neighbour -> monotonic time it refused last
         self._watchers: list[Callable[[], None]] = []
+        self.deactivated: set[str] = set()        # round-robin members new copies avoid (a gateway's policy)
+        # whether a copy may go to a neighbour (a gateway's per-user permit/deny): a refused one is skipped
+        # like an unusable one
+        self.permits: Callable[[Piece, str], bool] | None = None
         if self.dynamic is not None:
             self.dynamic.watch(self._changed)
 
@@ -57,7 +61,12 @@ class NodeRouter:
 
     def next_hop(self, copy: Piece) -> str | None:
         if self.rules:
-            picked = self.rules.pick(copy, self.usable)
+            usable = self.usable
+            permits = self.permits
+            if permits is not None:
+                def usable(h: str) -> bool:
+                    return self.usable(h) and permits(copy, h)
+            picked = self.rules.pick(copy, usable, self.deactivated)
             if picked is not None:
                 return picked[0]
         return self.hop_for(copy.dst)
@@ -76,6 +85,17 @@ class NodeRouter:
             return False
         since = self._refusing.get(peer)
         return since is None or time.monotonic() - since > REFUSING_FOR
+
+    def deactivate(self, peer: str, move_queued: bool = False) -> None:
+        """Take `peer` out of load balancing for new copies; the copies whose member it is stay with it, unless
+        `move_queued` (they are picked anew, and the engine moves the queued ones)."""
+        self.deactivated.add(peer)
+        if move_queued and self.rules.forget(peer):
+            self._changed()
+
+    def activate(self, peer: str) -> None:
+        """`peer` takes its share of new copies again."""
+        self.deactivated.discard(peer)
 
     def session_changed(self, peer: str, up: bool) -> None:
         if self.dynamic is not None:

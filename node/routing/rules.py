@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from node.errors import UserError
 from node.names import NODE_NAME_RULE, is_node_name, is_user_name
@@ -342,14 +342,24 @@ class RuleSet:
         round-robin or fail-over rule with more than one member looks at `usable`."""
         return any(r.target != "to" and len(r.members) > 1 for r in self.rules)
 
-    def pick(self, copy: Piece, usable: Callable[[str], bool]) -> tuple[str, str] | None:
-        """(next hop, rule name) of the first rule matching `copy`, or None when no rule matches."""
+    def pick(self, copy: Piece, usable: Callable[[str], bool],
+             avoid: Collection[str] = ()) -> tuple[str, str] | None:
+        """(next hop, rule name) of the first rule matching `copy`, or None when no rule matches. `avoid`: round-robin
+        members taken out of load balancing (a gateway's deactivation) for new picks."""
         for i, rule in enumerate(self.rules):
             if rule.match.matches(copy):
-                return self._member(i, rule, copy, usable), rule.name
+                return self._member(i, rule, copy, usable, avoid), rule.name
         return None
 
-    def _member(self, i: int, rule: Rule, copy: Piece, usable: Callable[[str], bool]) -> str:
+    def forget(self, hop: str) -> int:
+        """Forget every remembered choice of `hop` (the next re-ask picks those copies' members anew); how many."""
+        gone = [k for k, j in self._chosen.items() if self.rules[k[0]].hops[j] == hop]
+        for k in gone:
+            del self._chosen[k]
+        return len(gone)
+
+    def _member(self, i: int, rule: Rule, copy: Piece, usable: Callable[[str], bool],
+                avoid: Collection[str] = ()) -> str:
         hops = rule.hops
         if rule.target == "to":
             return hops[0]          # usable or not: the copy waits for that neighbour
@@ -362,6 +372,8 @@ class RuleSet:
         if held is not None and (held in up or not up):
             self._chosen.move_to_end(key)
             return hops[held]
+        if avoid:       # a deactivated member still takes new copies when it is the only usable one
+            up = [j for j in up if hops[j] not in avoid] or up
         smooth = self._rr[i]
         assert smooth is not None
         j = smooth.pick(up or range(len(hops)))
