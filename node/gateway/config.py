@@ -41,7 +41,11 @@ class UserConfig:
     deny: list[str] = field(default_factory=list)
     priority: int = 1                          # the drop policy `priority` drops lower ones first
     throughput: float | None = field(default=None, metadata={"optional": (int, float)})    # msg/s; null: unlimited
-    locked_ts: float = field(default=0.0, metadata={"internal": True})          # locked_until as epoch seconds
+
+    @property
+    def locked_ts(self) -> float:
+        """locked_until as epoch seconds (0: not locked); validate() has checked it."""
+        return locked_until("", self.locked_until)
 
     def allows(self, connector: str) -> bool:
         return connector not in self.deny and (self.permit is None or connector in self.permit)
@@ -117,7 +121,7 @@ class GatewayConfig:
             if isinstance(user.priority, bool):
                 raise ConfigError(f"{where}.priority must be an integer.")
             _rate(f"{where}.throughput", user.throughput)
-            user.locked_ts = locked_until(where, user.locked_until)
+            locked_until(where, user.locked_until)
             for key in ("permit", "deny"):
                 listed = getattr(user, key) or []
                 for c in listed:

@@ -10,7 +10,8 @@ from node.gateway.connectors import MessagePacedQueue
 from node.gateway.manager import Manager
 from node.gateway.records import GatewayRecords
 from node.gateway.users import op_load
-from node.subsystem import Subsystem
+from node.gateway.service import add_service
+from node.subsystem import Authorizer, Subsystem
 
 
 class GatewaySubsystem(Subsystem):
@@ -64,6 +65,9 @@ class GatewaySubsystem(Subsystem):
                 "phi_out": m.phi_out, "outgoing": outgoing, "incoming": incoming,
                 "users": {u: {"credits": pol.users.credits_left(u)} for u in self.section.users},
                 "refused": dict(pol.refused), "dropped": m.dropped}
+
+    def services(self, server: Any, authorizer: Authorizer) -> None:
+        add_service(server, self, authorizer)
 
     async def start(self) -> None:
         assert self.policy is not None and self.manager is not None

@@ -45,6 +45,7 @@ class Users:
     def __init__(self, cfg: GatewayConfig, now: float) -> None:
         self.cfg = cfg
         self.used: dict[str, int] = {}
+        self.locked = {u: c.locked_ts for u, c in cfg.users.items() if c.locked_ts}     # LOCKEDUNTIL, epoch s
         # a user's own THROUGHPUT, as an incoming connector of its own
         self.rates = {u: Incoming(u, c.throughput, now) for u, c in cfg.users.items() if c.throughput is not None}
 
@@ -65,8 +66,9 @@ class Users:
         u = self.cfg.users.get(user)
         if u is None:
             return None
-        if u.locked_ts and now < u.locked_ts:
-            return LOCKED, f"locked until {iso(u.locked_ts)}"
+        until = self.locked.get(user, 0.0)
+        if now < until:
+            return LOCKED, f"locked until {iso(until)}"
         left = self.credits_left(user)
         if left is not None and left < 1:
             return "no_credits", NO_CREDITS

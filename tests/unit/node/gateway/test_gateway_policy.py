@@ -6,8 +6,9 @@ from __future__ import annotations
 import random
 
 import pytest
+import yaml
 
-from node.config import ConfigError
+from node.config import ConfigError, dump
 from node.gateway.config import GatewayConfig
 from node.gateway.connectors import Incoming, MessagePacedQueue
 from node.gateway.policy import Candidate, Policy, accept_request, choose_drops, maxrate
@@ -40,6 +41,8 @@ def test_the_subsystem_is_on_only_with_an_enabled_section():
                     "users": {"alice": {"credits": 5, "locked_until": "2030-01-01T00:00:00", "permit": ["o1"]}}})
     assert GatewaySubsystem(cfg).enabled()
     assert cfg.gateway.users["alice"].locked_ts == pytest.approx(1893456000.0)
+    again = config_from_dict(yaml.safe_load(dump(cfg)))          # the file the testbed writes reads back
+    assert again.gateway == cfg.gateway
 
 
 @pytest.mark.parametrize("section,words", [
