@@ -1,4 +1,4 @@
-"""The gateway's policy refinement, as pure logic (EMG 000 §4): MAXRATE(gamma), the event -> actions state
+"""The gateway's policy refinement, as pure logic (the EMG paper's §4): MAXRATE(gamma), the event -> actions state
 machine with its hysteresis and escalation, the drop orders, the user acceptance rule. node/gateway/manager.py
 runs it against the engine every tick.
 
@@ -24,7 +24,7 @@ D_MAX = 0.5      # [inferred] the largest distance to the guarantee area a reque
 
 
 def maxrate(gamma: float, original: float, phi_out: float) -> float:
-    """MAXRATE(gamma): `original` at 0 (and below), Phi_out at 0.5, 0 at 1, linear between (SEED-SPECS 1.8)."""
+    """MAXRATE(gamma): `original` at 0 (and below), Phi_out at 0.5, 0 at 1, linear between (the paper's Fig. 7 gives no curve: [inferred])."""
     if gamma <= 0:
         return original
     if gamma <= 0.5:
@@ -34,7 +34,7 @@ def maxrate(gamma: float, original: float, phi_out: float) -> float:
 
 def accept_request(gamma: float, r: float, d: float, p: float, admitted: float, original: float,
                    phi_out: float, d_max: float = D_MAX) -> tuple[bool, str]:
-    """User acceptance f(gamma, r, d, p) (SEED-SPECS 1.9, [inferred] reading): inside the guarantee area
+    """User acceptance f(gamma, r, d, p) (the paper's §4.2, [inferred] reading): inside the guarantee area
     (d <= gamma and r + the throughput admitted already <= MAXRATE(gamma)) accept; outside accept when the
     distance to the area (the rate part relative to the original MAXRATE) is at most d_max * (1 - p)."""
     top = maxrate(gamma, original, phi_out)
