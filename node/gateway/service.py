@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from node.errors import clip
 from node.gateway.policy import accept_request
 from node.names import is_user_name
 from node.rpc import gateway_pb2, gateway_pb2_grpc
@@ -57,7 +58,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
             why = (f"lower ({lower if lower is not None else policy.lower:g}) must be below the threshold "
                    f"({threshold if threshold is not None else policy.threshold:g})")
         if why:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, why)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, clip(why))
         policy.set(gamma, threshold, lower)
         changed = {k: v for k, v in (("gamma", gamma), ("threshold", threshold), ("lower", lower)) if v is not None}
         self.sub.manager.records.decision("set", "none", "", policy.gamma, 0, policy.threshold, policy.maxrate,
@@ -78,7 +79,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         elif not (math.isfinite(pct) and 0 <= pct <= 100):
             why = f"percent must be a number from 0 to 100, got {pct!r}"
         if why:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, why)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, clip(why))
         m = self.sub.manager
         users = self.sub.section.users
         # what is sold already: every other user's THROUGHPUT (Formula 4: not more than MAXRATE)
