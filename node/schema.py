@@ -171,7 +171,8 @@ OPTIONAL: dict[str, tuple[Field, ...]] = {
            "queue_bytes, queue_limit, rate_bps, overflowed, sent_bytes, reports, assignments}; root {role, round, "
            "queue_bytes, queue_messages, deferred, clients{name: {weight, queue_bytes, rate_bps}}}"),
         _f("gateway", dict, "EMG gateway policies (node/gateway/), present with gateway.enabled: gamma, maxrate "
-           "(null: not throttled), threshold, phi_out, outgoing{connector: {queue, deactivated, rate, sent}}, "
+           "(null: not throttled), threshold, phi_out, outgoing{connector: {queue, deactivated, threshold, phi, rate, "
+           "sent}}, "
            "incoming{connector: {throughput (null: unlimited), accepted, deferred (neighbour) or throttled (user)}}, "
            "users{user: {credits (null: unlimited)}}, refused{throttled, no_credits, locked, not_permitted}, dropped"),
         _f("routing", dict, "routing state, present with routing.mode dynamic (or rules): mode, routes (table size), "

@@ -37,6 +37,7 @@ class Manager:
         # (time, messages sent by the outgoing connectors, accepted per incoming connector) over `settle` s
         self._samples: collections.deque = collections.deque()
         self.phi_out = 0.0
+        self.phi: dict[str, float] = {c: 0.0 for c in self.connectors}
         self.phi_in: dict[str, float] = {n: 0.0 for n in admission.incoming}
         self._task: asyncio.Task | None = None
 
@@ -45,7 +46,10 @@ class Manager:
         return {c: self.engine.peers[c].queue.messages for c in self.connectors}
 
     def _measure(self, now: float) -> None:
-        sent = sum(self.engine.peers[c].stats.frags_out for c in self.connectors)
+        """Phi_out (per outgoing connector and in all) and each incoming connector's phi_in over the last
+        `settle` seconds: pieces its next hop acknowledged (one per message at one piece per message), messages
+        let in."""
+        sent = {c: self.engine.peers[c].stats.frags_out for c in self.connectors}
         accepted = {n: x.accepted for n, x in self.admission.incoming.items()}
         self._samples.append((now, sent, accepted))
         window = max(self.gw.settle, self.gw.period)
@@ -53,7 +57,8 @@ class Manager:
             self._samples.popleft()
         t0, s0, a0 = self._samples[0]
         if now > t0:
-            self.phi_out = (sent - s0) / (now - t0)
+            self.phi = {c: (sent[c] - s0.get(c, 0)) / (now - t0) for c in sent}
+            self.phi_out = sum(self.phi.values())
             self.phi_in = {n: (accepted[n] - a0.get(n, 0)) / (now - t0) for n in accepted}
 
     def original(self) -> float:
@@ -140,8 +145,7 @@ class Manager:
 
     async def drop(self, connector: str, n: int) -> list[str]:
         cands, first = self.candidates(connector)
-        chosen = choose_drops(cands, self.gw.drop_order, n, time.time(), self.phi_out / max(1, len(self.connectors)),
-                              self.rng)
+        chosen = choose_drops(cands, self.gw.drop_order, n, time.time(), self.phi.get(connector, 0.0), self.rng)
         done = []
         for c in chosen:
             if await self.engine.give_up(first[(c.msg_id, c.dst)], DROP_REASON):

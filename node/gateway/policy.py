@@ -24,7 +24,8 @@ D_MAX = 0.5      # [inferred] the largest distance to the guarantee area a reque
 
 
 def maxrate(gamma: float, original: float, phi_out: float) -> float:
-    """MAXRATE(gamma): `original` at 0 (and below), Phi_out at 0.5, 0 at 1, linear between (the paper's Fig. 7 gives no curve: [inferred])."""
+    """MAXRATE(gamma): `original` at 0 (and below), Phi_out at 0.5, 0 at 1, linear between (the paper's Fig. 7
+    has no formula: [inferred])."""
     if gamma <= 0:
         return original
     if gamma <= 0.5:

@@ -38,11 +38,13 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
     def _reply(self) -> gateway_pb2.GatewayReply:
         return gateway_pb2.GatewayReply(json=json.dumps(self.sub.snapshot()))
 
-    async def GetGateway(self, request: gateway_pb2.GetGatewayRequest, context: Any) -> gateway_pb2.GatewayReply:  # noqa: N802
+    async def GetGateway(self, request: gateway_pb2.GetGatewayRequest,  # noqa: N802
+                         context: Any) -> gateway_pb2.GatewayReply:
         await self._check(context)
         return self._reply()
 
-    async def SetGateway(self, request: gateway_pb2.SetGatewayRequest, context: Any) -> gateway_pb2.GatewayReply:  # noqa: N802
+    async def SetGateway(self, request: gateway_pb2.SetGatewayRequest,  # noqa: N802
+                         context: Any) -> gateway_pb2.GatewayReply:
         await self._check(context)
         policy = self.sub.manager.policy
         gamma = request.gamma if request.HasField("gamma") else None

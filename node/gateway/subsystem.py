@@ -54,7 +54,8 @@ class GatewaySubsystem(Subsystem):
         queues = m.queues()
         router = self.engine.router
         off = getattr(router, "deactivated", set())
-        outgoing = {c: {"queue": queues[c], "deactivated": c in off,
+        outgoing = {c: {"queue": queues[c], "deactivated": c in off, "threshold": m.policy.states[c].threshold,
+                        "phi": m.phi.get(c, 0.0),
                         "rate": (self.section.outgoing[c].rate if c in self.section.outgoing else 0.0),
                         "sent": self.paced[c].sent if c in self.paced else self.engine.peers[c].stats.frags_out}
                     for c in m.connectors}

@@ -372,11 +372,12 @@ class RuleSet:
         if held is not None and (held in up or not up):
             self._chosen.move_to_end(key)
             return hops[held]
+        candidates = up or list(range(len(hops)))
         if avoid:       # a deactivated member still takes new copies when it is the only usable one
-            up = [j for j in up if hops[j] not in avoid] or up
+            candidates = [j for j in candidates if hops[j] not in avoid] or candidates
         smooth = self._rr[i]
         assert smooth is not None
-        j = smooth.pick(up or range(len(hops)))
+        j = smooth.pick(candidates)
         self._chosen[key] = j
         self._chosen.move_to_end(key)
         if len(self._chosen) > self._memory:

@@ -1618,5 +1618,5 @@ TARGETS: dict[str, tuple[Callable[[], st.SearchStrategy], Callable]] = {
 }
 
 # examples per target in `make test` (about a minute in all on 2 busy cores); the bench multiplies them
-BASE_EXAMPLES = {"submit": 300, "control": 200, "pubsub": 200, "gateway": 60, "subscribe": 150, "link_open": 150, "link": 300,
-                 "raw": 250}
+BASE_EXAMPLES = {"submit": 300, "control": 200, "pubsub": 200, "gateway": 60, "subscribe": 150, "link_open": 150,
+                 "link": 300, "raw": 250}

@@ -8,6 +8,7 @@ import json
 import time
 from pathlib import Path
 
+from node import schema
 from node.gateway.subsystem import GatewaySubsystem
 from node.gateway.users import op_load
 from node.mta import make_engine
@@ -165,5 +166,34 @@ def test_negative_gamma_drops_the_excess_share_as_reported_copies(tmp_path: Path
         assert sorted(r["msg_id"] for r in reports) == ["m6", "m7"]       # reported, never silent
         status = await eng.spool.run(Spool.op_status("m7"))
         assert not status.get("states")
+        assert all(schema.validate("gateway", x) == [] for x in lines)
+        snap = gw.snapshot()                                   # the metrics section of the node config contract
+        assert set(snap) >= {"gamma", "maxrate", "threshold", "outgoing", "incoming", "users", "refused", "dropped"}
+        assert snap["dropped"] == 2 and snap["outgoing"]["o1"]["queue"] == 3
+        assert set(snap["outgoing"]["o1"]) >= {"queue", "deactivated", "rate", "sent"}
+        assert schema.validate_optional("metrics", {"gateway": snap}) == []
         await close(eng)
     asyncio.run(go())
+
+
+def test_deactivation_keeps_queued_copies_unless_move_queued(tmp_path: Path) -> None:
+    async def go(move: bool) -> tuple[dict, dict]:
+        d = tmp_path / str(move)
+        eng, gw = await start(d, {"gamma": 0.0, "threshold": 2, "lower": 1, "actions": ["deactivate_lb"],
+                                  "move_queued": move, "outgoing": {"o1": {}, "o2": {}}})
+        for i in range(6):
+            assert await eng.receive("s1", [piece(f"m{i}")]) == [None]
+        await gw.manager.tick()             # both above 2: load balancing off on both; o1 first in rule order
+        after_tick = gw.manager.queues()
+        gw.manager.engine.router.activate("o2")     # o2 healthy again: new copies avoid only o1
+        for i in range(6, 10):
+            assert await eng.receive("s1", [piece(f"m{i}")]) == [None]
+        out = gw.manager.queues()
+        await close(eng)
+        return after_tick, out
+
+    kept, later = asyncio.run(go(False))
+    assert kept == {"o1": 3, "o2": 3} and later == {"o1": 3, "o2": 7}     # remembered choices stand
+    moved, later = asyncio.run(go(True))
+    assert sum(moved.values()) == 6 and later["o1"] + later["o2"] == 10
+    assert later["o1"] == moved["o1"]                                      # nothing new for o1
