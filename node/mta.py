@@ -483,11 +483,12 @@ class Engine:
     async def give_up(self, p: Piece, reason: str, in_flight_too: bool = False) -> bool:
         """Stop trying to deliver the copy `p` is a piece of: take every queued piece of it out and, in ONE spool
         transaction, delete it and store its non-delivery report, so after a crash either the copy or its
-        report is there, never neither (the loss checker's `reported`). A copy with a piece in flight to a
-        neighbour is left alone unless `in_flight_too` (its lifetime ended: no hop takes it now). True when
-        given up; False when left as it was (in flight, or the spool cannot store it now)."""
-        if p.mkey in self._giving_up or (not in_flight_too and self._in_flight(p.mkey)):
-            return False          # (being given up already: by another piece of it)
+        report is there, never neither (the loss checker's `reported`). A copy not queued whole here (a piece of
+        it in flight to a neighbour, being read for sending, or passed on) is left alone unless `in_flight_too`
+        (its lifetime ended: no hop takes it now). True when given up; False when left as it was (not whole,
+        being given up already, or the spool cannot store it now)."""
+        if p.mkey in self._giving_up or (not in_flight_too and not self._queued_whole(p)):
+            return False
         self._giving_up.add(p.mkey)
         try:
             return await self._give_up(p, reason)
@@ -525,13 +526,15 @@ class Engine:
         self.reporter.note(p, reason)
         return True
 
-    def _in_flight(self, mkey: tuple[str, str]) -> bool:
-        """Whether a piece of this copy was sent to a neighbour and not acknowledged yet."""
+    def _queued_whole(self, p: Piece) -> bool:
+        """Whether every byte of this copy waits in a link queue here: none sent and unacknowledged, none taken
+        for sending (its bytes being read), none passed on."""
         for peer in self.peers.values():
             inflight = getattr(peer.session, "inflight", None) or {}
-            if any(x.mkey == mkey for x in inflight.values()):
-                return True
-        return False
+            if any(x.mkey == p.mkey for x in inflight.values()):
+                return False
+        have = sum(x.size for peer in self.peers.values() for x in peer.queue.pieces() if x.mkey == p.mkey)
+        return have >= p.total
 
     async def sweep(self) -> None:
         """Periodic: expire queued/held/partial copies, abort stalled reassemblies, let stalled streams probe."""

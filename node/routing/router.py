@@ -61,11 +61,8 @@ class NodeRouter:
 
     def next_hop(self, copy: Piece) -> str | None:
         if self.rules:
-            usable = self.usable
             permits = self.permits
-            if permits is not None:
-                def usable(h: str) -> bool:
-                    return self.usable(h) and permits(copy, h)
+            usable = self.usable if permits is None else (lambda h: self.usable(h) and permits(copy, h))
             picked = self.rules.pick(copy, usable, self.deactivated)
             if picked is not None:
                 return picked[0]

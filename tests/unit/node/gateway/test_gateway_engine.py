@@ -145,6 +145,13 @@ def test_give_up_removes_the_copy_and_stores_its_report_in_one_transaction(tmp_p
             inflight = {1: b}
         eng.peers["o1"].session = Session()
         assert not await eng.give_up(b, "dropped by gateway policy")
+        # nor one with a piece taken for sending (its bytes being read: in no queue, not in flight yet)
+        two = [Piece("c", "mobile", off, 20, 1, "src", "alice", ["bob"], 1, time.time(), time.time() + 600, "", 2,
+                     b"0123456789") for off in (0, 10)]
+        assert await eng.receive("s1", two) == [None, None]
+        taken = [x for peer in eng.peers.values() for x in peer.queue.remove_if(lambda x: x.off == 10)]
+        assert len(taken) == 1 and not await eng.give_up(two[0], "dropped by gateway policy")
+        assert any(x.msg_id == "c" for peer in eng.peers.values() for x in peer.queue.pieces())
         await close(eng)
     asyncio.run(go())
 
