@@ -500,6 +500,9 @@ class Engine:
         drop = Spool.op_drop(p.msg_id, p.dst)
         # a report without a route now is kept as an orphan: giving up must not wait for one
         report = self.reporter.message(p, reason, orphan_ok=True)
+        # the record first: a crash after the commit must not leave a copy gone without its `ndr_made` line (the
+        # loss checker's `reported`); one before it leaves the copy, and a delivery outranks the line
+        self.reporter.note(p, reason)
         try:
             if report is not None and await self.spool.read(Spool.op_ndr_made(p.msg_id, p.dst)):
                 report = None     # made when pieces of this copy that came earlier were given up
@@ -523,7 +526,6 @@ class Engine:
             self.policy.dropped(x)
         if report is not None:
             self.reporter.made += 1
-        self.reporter.note(p, reason)
         return True
 
     def _queued_whole(self, p: Piece) -> bool:
