@@ -42,8 +42,8 @@ class NodeRouter:
         self._refusing: dict[str, float] = {}     # neighbour -> monotonic time it refused last
         self._watchers: list[Callable[[], None]] = []
         self.deactivated: set[str] = set()        # round-robin members new copies avoid (a gateway's policy)
-        # whether a copy may go to a neighbour (a gateway's per-user permit/deny): a refused one is skipped
-        # like an unusable one
+        # whether a copy may go to a neighbour (a gateway's per-user permit/deny): a member it may not use is
+        # passed over like an unusable one
         self.permits: Callable[[Piece, str], bool] | None = None
         if self.dynamic is not None:
             self.dynamic.watch(self._changed)
@@ -62,8 +62,8 @@ class NodeRouter:
     def next_hop(self, copy: Piece) -> str | None:
         if self.rules:
             permits = self.permits
-            usable = self.usable if permits is None else (lambda h: self.usable(h) and permits(copy, h))
-            picked = self.rules.pick(copy, usable, self.deactivated)
+            allowed = None if permits is None else (lambda h: permits(copy, h))
+            picked = self.rules.pick(copy, self.usable, self.deactivated, allowed)
             if picked is not None:
                 return picked[0]
         return self.hop_for(copy.dst)

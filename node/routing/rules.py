@@ -342,13 +342,15 @@ class RuleSet:
         round-robin or fail-over rule with more than one member looks at `usable`."""
         return any(r.target != "to" and len(r.members) > 1 for r in self.rules)
 
-    def pick(self, copy: Piece, usable: Callable[[str], bool],
-             avoid: Collection[str] = ()) -> tuple[str, str] | None:
+    def pick(self, copy: Piece, usable: Callable[[str], bool], avoid: Collection[str] = (),
+             allowed: Callable[[str], bool] | None = None) -> tuple[str, str] | None:
         """(next hop, rule name) of the first rule matching `copy`, or None when no rule matches. `avoid`: round-robin
-        members taken out of load balancing (a gateway's deactivation) for new picks."""
+        members taken out of load balancing (a gateway's deactivation) for new picks; `allowed`: whether this copy
+        may go to a member at all (a gateway user's permit/deny): a member it may not use is passed over like an
+        unusable one, and only when no member is allowed is the answer one it may not use."""
         for i, rule in enumerate(self.rules):
             if rule.match.matches(copy):
-                return self._member(i, rule, copy, usable, avoid), rule.name
+                return self._member(i, rule, copy, usable, avoid, allowed), rule.name
         return None
 
     def forget(self, hop: str) -> int:
@@ -359,20 +361,21 @@ class RuleSet:
         return len(gone)
 
     def _member(self, i: int, rule: Rule, copy: Piece, usable: Callable[[str], bool],
-                avoid: Collection[str] = ()) -> str:
+                avoid: Collection[str] = (), allowed: Callable[[str], bool] | None = None) -> str:
         hops = rule.hops
         if rule.target == "to":
             return hops[0]          # usable or not: the copy waits for that neighbour
+        ok = [j for j, h in enumerate(hops) if allowed is None or allowed(h)]
         if rule.target == "failover":
-            return next((h for h in hops if usable(h)), hops[0])
-        up = [j for j, h in enumerate(hops) if usable(h)]
+            return next((hops[j] for j in ok if usable(hops[j])), hops[ok[0] if ok else 0])
+        up = [j for j in ok if usable(hops[j])]
         key = (i, copy.msg_id, copy.dst)
         held = self._chosen.get(key)
         # keep the remembered member while it is usable, or while no member is (then it is as good as any)
-        if held is not None and (held in up or not up):
+        if held is not None and (held in up or (not up and (held in ok or not ok))):
             self._chosen.move_to_end(key)
             return hops[held]
-        candidates = up or list(range(len(hops)))
+        candidates = up or ok or list(range(len(hops)))
         if avoid:       # a deactivated member still takes new copies when it is the only usable one
             candidates = [j for j in candidates if hops[j] not in avoid] or candidates
         smooth = self._rr[i]

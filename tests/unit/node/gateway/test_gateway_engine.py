@@ -204,3 +204,17 @@ def test_deactivation_keeps_queued_copies_unless_move_queued(tmp_path: Path) -> 
     moved, later = asyncio.run(go(True))
     assert sum(moved.values()) == 6 and later["o1"] + later["o2"] == 10
     assert later["o1"] == moved["o1"]                                      # nothing new for o1
+
+
+def test_a_denied_member_is_skipped_like_an_unusable_one(tmp_path: Path) -> None:
+    async def go() -> None:
+        eng, gw = await start(tmp_path, {"users": {"picky": {"deny": ["o1"]}, "only": {"permit": ["o2"]}},
+                                         "outgoing": {"o1": {}, "o2": {}}})
+        for user in ("picky", "only", "picky", "only"):
+            assert (await eng.submit(user, MOBILE, b"x", None))[0]
+        assert gw.manager.queues() == {"o1": 0, "o2": 4}          # never o1, though round robin would
+        for _ in range(4):
+            assert (await eng.submit("anyone", MOBILE, b"x", None))[0]
+        assert gw.manager.queues() == {"o1": 2, "o2": 6}          # the others still share
+        await close(eng)
+    asyncio.run(go())
