@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -37,14 +38,16 @@ def net():
                "incoming": {"s1": {"neighbour": "s1", "throughput": THROUGHPUT}, "in1": {"user": "in1", "throughput": IN1}},
                "users": {"locked": {"locked_until": time.time() + 3600}, "poor": {"credits": 0},
                          "two": {"credits": 2}}}
-    n = LocalNet.build(Path(tempfile.mkdtemp(prefix="wanbed-gateway-")), ["s1", "gw", "o1"],
-                       [("s1", "gw"), ("gw", "o1")], per_node={"gw": {"gateway": gateway}}, **FAST)
+    work = Path(tempfile.mkdtemp(prefix="wanbed-gateway-"))
+    n = LocalNet.build(work, ["s1", "gw", "o1"], [("s1", "gw"), ("gw", "o1")], per_node={"gw": {"gateway": gateway}},
+                       **FAST)
     try:
         n.start()
         n.wait_sessions()
         yield n
     finally:
         n.close()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def test_locked_and_creditless_users_are_refused_with_the_reason(net):
