@@ -218,3 +218,49 @@ def test_a_denied_member_is_skipped_like_an_unusable_one(tmp_path: Path) -> None
         assert gw.manager.queues() == {"o1": 2, "o2": 6}          # the others still share
         await close(eng)
     asyncio.run(go())
+
+
+CHILD = """
+import asyncio, sys
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from tests.unit.node.gateway.test_gateway_engine import MOBILE, start
+
+async def go():
+    eng, gw = await start(Path({tmp!r}), {{"users": {{"carol": {{"credits": 100000}}}}}})
+    print("up", flush=True)
+    while True:
+        await eng.submit("carol", MOBILE, b"x", None)
+
+asyncio.run(go())
+"""
+
+
+def test_kill_9_while_submitting_leaves_every_submission_charged_and_no_charge_without_one(tmp_path: Path) -> None:
+    """A real process submitting as fast as it can is killed (SIGKILL) mid-stream: afterwards the spool holds
+    exactly as many charged credits as accepted submissions (origin rows) of the user."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    root = str(Path(__file__).resolve().parents[4])
+    child = subprocess.Popen([sys.executable, "-c", CHILD.format(root=root, tmp=str(tmp_path))],
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": root})
+    try:
+        assert child.stdout.readline().strip() == "up"
+        time.sleep(0.5)                                  # a few hundred submissions in
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+        child.stdout.close()
+
+    async def go() -> tuple[int, dict]:
+        eng, gw = await start(tmp_path, {"users": {"carol": {"credits": 100000}}})
+        origin = await eng.spool.run(
+            lambda c: c.execute("SELECT COUNT(*) FROM origin WHERE originator='carol'").fetchone()[0])
+        used = await eng.spool.run(op_load())
+        await close(eng)
+        return origin, used
+
+    origin, used = asyncio.run(go())
+    assert origin > 0 and used == {"carol": origin}
