@@ -86,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n  testbed gateway gw\n  testbed gateway gw --gamma 1 --threshold 200 --lower 150\n"
                "  testbed gateway gw --request alice --throughput 2 --guarantee 0.4 --percent 99",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("node", metavar="NODE")
+    p.add_argument("node", metavar="NODE", help="the node whose gateway policies to show or set")
     p.add_argument("--gamma", type=float, help="the selector: -1 utilisation .. 1 delivery guarantee")
     p.add_argument("--threshold", type=int, help="messages queued for a connector: the event")
     p.add_argument("--lower", type=int, help="actions are undone below it (must be below the threshold)")
