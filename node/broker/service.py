@@ -8,6 +8,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from node.broker.broker import Broker, BrokerError
+from node.broker.subscriptions import packed
 from node.rpc import pubsub_pb2, pubsub_pb2_grpc
 from node.errors import clip
 from node.security.tokens import Tokens, deny
@@ -69,7 +70,7 @@ class PubSubService(pubsub_pb2_grpc.PubSubServicer):
                 events = await self.broker.events(sub, stream)
                 if not events:
                     break
-                for ev in events:
+                for ev in packed(events, first.start.batch):    # several deliveries per message when asked
                     await context.write(ev)
         finally:
             acks.cancel()

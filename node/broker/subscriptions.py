@@ -32,6 +32,46 @@ def delivery(pub: link_pb2.Publication, hops: int, redelivered: bool = False) ->
         publisher=pub.publisher))
 
 
+# payload bytes one stream message of several deliveries carries at most (a bigger delivery goes alone): a batch
+# stays far below the clients' message size limit and does not hold the first delivery back for long
+BATCH_BYTES = 1 << 20
+MAX_BATCH = 4096                 # deliveries in one stream message at most, whatever the client asks
+
+
+def packed(events: list[pubsub_pb2.SubscribeEvent], batch: int) -> list[pubsub_pb2.SubscribeEvent]:
+    """`events` as the stream messages to write: each run of deliveries in `deliveries` messages of at most
+    `batch` deliveries (and about BATCH_BYTES) each, in order; the other events as they are. With `batch` <= 1
+    (a client that did not ask) one message per event, as before batches existed."""
+    if batch <= 1:
+        return events
+    batch = min(batch, MAX_BATCH)
+    out: list[pubsub_pb2.SubscribeEvent] = []
+    run: list[pubsub_pb2.SubscribeEvent] = []
+    size = 0
+
+    def flush() -> None:
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            out.append(pubsub_pb2.SubscribeEvent(deliveries=pubsub_pb2.Deliveries(items=[e.delivery for e in run])))
+        run.clear()
+
+    for ev in events:
+        if not ev.HasField("delivery"):
+            flush()
+            out.append(ev)
+            continue
+        n = len(ev.delivery.payload)
+        if run and (len(run) >= batch or size + n > BATCH_BYTES):
+            flush()
+        if not run:
+            size = 0
+        run.append(ev)
+        size += n
+    flush()
+    return out
+
+
 @dataclass(eq=False)
 class Stream:
     """One attached client stream; `end(reason)` makes its event loop stop."""

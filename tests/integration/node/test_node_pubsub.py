@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import math
+import queue
 import threading
 import time
 
@@ -311,6 +312,39 @@ def test_a_durable_publication_costs_a_transit_node_one_commit(net) -> None:
         rcv.close()
         with net.client("n3") as c:
             c.unsubscribe("hop")
+
+
+def test_a_backlog_reaches_a_client_that_asks_for_batches_in_few_stream_messages(net) -> None:
+    N, BATCH = 40, 16
+    with net.client("n1") as c:
+        with c.subscribe("batch.>", name="batch", durable=True) as sub:
+            next(iter(sub))                                    # subscribed; the subscription stays
+        publish(net, "n1", "batch.t", N)                       # queued for it while no client is attached
+    requests: queue.Queue = queue.Queue()
+    requests.put(pubsub_pb2.SubscribeRequest(start=pubsub_pb2.SubscribeStart(
+        pattern="batch.>", name="batch", durable=True, batch=BATCH)))
+    sizes: list[int] = []
+    with grpc.insecure_channel(net.nodes["n1"].mgmt) as channel:
+        call = pubsub_pb2_grpc.PubSubStub(channel).Subscribe(iter(requests.get, None))
+        try:
+            for ev in call:
+                if ev.WhichOneof("kind") == "deliveries":
+                    sizes.append(len(ev.deliveries.items))
+                    requests.put(pubsub_pb2.SubscribeRequest(ack=pubsub_pb2.SubscribeAck(
+                        pub_ids=[d.pub_id for d in ev.deliveries.items])))
+                elif ev.WhichOneof("kind") == "delivery":
+                    sizes.append(1)
+                    requests.put(pubsub_pb2.SubscribeRequest(ack=pubsub_pb2.SubscribeAck(pub_ids=[ev.delivery.pub_id])))
+                if sum(sizes) >= N:
+                    break
+        finally:
+            requests.put(pubsub_pb2.SubscribeRequest(close=pubsub_pb2.SubscribeClose()))
+            requests.put(None)
+            call.cancel()
+    with net.client("n1") as c:
+        c.unsubscribe("batch")
+    assert sum(sizes) == N and max(sizes) <= BATCH
+    assert len(sizes) == math.ceil(N / BATCH), sizes          # the whole backlog, in as few messages as allowed
 
 
 def _publisher(net, topic: str, count: int, out: list[str], stop: threading.Event, pace: float = 0.005) -> None:
