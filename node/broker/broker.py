@@ -539,7 +539,9 @@ class Broker:
         room = sub.window - len(sub.inflight)
         if room <= 0 or sub.stream is not stream:
             return []
-        rows = await self.spool.run(store.op_next(sub.name, sub.cursor, min(room, BATCH)))
+        # on the reader connection: a delivery waits for no commit of the writer (a queue row is committed before
+        # its subscription is woken, so the reader sees it)
+        rows = await self.spool.read(store.op_next(sub.name, sub.cursor, min(room, BATCH)))
         if sub.stream is not stream:
             return []
         out = []
