@@ -82,20 +82,32 @@ class PubSubService(pubsub_pb2_grpc.PubSubServicer):
             await context.abort(code, stream.ended)
 
     async def _acks(self, context, sub, stream) -> None:
-        """Read the client's acknowledgements until it half-closes; a bad message ends the stream."""
+        """Read the client's acknowledgements until it half-closes; a bad message ends the stream. The next
+        message is read while an ack's commit is under way, so acks that arrive meanwhile share one commit."""
+        pending: set[asyncio.Task] = set()
+
+        def done(t: asyncio.Task) -> None:
+            pending.discard(t)
+            if not t.cancelled() and t.exception() is not None:      # the spool failed: as if the client went
+                log.debug("subscribe stream %s: %r", sub.name, t.exception())
+                stream.end("client closed")
         try:
             while True:
                 msg = await context.read()
                 if msg is grpc.aio.EOF:
                     return
                 kind = msg.WhichOneof("kind")
-                if kind == "close":           # every ack before it was awaited: durable now
+                if kind == "close":           # every ack before it is awaited: durable now
+                    await asyncio.gather(*pending, return_exceptions=True)
                     stream.end("client closed")
                     return
                 if kind != "ack":
                     stream.end(NOT_AN_ACK)
                     return
-                await self.broker.ack(sub, stream, list(msg.ack.pub_ids))
+                # not awaited here; acks are taken in order (each task starts in the order made)
+                t = asyncio.ensure_future(self.broker.ack(sub, stream, list(msg.ack.pub_ids)))
+                pending.add(t)
+                t.add_done_callback(done)
         except DecodeError:
             stream.end(NOT_A_REQUEST)
         except asyncio.CancelledError:
