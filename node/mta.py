@@ -18,7 +18,8 @@ Pieces and their states: node/piece.py, node/states.py.
 Subsystems plug in at one seam (node/subsystem.py, listed in node/registry.py):
 at construction one may give the router and each may lay a layer over the
 admission policy and the link queues; after that the engine calls them only
-through its hooks object (node/hooks.py): deliveries of their message kinds,
+through its hooks object (node/hooks.py): deliveries of their message kinds
+(a whole copy's own spool changes may join the transaction that receives it),
 mail deliveries, session changes and their sections of the metrics record.
 """
 from __future__ import annotations
@@ -248,11 +249,11 @@ class Engine:
             for p in keep:
                 self.policy.stored(peer, p, False)    # nothing was stored: undo the charges, as for duplicates
             for r in planned.values():
-                r.done(False)
+                self._kind_done(r, False)
             raise
         for i, r in planned.items():
             if i not in taken:
-                r.done(False)          # a duplicate, or its op failed: a new copy is in the inbox for `consume`
+                self._kind_done(r, False)    # a duplicate, or its op failed: a new copy is in the inbox for `consume`
         now = time.monotonic()
         st.frags_in += len(keep)
         st.bytes_in += sum(p.size for p in keep)
@@ -268,7 +269,7 @@ class Engine:
                 continue
             if p.state == S.WHOLE:
                 if i in taken:
-                    planned[i].done(True)     # its subsystem handled it in the same commit
+                    self._kind_done(planned[i], True)     # its subsystem handled it in the same commit
                 else:
                     self._delivered(p, p.total, deliver_ts, p.data)
             elif p.state == S.PART:
@@ -304,6 +305,14 @@ class Engine:
             if r is not None:
                 out[i] = r
         return out
+
+    def _kind_done(self, r: Received, stored: bool) -> None:
+        """Tell a subsystem how its planned op ended; its failure must not keep the engine from queueing the
+        rest of the batch it stored."""
+        try:
+            r.done(stored)
+        except Exception:
+            log.exception("%s: a subsystem failed after its receive op (stored: %s)", self.me, stored)
 
     def _collect(self, table: dict[tuple[str, str], Pending], p: Piece) -> Pending:
         pend = table.get(p.mkey)
