@@ -32,6 +32,11 @@ issue names), `leaf` the stricter comparison (one copy per link, like ours). Dur
 bound. The table gives CPU seconds per group over each session (this process, node daemons, NATS
 servers, the wire emulator, the rest of the machine): our broker is CPU-bound on this 2-core machine, NATS is
 link-bound, and other work on the machine shows as `other`.
+Durable against non-durable (ours): the p50 of one spool commit is measured on the daemons' disk with their
+commit window (COMMIT_PROBES commits, one at a time) and printed as its own line; durable p50 <= non-durable
+p50 + HOPS x that commit (one commit per hop) and durable rate >= 1/2 of non-durable, per set of subscribers;
+and the CPU a delivered publication cost (the daemons' CPU s over the session / the receipts, and per hop),
+beside the clients' (this process) and the wire shaper's CPU s, so a client- or shaper-bound rate shows.
 Link cut, 10 subscribers: `cut_rate` publications/s for `cut_secs`; `cut_at` s in, c1g1-c2g1 and c1g1-c3g1 go
 down (the wire shaper drops every frame, in flight too, so cluster 1 is cut off from every subscriber for
 NATS's routes as for our Link sessions; with our static routes the durable copies wait at c1g1) and come back
@@ -72,8 +77,10 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from nats_support import NatsServers  # noqa: E402
 from node.client import NodeClient  # noqa: E402
+from node.config import BatchConfig  # noqa: E402
 from node.errors import UserError  # noqa: E402
 from node.rpc import pubsub_pb2  # noqa: E402
+from node.spool import Spool  # noqa: E402
 from testbed.experiment import nodeconfig, timescale  # noqa: E402
 from testbed.experiment.daemons import NodeDaemons  # noqa: E402
 from testbed.network import Network  # noqa: E402
@@ -627,6 +634,25 @@ def load_scenario() -> tuple[Any, list[str]]:
     return timescale.to_wall(load_text(yaml.safe_dump(raw, sort_keys=False), str(SCENARIO))), ignored
 
 
+COMMIT_PROBES = 200     # single spool commits timed for the commit line
+
+
+def commit_p50(where: Path, window: float) -> float:
+    """The p50 of one spool commit (run awaited, the commit window included) on the disk of `where`: what one
+    durable hop adds at the least."""
+    spool = Spool(where / "spool.db", commit_window=window)
+    spool.open()
+    try:
+        took = []
+        for i in range(COMMIT_PROBES):
+            t = time.perf_counter()
+            spool.run_sync(Spool.op_set_setting("probe", str(i)))
+            took.append(time.perf_counter() - t)
+    finally:
+        spool.close()
+    return statistics.median(took)
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -638,6 +664,7 @@ class Bench:
         self.cuts: dict[str, dict] = {}
         self.partial_note = ""
         self.descriptions: dict[str, str] = {}
+        self.commit = (0.0, 0.0)                              # (p50 of one spool commit, the commit window) in s
         self.t0 = time.monotonic()
 
     # the cut: cluster 1 off from clusters 2 and 3 (both of c1g1's WAN links)
@@ -699,6 +726,10 @@ class Bench:
         if missing:
             log(f"neighbour sessions of {missing} not all up; going on")
         log(f"{len(paths)} node daemons up at {time.monotonic() - self.t0:.1f} s")
+        window = (configs[PUBLISHER].get("batch") or {}).get("commit_window", BatchConfig.commit_window)
+        probe = Path(self.net.run_dir) / "commit-probe"          # the disk the daemons' spools are on
+        self.commit = (commit_p50(probe, window), window)
+        log(f"single spool commit p50 {self.commit[0] * 1000:.2f} ms (commit window {window * 1000:g} ms)")
 
         # What NATS makes of routes along the links only.
         ns = NatsServers(self.net, Path(self.net.run_dir) / "nats" / "partial", "partial")
@@ -827,6 +858,7 @@ class Bench:
                   f"(no bound; ours non-durable {ours_l['rate']['rate_mean']:,.0f}/s)")
             print(f"pubsub p50 latency, {subs}, ours durable: measured {ours_d['latency']['p50'] * 1000:.1f} ms "
                   f"(no bound; p99 {ours_d['latency']['p99'] * 1000:.1f} ms)")
+        self._report_durable()
         for label, r in self.cuts.items():
             print(f"pubsub link cut {c['cut_len']:g} s, 10 subscribers, {label}: published {r['published']}, "
                   f"expected {r['expected']} receipts, received {r['received']}, lost {r['lost']}, "
@@ -859,6 +891,41 @@ class Bench:
         for label, r in self.cuts.items():
             print(f"  {label:<32} {r['published']:>9} | {r['expected']:>8} {r['received']:>8} {r['lost']:>5} "
                   f"{r['dups']:>4} | {str(r['complete']):<6} | {r['latency_max']:.2f} s  {r.get('note', '')}")
+
+
+    def _report_durable(self) -> None:
+        """Ours durable against ours non-durable (one commit per hop on top), and the CPU a delivery costs."""
+        R = self.results
+        commit, window = self.commit
+        if commit:
+            print(f"pubsub single spool commit p50 (the daemons' disk, commit window {window * 1000:g} ms): "
+                  f"{commit * 1000:.2f} ms")
+        for n in (1, 10):
+            subs = f"{n} subscriber{'s' if n > 1 else ''}"
+            live, durable = R.get(("ours non-durable", n)), R.get(("ours durable", n))
+            if live and durable and commit:
+                bound = live["latency"]["p50"] + HOPS * commit
+                m = durable["latency"]["p50"]
+                print(f"pubsub p50 latency, {subs}, ours durable vs ours non-durable: measured {m * 1000:.1f} ms / "
+                      f"bound {bound * 1000:.1f} ms ({live['latency']['p50'] * 1000:.1f} ms + {HOPS} x "
+                      f"{commit * 1000:.2f} ms commit) = ratio {m / bound:.2f} (<= 1 passes)")
+            if live and durable:
+                bound = live["rate"]["rate_mean"] / 2
+                m = durable["rate"]["rate_mean"]
+                print(f"pubsub rate 1 kB, {subs}, ours durable vs ours non-durable: measured {m:,.0f}/s / bound "
+                      f"{bound:,.0f}/s (1/2 of {live['rate']['rate_mean']:,.0f}/s) = ratio {m / bound:.2f} "
+                      f"(>= 1 passes)")
+            for label in ("ours non-durable", "ours durable"):
+                r = R.get((label, n))
+                if not r:
+                    continue
+                receipts = r["latency"]["received"] + r["rate"]["received"]
+                cpu = r["cpu"]
+                per = cpu["daemons"] / max(1, receipts)
+                print(f"pubsub CPU per delivered publication, {subs}, {label}: daemons {per * 1000:.2f} ms "
+                      f"({per / HOPS * 1000:.2f} ms per hop; {cpu['daemons']:.1f} s / {receipts} receipts); "
+                      f"subscriber and publisher clients (this process) {cpu['bench']:.1f} s, wire shaper "
+                      f"{cpu['wire']:.1f} s")
 
 
 def main() -> int:
