@@ -72,7 +72,9 @@ class BatchConfig:
     # 0.02 s: on a 50 Mbit/s link 125 kB per message; 0.01 s cost ~15% more CPU per fragment on 2 cores
     # (bench/RESULTS.md, node 10MB over wire), while slow links are clamped to min_bytes either way.
     target_delay: float = 0.02
-    commit_window: float = 0.002   # seconds the spool writer waits to gather more work into one fsync
+    # seconds the spool writer waits to gather more work into one fsync, while work is flowing (an operation that
+    # finds the writer idle commits at once)
+    commit_window: float = 0.002
     max_commit: int = 4096         # operations per transaction at most
     window_frames: int = 8192      # unacknowledged frames in flight per neighbour
 

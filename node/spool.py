@@ -2,7 +2,8 @@
 
 Every change goes through `Spool.run(op)`: the writer thread gathers the
 operations that arrive while the previous fsync is in progress (plus a short
-commit window), runs them in ONE transaction, commits (synchronous=FULL, so the
+commit window while work is flowing: not for an operation that finds the
+writer idle), runs them in ONE transaction, commits (synchronous=FULL, so the
 WAL is fsynced) and only then resolves each caller's future. A caller that
 awaited `run` therefore knows its change is durable — that is when a
 submission is acknowledged and when a neighbour's frame is acked. A change
@@ -353,6 +354,7 @@ class Spool:
     # -- the group-commit writer --------------------------------------------
     def _writer(self, conn: sqlite3.Connection) -> None:
         stop = False
+        busy = False
         while not stop:
             with self._later_lock:
                 wait = max(0.0, self._later_due - time.monotonic()) if self._later else None
@@ -365,7 +367,9 @@ class Spool:
             if first is _LATER:          # a deferred change arrived: wait for work at most until it is due
                 continue
             batch = [] if first is _LATER_DUE else [first]
-            deadline = time.monotonic() + self.commit_window
+            # the window only while work is flowing (the last transaction carried several operations): one that
+            # finds the writer idle has nobody to wait for, and commits at once
+            deadline = time.monotonic() + (self.commit_window if busy else 0.0)
             while len(batch) < self.max_commit:
                 try:
                     item = self._q.get_nowait()
@@ -383,6 +387,7 @@ class Spool:
                 if item is not _LATER:
                     batch.append(item)
             self._commit(conn, batch)
+            busy = len(batch) > 1
         if self._later:
             self._commit(conn, [])       # the deferred changes still waiting, before the spool closes
         conn.close()

@@ -1,6 +1,7 @@
 """The spool's durability settings, and a damaged spool file met at start-up."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 import time
@@ -251,3 +252,21 @@ def test_a_deferred_change_rides_the_next_commit_or_commits_alone_when_due(tmp_p
         spool.close()                     # a change still deferred is committed before the spool closes
     with sqlite3.connect(tmp_path / "spool.db") as c:
         assert [x for (x,) in c.execute("SELECT x FROM t ORDER BY x")] == [1, 2, 3]
+
+
+def test_the_commit_window_is_waited_only_while_work_is_flowing(tmp_path: Path) -> None:
+    window = 0.5
+    spool = Spool(tmp_path / "spool.db", commit_window=window)
+    spool.open()
+    try:
+        t0 = time.monotonic()
+        spool.run_sync(lambda c: None)            # the writer was idle: nobody to wait for
+        assert time.monotonic() - t0 < window / 2
+
+        async def burst() -> int:
+            before = spool.commits
+            await asyncio.gather(*(spool.run(lambda c: None) for _ in range(50)))
+            return spool.commits - before
+        assert asyncio.run(burst()) <= 3          # what queued meanwhile shares commits
+    finally:
+        spool.close()
