@@ -29,6 +29,8 @@ KEEPALIVE_OPTIONS = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeou
 NO_GATEWAY = "has no gateway (its node config has no enabled gateway: section)"
 CLOSE_WAIT = 5.0        # seconds Subscription.close() waits for the node to take the last acks
 DELIVERY_BATCH = 64     # deliveries a subscription lets the node put in one stream message (fewer messages, less CPU)
+ACK_MERGE = 1024        # publication ids one ack message carries at most when queued acks are merged
+_NOTHING = object()
 
 
 @dataclass(frozen=True)
@@ -267,10 +269,25 @@ class Subscription:
         self.closed = False
 
     def _requests(self) -> Iterator[pubsub_pb2.SubscribeRequest]:
+        """What goes to the node, in order; acks queued one after another leave as one message (fewer messages for
+        the node to read, whatever the caller's ack granularity)."""
+        held = _NOTHING                  # taken from the queue but not merged: goes next
         while True:
-            item = self._out.get()
+            item, held = (self._out.get() if held is _NOTHING else held), _NOTHING
             if item is None:
                 return
+            if item.WhichOneof("kind") == "ack":
+                ids = list(item.ack.pub_ids)
+                while len(ids) < ACK_MERGE:
+                    try:
+                        nxt = self._out.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None or nxt.WhichOneof("kind") != "ack":
+                        held = nxt
+                        break
+                    ids.extend(nxt.ack.pub_ids)
+                item = pubsub_pb2.SubscribeRequest(ack=pubsub_pb2.SubscribeAck(pub_ids=ids))
             yield item
 
     def __iter__(self) -> Iterator[pubsub_pb2.SubscribeEvent]:
