@@ -1,0 +1,212 @@
+"""The consumer instance (PS): a role of the node daemon at a consumer node.
+
+An event is a publication made at this node on `ev.<type>.<source>`. The broker hands it to the sender (its topic
+transform seam, node/broker/broker.py `Broker.transform`), which adds one durable publication per application
+that wants the type, on `pool.<app>.<instance>.<consumer>.<type>` to the instance the assignment in force names,
+with the key `<event id>:<seq>:<map version>`; `seq` counts this consumer's events per application. The event,
+those publications and the new sequence numbers (node/pools/store.py) go into ONE spool transaction, so a crash
+keeps all of them or none, and the numbers never skip or repeat. Events are numbered one at a time (a lock):
+a number is taken only once its transaction is durable.
+
+An assignment (app -> instance, from the controller's leader) is accepted only with a term at least the highest
+seen and a newer map version (node/pools/messages.py AssignmentGuard decides), and an application moves to its
+new instance only once this node's interest table holds a durable subscription for that instance's topic (else
+the events would have nowhere to wait). The move happens between two events: the old instance gets everything
+up to `seq` s (a `fence_sent` line), the new one the events after it. Once every application of an assignment is
+in force the consumer writes `applied`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable
+
+from node.broker.broker import Broker, Derived
+from node.pools import store
+from node.records import Records
+from node.rpc import link_pb2
+from node.spool import Spool
+
+log = logging.getLogger("node.pools")
+
+EVENT_PREFIX = "ev."
+
+
+def pool_topic(app: str, instance: str, consumer: str, event_type: str) -> str:
+    return f"pool.{app}.{instance}.{consumer}.{event_type}"
+
+
+@dataclass
+class Assignment:
+    """What the leader tells one consumer: its connections app -> instance under map `version` of `term`."""
+    term: int
+    version: int
+    connections: dict[str, str]
+    fence: dict[str, int] = field(default_factory=dict)     # app -> the fence sequence the leader recorded
+
+
+class PoolSender:
+    """One per consumer node (node/pools/subsystem.py builds it when `pools.consumer` is set)."""
+
+    def __init__(self, me: str, consumer: str, app_types: dict[str, list[str]], broker: Broker, spool: Spool,
+                 records: Records, accept: Callable[[Assignment], str | None] | None = None) -> None:
+        """`app_types`: application -> the event types it wants; `accept`: why an assignment is refused (a stale
+        term, an old version) or None, given the state in `self` (the guard of node/pools/messages.py)."""
+        self.me = me
+        self.consumer = consumer
+        self.app_types = app_types
+        self.broker = broker
+        self.spool = spool
+        self.records = records
+        self.accept = accept
+        self.seqs: dict[str, int] = {}
+        self.term = 0                                   # highest term seen
+        self.version = 0                                # newest map version accepted
+        self.in_force: dict[str, tuple[str, int]] = {}  # app -> (instance, map version that put it there)
+        self.wanted: Assignment | None = None
+        self.applied_version = 0
+        self.sent: dict[str, int] = {}                  # events sent per application (load: node/pools/subsystem.py)
+        self.refused_events = 0
+        self._lock = asyncio.Lock()
+        self._switching: asyncio.Task | None = None
+
+    # -- start ----------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        saved: store.Saved = await self.spool.run(store.op_create(self.consumer))
+        self.seqs = dict(saved.seqs)
+        self.term, self.version = saved.term, saved.version
+        self.in_force = {a: (i, int(v)) for a, (i, v) in saved.in_force.items()}
+        if saved.wanted:
+            self.wanted = Assignment(**saved.wanted)
+            if self._in_force_now(self.wanted):
+                self.applied_version = self.wanted.version
+        self.broker.interest.watch(self._interest_changed)
+        self.broker.transform(EVENT_PREFIX, self)
+        self._interest_changed()
+
+    async def stop(self) -> None:
+        if self._switching is not None:
+            await asyncio.gather(self._switching, return_exceptions=True)
+
+    # -- events (the broker's topic transform) -------------------------------------------------------------
+    @asynccontextmanager
+    async def derive(self, pub: link_pb2.Publication) -> AsyncIterator[Derived | str | None]:
+        parts = pub.topic.split(".")
+        if len(parts) != 3:
+            yield f"an event's topic is ev.<type>.<source>, not {pub.topic!r}"
+            return
+        event_type = parts[1]
+        apps = sorted(a for a, types in self.app_types.items() if event_type in types)
+        if not apps:
+            yield None                       # no application wants it: an ordinary publication
+            return
+        async with self._lock:               # one event numbered at a time: a number is taken once durable
+            why = self._problem(apps, event_type)
+            if why:
+                self.refused_events += 1
+                yield why
+                return
+            pubs, advance = [], {}
+            for app in apps:
+                instance, version = self.in_force[app]
+                seq = self.seqs.get(app, 0) + 1
+                pubs.append((pool_topic(app, instance, self.consumer, event_type), f"{pub.pub_id}:{seq}:{version}"))
+                advance[app] = (seq - 1, seq)
+            derived = Derived(pubs, store.op_advance(self.consumer, advance))
+            yield derived
+            if derived.stored:
+                for app, (_old, seq) in advance.items():
+                    self.seqs[app] = seq
+                    self.sent[app] = self.sent.get(app, 0) + 1
+
+    def _problem(self, apps: list[str], event_type: str) -> str | None:
+        """Why an event wanted by `apps` cannot be accepted now (refused before anything is stored), or None."""
+        for app in apps:
+            got = self.in_force.get(app)
+            if got is None:
+                return f"not now: no instance of application {app} is assigned to consumer {self.consumer} yet"
+            if not self._durable_known(pool_topic(app, got[0], self.consumer, event_type)):
+                return (f"not now: no durable subscription of instance {got[0]} of application {app} is known at "
+                        f"{self.me}")
+        return None
+
+    def _durable_known(self, topic: str) -> bool:
+        return any(s.durable for subs in self.broker.interest.matching(topic).values() for s in subs)
+
+    # -- assignments ------------------------------------------------------------------------------------
+    async def offer(self, a: Assignment) -> str | None:
+        """An assignment from the leader: None when accepted (it is in force, or waits for an instance's
+        subscription to be known here), else why it was refused (a `refused` line)."""
+        why = self.accept(a) if self.accept is not None else self._stale(a)
+        if why:
+            self.records.write("pool", event="refused", consumer=self.consumer, term=a.term, version=a.version,
+                               reason=why, highest_term=self.term)
+            log.warning("%s: pools: assignment refused: %s", self.me, why)
+            return why
+        async with self._lock:
+            self.term, self.version, self.wanted = max(self.term, a.term), a.version, a
+            await self._save()
+        await self._switch()
+        return None
+
+    def _stale(self, a: Assignment) -> str | None:
+        if a.term < self.term:
+            return f"term {a.term} is older than term {self.term}"
+        if a.version <= self.version:
+            return f"map version {a.version} is not newer than {self.version}"
+        return None
+
+    def _in_force_now(self, a: Assignment) -> bool:
+        return {app: i for app, (i, _v) in self.in_force.items()} == a.connections
+
+    def _interest_changed(self) -> None:
+        """A new interest record: an application waiting for its new instance may move now."""
+        if self.wanted is None or self._in_force_now(self.wanted):
+            return
+        if self._switching is None or self._switching.done():
+            self._switching = asyncio.ensure_future(self._switch())
+
+    async def _switch(self) -> None:
+        """Move every application whose new instance's subscription is known here, between two events."""
+        async with self._lock:
+            a = self.wanted
+            if a is None:
+                return
+            changed = False
+            for app in sorted(set(self.in_force) - set(a.connections)):
+                del self.in_force[app]
+                changed = True
+            for app, instance in sorted(a.connections.items()):
+                old = self.in_force.get(app)
+                if old is not None and old[0] == instance:
+                    continue
+                types = self.app_types.get(app, [])
+                if types and not any(self._durable_known(pool_topic(app, instance, self.consumer, t)) for t in types):
+                    continue                 # its subscription is not known here yet: the old instance goes on
+                self.in_force[app] = (instance, a.version)
+                changed = True
+                if old is not None:
+                    self.records.write("pool", event="fence_sent", consumer=self.consumer, app=app, old=old[0],
+                                       new=instance, seq=self.seqs.get(app, 0), term=a.term, version=a.version)
+            if changed:
+                await self._save()
+            if self._in_force_now(a) and self.applied_version < a.version:
+                self.applied_version = a.version
+                self.records.write("pool", event="applied", consumer=self.consumer, term=a.term, version=a.version,
+                                   connections=dict(a.connections))
+
+    async def _save(self) -> None:
+        wanted = {} if self.wanted is None else {"term": self.wanted.term, "version": self.wanted.version,
+                                                 "connections": self.wanted.connections, "fence": self.wanted.fence}
+        await self.spool.run(store.op_save_map(self.consumer, self.term, self.version,
+                                               {a: [i, v] for a, (i, v) in self.in_force.items()}, wanted))
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"consumer": self.consumer, "term": self.term, "version": self.version,
+                "applied_version": self.applied_version,
+                "connections": {a: i for a, (i, _v) in sorted(self.in_force.items())},
+                "seqs": dict(sorted(self.seqs.items())), "sent": dict(sorted(self.sent.items())),
+                "refused_events": self.refused_events}

@@ -1,0 +1,119 @@
+"""Pooled event consumption as a node subsystem (node/subsystem.py): the roles a node plays in it.
+
+  consumer (PS)   `pools.consumer` set: node/pools/sender.py turns each event published here into one durable
+                  publication per interested application (the broker's topic transform); the assignments of the
+                  controller's leader arrive on `_pools.assign.<consumer>`, through this node's own durable
+                  subscription (node/pools/listen.py, the one way the pools read from the broker).
+  replica         this node is named in `pools.replicas`: it hosts a controller replica.
+
+Records: nodes/<node>/pools.jsonl (kind `pool`); metrics: the `pools` section.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from node.broker.broker import Broker
+from node.names import is_node_name
+from node.pools.config import PoolsConfig, is_pool_name
+from node.pools.listen import Listener
+from node.pools.sender import Assignment, PoolSender
+from node.rpc import pubsub_pb2
+from node.subsystem import Subsystem
+
+log = logging.getLogger("node.pools")
+
+ASSIGN_TOPIC = "_pools.assign"        # + .<consumer>: durable, from the leader
+
+
+def assign_subscription(consumer: str) -> str:
+    """The name of a consumer node's own durable subscription to its assignments."""
+    return f"pools.assign.{consumer}"
+
+
+class PoolsSubsystem(Subsystem):
+    name = "pools"
+    config = PoolsConfig
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        self.engine: Any = None
+        self.sender: PoolSender | None = None
+        self.listeners: list[Listener] = []
+        self.bad = 0                          # malformed or unauthorised control publications refused
+
+    def enabled(self) -> bool:
+        return self.section.enabled
+
+    def attach(self, engine: Any) -> None:
+        self.engine = engine
+
+    def _broker(self) -> Broker:
+        broker = self.engine.hooks.subsystems.get("broker")
+        if broker is None or broker.broker is None:
+            raise RuntimeError("pools need the broker (broker.enabled)")
+        return broker.broker
+
+    async def start(self) -> None:
+        """After the broker started (the registry's order): the roles this node plays."""
+        sec: PoolsConfig = self.section
+        broker = self._broker()
+        if sec.consumer.name:
+            types = {app: list(a.types) for app, a in sec.apps.items()}
+            self.sender = PoolSender(self.cfg.name, sec.consumer.name, types, broker, self.engine.spool,
+                                     self.engine.records)
+            await self.sender.start()
+            self.listeners.append(Listener(broker, assign_subscription(sec.consumer.name),
+                                           f"{ASSIGN_TOPIC}.{sec.consumer.name}", True, self._on_assignment))
+        for listener in self.listeners:
+            await listener.start()
+
+    async def stop(self) -> None:
+        for listener in self.listeners:
+            await listener.stop()
+        if self.sender is not None:
+            await self.sender.stop()
+
+    async def _on_assignment(self, d: pubsub_pb2.Delivery) -> None:
+        a = parse_assignment(d, self.section.consumer.name)
+        if isinstance(a, str):
+            self.bad += 1
+            self.engine.records.write("pool", event="refused", consumer=self.section.consumer.name, reason=a,
+                                      pub_id=d.pub_id)
+            log.warning("%s: pools: assignment %s refused: %s", self.cfg.name, d.pub_id, a)
+            return
+        await self.sender.offer(a)
+
+    def snapshot(self) -> dict | None:
+        out: dict[str, Any] = {"bad": self.bad}
+        if self.sender is not None:
+            out["consumer"] = self.sender.snapshot()
+        return out
+
+
+def parse_assignment(d: pubsub_pb2.Delivery, consumer: str) -> Assignment | str:
+    """An assignment delivery's content, or why it is refused: only a node or the admin (publisher "") may send
+    one, for this consumer, as JSON {term, version, connections: {app: instance}, fence: {app: seq}}."""
+    if d.publisher:
+        return f"an assignment from user {d.publisher!r}: only the controller (a node) sends them"
+    if d.topic != f"{ASSIGN_TOPIC}.{consumer}":
+        return f"an assignment on {d.topic!r} is not for consumer {consumer}"
+    try:
+        body = json.loads(d.payload)
+    except (ValueError, UnicodeDecodeError):
+        return "an assignment is not JSON"
+    if not isinstance(body, dict):
+        return "an assignment is not a JSON object"
+    term, version = body.get("term"), body.get("version")
+    conns, fence = body.get("connections"), body.get("fence", {})
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (term, version)):
+        return "an assignment needs a term and a version (integers, not negative)"
+    if not isinstance(conns, dict) or not all(is_pool_name(a) and is_pool_name(i) for a, i in conns.items()):
+        return "an assignment's connections are not {application: instance}"
+    if not isinstance(fence, dict) or not all(is_pool_name(a) and isinstance(s, int) for a, s in fence.items()):
+        return "an assignment's fence is not {application: sequence}"
+    return Assignment(term, version, dict(conns), dict(fence))
+
+
+SUBSYSTEM = PoolsSubsystem
