@@ -215,3 +215,33 @@ def test_kill_9_of_the_consumer_with_events_in_flight_loses_and_duplicates_nothi
     t1_new = [p for p in a.events() if p in set(accepted)]
     assert len(t1_new) == 15 and len(b.keys) - before_b in (len(accepted), len(accepted) + maybe)
     assert len(a.keys) - before_a == 15
+
+
+def test_an_application_moves_only_once_its_new_instance_is_subscribed(net, instances) -> None:
+    """Version 2 moves A from i1 to i4, whose subscription does not exist yet: the events keep going to i1 until
+    n1's interest table holds i4's, then the move happens between two events (fence_sent names the last one i1
+    gets) and the next events go to i4, numbered on."""
+    a, _b = instances
+    assign(net, "n2", {"term": 1, "version": 2, "connections": {"A": "i4", "B": "i2"}})
+
+    def consumer() -> dict:
+        with net.client("n1") as c:
+            return c.stats()["pools"]["consumer"]
+    wait_until(lambda: consumer()["version"] == 2, SPREAD, what="version 2 accepted at c1")
+    assert consumer()["connections"]["A"] == "i1" and consumer()["applied_version"] == 1
+    held = [publish_event(net, "n1", f"ev.t1.src{k}")[1] for k in range(3)]
+    wait_until(lambda: set(a.events()) >= set(held), SPREAD, what="the events meanwhile at i1")
+    last = max(a.events().values())
+    i4 = Instance(net, "A", "i4")
+    try:
+        wait_until(lambda: consumer()["applied_version"] == 2, SPREAD, what="the move to i4 applied at c1")
+        fence = pool_lines(net, "n1", "fence_sent")[-1]
+        assert (fence["app"], fence["old"], fence["new"], fence["seq"]) == ("A", "i1", "i4", last)
+        moved = [publish_event(net, "n1", f"ev.t1.src{k}")[1] for k in range(3)]
+        wait_until(lambda: len(i4.keys) == 3, SPREAD, what="the events after the move at i4")
+        assert [i4.events()[p] for p in moved] == [last + 1, last + 2, last + 3]
+        assert all(k.endswith(":2") for k in i4.keys) and max(a.events().values()) == last
+    finally:
+        i4.close()
+        with net.client("n2") as c:
+            c.unsubscribe(i4.name)
