@@ -19,8 +19,9 @@ from node.names import is_node_name
 from node.pools.config import PoolsConfig, is_pool_name
 from node.pools.listen import Listener
 from node.pools.sender import Assignment, PoolSender
-from node.rpc import pubsub_pb2
-from node.subsystem import Subsystem
+from node.pools.service import PoolsService
+from node.rpc import pools_pb2_grpc, pubsub_pb2
+from node.subsystem import Authorizer, Subsystem
 
 log = logging.getLogger("node.pools")
 
@@ -40,6 +41,7 @@ class PoolsSubsystem(Subsystem):
         super().__init__(cfg)
         self.engine: Any = None
         self.sender: PoolSender | None = None
+        self.controller: Any = None           # node/pools/controller.py PoolController, on a replica
         self.listeners: list[Listener] = []
         self.bad = 0                          # malformed or unauthorised control publications refused
 
@@ -84,6 +86,20 @@ class PoolsSubsystem(Subsystem):
             log.warning("%s: pools: assignment %s refused: %s", self.cfg.name, d.pub_id, a)
             return
         await self.sender.offer(a)
+
+    def services(self, server: Any, authorizer: Authorizer) -> None:
+        pools_pb2_grpc.add_PoolsServicer_to_server(
+            PoolsService(self.cfg.name, lambda: self.controller, self._leader, authorizer), server)
+
+    def _leader(self) -> str:
+        """The leader replica's node name ("" while there is none)."""
+        if self.controller is None:
+            return ""
+        leader = self.controller.leader()
+        if not leader:
+            return ""
+        by_addr = {addr: name for name, addr in self.section.replicas.items()}
+        return by_addr.get(str(leader), str(leader))
 
     def snapshot(self) -> dict | None:
         out: dict[str, Any] = {"bad": self.bad}

@@ -245,3 +245,8 @@ def test_an_application_moves_only_once_its_new_instance_is_subscribed(net, inst
         i4.close()
         with net.client("n2") as c:
             c.unsubscribe(i4.name)
+
+
+def test_get_pools_at_a_node_that_is_no_replica_is_one_clear_error(net) -> None:
+    with net.client("n1") as c, pytest.raises(UserError, match="n1 is not a pool controller replica"):
+        c.get_pools()
