@@ -141,5 +141,7 @@ def _names(where: str, names: list[str], what: str) -> None:
     for n in names:
         if not is_pool_name(n):
             raise ConfigError(f"{where}: {n!r} is not a valid {what} ({POOL_NAME_RULE}).")
+        if n.startswith("_"):      # `_fence` and the like travel on the same topics as the events
+            raise ConfigError(f"{where}: {n!r}: an {what} must not start with '_' (kept for control messages).")
     if len(set(names)) != len(names):
         raise ConfigError(f"{where} names an {what} twice.")

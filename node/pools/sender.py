@@ -12,12 +12,17 @@ An assignment (app -> instance, from the controller's leader) is accepted only w
 seen and a newer map version (node/pools/messages.py AssignmentGuard decides), and an application moves to its
 new instance only once this node's interest table holds a durable subscription for that instance's topic (else
 the events would have nowhere to wait). The move happens between two events: the old instance gets everything
-up to `seq` s (a `fence_sent` line), the new one the events after it. Once every application of an assignment is
-in force the consumer writes `applied`.
+up to `seq` s, the new one the events after it. The fence that says so (node/pools/fence.py Fence: consumer,
+app, s, old, new, version, term; old null for a first connection) is published durably to both instances on
+`pool.<app>.<instance>.<consumer>._fence`, so it waits in their subscriptions beside the events (a `fence_sent`
+line); it is kept in the spool until published, and published again after a crash cut that short (an
+instance acts on a fence once). Once every application of an assignment is in force the consumer writes
+`applied`.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -33,6 +38,8 @@ from node.spool import Spool
 log = logging.getLogger("node.pools")
 
 EVENT_PREFIX = "ev."
+FENCE_TYPE = "_fence"              # the last token of a fence's topic (event types never start with '_')
+RETRY = 1.0                        # seconds before fences that could not be published are tried again
 
 
 def pool_topic(app: str, instance: str, consumer: str, event_type: str) -> str:
@@ -45,7 +52,7 @@ class Assignment:
     term: int
     version: int
     connections: dict[str, str]
-    fence: dict[str, int] = field(default_factory=dict)     # app -> the fence sequence the leader recorded
+    fences: dict[str, int] = field(default_factory=dict)    # app -> the fence sequence the leader recorded
 
 
 class PoolSender:
@@ -67,6 +74,7 @@ class PoolSender:
         self.version = 0                                # newest map version accepted
         self.in_force: dict[str, tuple[str, int]] = {}  # app -> (instance, map version that put it there)
         self.wanted: Assignment | None = None
+        self.unsent: list[dict] = []                    # fences of moves made, not yet published
         self.applied_version = 0
         self.sent: dict[str, int] = {}                  # events sent per application (load: node/pools/subsystem.py)
         self.refused_events = 0
@@ -79,6 +87,7 @@ class PoolSender:
         self.seqs = dict(saved.seqs)
         self.term, self.version = saved.term, saved.version
         self.in_force = {a: (i, int(v)) for a, (i, v) in saved.in_force.items()}
+        self.unsent = list(saved.unsent)
         if saved.wanted:
             self.wanted = Assignment(**saved.wanted)
             if self._in_force_now(self.wanted):
@@ -86,9 +95,12 @@ class PoolSender:
         self.broker.interest.watch(self._interest_changed)
         self.broker.transform(EVENT_PREFIX, self)
         self._interest_changed()
+        if self.unsent:                      # a crash came between a move and its fences
+            self._switching = asyncio.ensure_future(self._publish_fences())
 
     async def stop(self) -> None:
         if self._switching is not None:
+            self._switching.cancel()
             await asyncio.gather(self._switching, return_exceptions=True)
 
     # -- events (the broker's topic transform) -------------------------------------------------------------
@@ -188,25 +200,50 @@ class PoolSender:
                     continue                 # its subscription is not known here yet: the old instance goes on
                 self.in_force[app] = (instance, a.version)
                 changed = True
-                if old is not None:
-                    self.records.write("pool", event="fence_sent", consumer=self.consumer, app=app, old=old[0],
-                                       new=instance, seq=self.seqs.get(app, 0), term=a.term, version=a.version)
+                self.unsent.append({"consumer": self.consumer, "app": app, "seq": self.seqs.get(app, 0),
+                                    "old": None if old is None else old[0], "new": instance,
+                                    "version": a.version, "term": a.term})
             if changed:
                 await self._save()
             if self._in_force_now(a) and self.applied_version < a.version:
                 self.applied_version = a.version
                 self.records.write("pool", event="applied", consumer=self.consumer, term=a.term, version=a.version,
                                    connections=dict(a.connections))
+        if self.unsent:
+            await self._publish_fences()
+
+    async def _publish_fences(self) -> None:
+        """Publish the fences of the moves made (to the old instance and the new), until none is left."""
+        while True:
+            async with self._lock:
+                if not self.unsent:
+                    return
+                fence = self.unsent[0]
+                body = json.dumps(fence, sort_keys=True).encode()
+                ok = True
+                for instance in [i for i in (fence["old"], fence["new"]) if i is not None]:
+                    topic = pool_topic(fence["app"], instance, self.consumer, FENCE_TYPE)
+                    reply = await self.broker.publish(topic, body, None, 1, 0.0, f"fence:{fence['seq']}", "")
+                    if not reply.accepted:
+                        ok = False
+                        log.warning("%s: pools: fence for %s not published now: %s", self.me, topic, reply.reason)
+                if ok:
+                    self.unsent.pop(0)
+                    await self._save()
+                    self.records.write("pool", event="fence_sent", **fence)
+            if not ok:
+                await asyncio.sleep(RETRY)
 
     async def _save(self) -> None:
         wanted = {} if self.wanted is None else {"term": self.wanted.term, "version": self.wanted.version,
-                                                 "connections": self.wanted.connections, "fence": self.wanted.fence}
+                                                 "connections": self.wanted.connections, "fences": self.wanted.fences}
         await self.spool.run(store.op_save_map(self.consumer, self.term, self.version,
-                                               {a: [i, v] for a, (i, v) in self.in_force.items()}, wanted))
+                                               {a: [i, v] for a, (i, v) in self.in_force.items()}, wanted,
+                                               self.unsent))
 
     def snapshot(self) -> dict[str, Any]:
         return {"consumer": self.consumer, "term": self.term, "version": self.version,
                 "applied_version": self.applied_version,
                 "connections": {a: i for a, (i, _v) in sorted(self.in_force.items())},
                 "seqs": dict(sorted(self.seqs.items())), "sent": dict(sorted(self.sent.items())),
-                "refused_events": self.refused_events}
+                "refused_events": self.refused_events, "fences_unsent": len(self.unsent)}

@@ -5,8 +5,9 @@
              a crash the numbers go on exactly where the stored events end: no gap, no number twice.
   pool_map   per consumer: the assignment in force (app -> instance, each with the map version that put it
              there), the newest assignment accepted (it may wait for an instance's subscription to be known
-             here) and the highest controller term seen, so a restarted consumer neither moves an application
-             nor takes an older term's word.
+             here), the highest controller term seen and the fences of moves made but not yet published, so a
+             restarted consumer neither moves an application, nor takes an older term's word, nor forgets to
+             tell an instance where its share begins.
 
 Every function returns an operation for `Spool.run`: it runs inside the writer's transaction.
 """
@@ -23,7 +24,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS pool_seq(consumer TEXT NOT NULL, app TEXT NOT NULL, seq INTEGER NOT NULL,
   PRIMARY KEY(consumer, app)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pool_map(consumer TEXT PRIMARY KEY, term INTEGER NOT NULL, version INTEGER NOT NULL,
-  in_force TEXT NOT NULL, wanted TEXT NOT NULL);
+  in_force TEXT NOT NULL, wanted TEXT NOT NULL, unsent TEXT NOT NULL);
 """
 
 
@@ -39,6 +40,7 @@ class Saved:
     version: int = 0                                                 # the newest map version accepted
     in_force: dict[str, list] = field(default_factory=dict)         # app -> [instance, map version]
     wanted: dict = field(default_factory=dict)                       # the newest assignment accepted (as sent)
+    unsent: list[dict] = field(default_factory=list)                 # fences not yet published
 
 
 def op_create(consumer: str) -> Op:
@@ -48,11 +50,11 @@ def op_create(consumer: str) -> Op:
             if statement.strip():
                 c.execute(statement)
         saved = Saved(seqs=dict(c.execute("SELECT app, seq FROM pool_seq WHERE consumer=?", (consumer,))))
-        row = c.execute("SELECT term, version, in_force, wanted FROM pool_map WHERE consumer=?",
+        row = c.execute("SELECT term, version, in_force, wanted, unsent FROM pool_map WHERE consumer=?",
                         (consumer,)).fetchone()
         if row is not None:
             saved.term, saved.version = int(row[0]), int(row[1])
-            saved.in_force, saved.wanted = json.loads(row[2]), json.loads(row[3])
+            saved.in_force, saved.wanted, saved.unsent = json.loads(row[2]), json.loads(row[3]), json.loads(row[4])
         return saved
     return op
 
@@ -70,8 +72,10 @@ def op_advance(consumer: str, seqs: dict[str, tuple[int, int]]) -> Op:
     return op
 
 
-def op_save_map(consumer: str, term: int, version: int, in_force: dict[str, list], wanted: dict) -> Op:
+def op_save_map(consumer: str, term: int, version: int, in_force: dict[str, list], wanted: dict,
+                unsent: list[dict]) -> Op:
     def op(c: sqlite3.Connection) -> None:
-        c.execute("INSERT OR REPLACE INTO pool_map VALUES (?,?,?,?,?)",
-                  (consumer, term, version, json.dumps(in_force, sort_keys=True), json.dumps(wanted, sort_keys=True)))
+        c.execute("INSERT OR REPLACE INTO pool_map VALUES (?,?,?,?,?,?)",
+                  (consumer, term, version, json.dumps(in_force, sort_keys=True), json.dumps(wanted, sort_keys=True),
+                   json.dumps(unsent, sort_keys=True)))
     return op

@@ -110,7 +110,7 @@ class PoolsSubsystem(Subsystem):
 
 def parse_assignment(d: pubsub_pb2.Delivery, consumer: str) -> Assignment | str:
     """An assignment delivery's content, or why it is refused: only a node or the admin (publisher "") may send
-    one, for this consumer, as JSON {term, version, connections: {app: instance}, fence: {app: seq}}."""
+    one, for this consumer, as JSON {term, version, connections: {app: instance}, fences: {app: seq}}."""
     if d.publisher:
         return f"an assignment from user {d.publisher!r}: only the controller (a node) sends them"
     if d.topic != f"{ASSIGN_TOPIC}.{consumer}":
@@ -122,13 +122,13 @@ def parse_assignment(d: pubsub_pb2.Delivery, consumer: str) -> Assignment | str:
     if not isinstance(body, dict):
         return "an assignment is not a JSON object"
     term, version = body.get("term"), body.get("version")
-    conns, fence = body.get("connections"), body.get("fence", {})
+    conns, fence = body.get("connections"), body.get("fences", {})
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (term, version)):
         return "an assignment needs a term and a version (integers, not negative)"
     if not isinstance(conns, dict) or not all(is_pool_name(a) and is_pool_name(i) for a, i in conns.items()):
         return "an assignment's connections are not {application: instance}"
     if not isinstance(fence, dict) or not all(is_pool_name(a) and isinstance(s, int) for a, s in fence.items()):
-        return "an assignment's fence is not {application: sequence}"
+        return "an assignment's fences are not {application: sequence}"
     return Assignment(term, version, dict(conns), dict(fence))
 
 

@@ -51,6 +51,7 @@ class Instance:
         self.net, self.pattern, self.name = net, f"pool.{app}.{name}.>", f"pool-{app}-{name}"
         self.keys: collections.Counter[str] = collections.Counter()       # (event id:seq:version) -> arrivals
         self.topics: dict[str, str] = {}
+        self.fences: list[dict] = []
         self.subscribed = threading.Event()
         self._stop = threading.Event()
         self._sub = None
@@ -68,7 +69,9 @@ class Instance:
                             self.subscribed.set()
                         elif ev.WhichOneof("kind") == "delivery":
                             d = ev.delivery
-                            if not d.redelivered or d.key not in self.keys:
+                            if d.topic.endswith("._fence"):
+                                self.fences.append(json.loads(d.payload))
+                            elif not d.redelivered or d.key not in self.keys:
                                 self.keys[d.key] += 1
                             self.topics[d.key] = d.topic
                             self._sub.ack([d.pub_id])
@@ -235,8 +238,14 @@ def test_an_application_moves_only_once_its_new_instance_is_subscribed(net, inst
     i4 = Instance(net, "A", "i4")
     try:
         wait_until(lambda: consumer()["applied_version"] == 2, SPREAD, what="the move to i4 applied at c1")
+        wait_until(lambda: i4.fences, SPREAD, what="the fence at i4")
         fence = pool_lines(net, "n1", "fence_sent")[-1]
         assert (fence["app"], fence["old"], fence["new"], fence["seq"]) == ("A", "i1", "i4", last)
+        # both instances have it, beside the events: i1 knows where its share ends, i4 where its begins
+        wait_until(lambda: len(a.fences) == 2, SPREAD, what="the fence at i1")
+        assert i4.fences == [a.fences[-1]] and a.fences[-1] == {k: v for k, v in fence.items()
+                                                                   if k not in ("ts", "node", "event")}
+        assert a.fences[0]["old"] is None and a.fences[0]["seq"] == 0      # its first connection
         moved = [publish_event(net, "n1", f"ev.t1.src{k}")[1] for k in range(3)]
         wait_until(lambda: len(i4.keys) == 3, SPREAD, what="the events after the move at i4")
         assert [i4.events()[p] for p in moved] == [last + 1, last + 2, last + 3]

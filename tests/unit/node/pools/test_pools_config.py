@@ -42,6 +42,7 @@ def test_absent_is_off_and_a_full_section_is_read() -> None:
     ("n1", {"consumer": {"name": "c1"}}, "event types it produces"),
     ("n1", {"consumer": {"name": "c:1", "types": ["t1"]}}, "consumer.name"),
     ("n1", {"consumer": {"name": "c1", "types": ["t1", "t1"]}}, "twice"),
+    ("n1", {"consumer": {"name": "c1", "types": ["_fence"]}}, "must not start with '_'"),
     ("n1", {"heartbeat": 1.0, "crash_timeout": 1.0}, "crash_timeout longer"),
 ])
 def test_each_mistake_is_one_clear_error(node: str, pools: dict, message: str) -> None:
