@@ -163,8 +163,9 @@ OPTIONAL: dict[str, tuple[Field, ...]] = {
            "hop_limit, bad, local, inbox, interest{seq, records, changes, remote_subscriptions}, subscriptions"
            "{name: {durable, pattern, connected, backlog, delivered, dropped}}"),
         _f("pools", dict, "pooled event consumption (node/pools/), present with pools.enabled: bad (control "
-           "publications refused), consumer{consumer, term, version, applied_version, connections{app: instance}, "
-           "seqs{app: n}, sent{app: n}, refused_events}"),
+           "publications refused), consumer{consumer, term, version, applied_term, applied_version, "
+           "connections{app: instance}, seqs{app: n}, sent{app: n}, load{app: events/s}, refused_events, "
+           "fences_unsent}"),
         _f("rate", dict, "MQ rate control (node/rate/), present with a rate: role: client {role, weight, "
            "queue_bytes, queue_limit, rate_bps, overflowed, sent_bytes, reports, assignments}; root {role, round, "
            "queue_bytes, queue_messages, deferred, clients{name: {weight, queue_bytes, rate_bps}}}"),

@@ -40,6 +40,7 @@ log = logging.getLogger("node.pools")
 EVENT_PREFIX = "ev."
 FENCE_TYPE = "_fence"              # the last token of a fence's topic (event types never start with '_')
 RETRY = 1.0                        # seconds before fences that could not be published are tried again
+LOAD_ALPHA = 0.5                   # weight of the newest heartbeat period in the load EWMA
 
 
 def pool_topic(app: str, instance: str, consumer: str, event_type: str) -> str:
@@ -75,8 +76,10 @@ class PoolSender:
         self.in_force: dict[str, tuple[str, int]] = {}  # app -> (instance, map version that put it there)
         self.wanted: Assignment | None = None
         self.unsent: list[dict] = []                    # fences of moves made, not yet published
-        self.applied_version = 0
-        self.sent: dict[str, int] = {}                  # events sent per application (load: node/pools/subsystem.py)
+        self.applied: tuple[int, int] = (0, 0)         # (term, version) of the last assignment wholly in force
+        self.sent: dict[str, int] = {}                  # events sent per application since the start
+        self.rates: dict[str, float] = {}               # events/s per application, EWMA over heartbeat periods
+        self._counted: dict[str, int] = {}              # `sent` at the last load() call
         self.refused_events = 0
         self._lock = asyncio.Lock()
         self._switching: asyncio.Task | None = None
@@ -91,7 +94,7 @@ class PoolSender:
         if saved.wanted:
             self.wanted = Assignment(**saved.wanted)
             if self._in_force_now(self.wanted):
-                self.applied_version = self.wanted.version
+                self.applied = (self.wanted.term, self.wanted.version)
         self.broker.interest.watch(self._interest_changed)
         self.broker.transform(EVENT_PREFIX, self)
         self._interest_changed()
@@ -165,10 +168,11 @@ class PoolSender:
         return None
 
     def _stale(self, a: Assignment) -> str | None:
+        """A new leader's first assignment may repeat the map version under its newer term."""
         if a.term < self.term:
-            return f"term {a.term} is older than term {self.term}"
-        if a.version <= self.version:
-            return f"map version {a.version} is not newer than {self.version}"
+            return f"stale term {a.term} < {self.term}"
+        if a.term == self.term and a.version <= self.version:
+            return f"version {a.version} is not above {self.version} in term {self.term}"
         return None
 
     def _in_force_now(self, a: Assignment) -> bool:
@@ -205,8 +209,8 @@ class PoolSender:
                                     "version": a.version, "term": a.term})
             if changed:
                 await self._save()
-            if self._in_force_now(a) and self.applied_version < a.version:
-                self.applied_version = a.version
+            if self._in_force_now(a) and self.applied < (a.term, a.version):
+                self.applied = (a.term, a.version)
                 self.records.write("pool", event="applied", consumer=self.consumer, term=a.term, version=a.version,
                                    connections=dict(a.connections))
         if self.unsent:
@@ -241,9 +245,22 @@ class PoolSender:
                                                {a: [i, v] for a, (i, v) in self.in_force.items()}, wanted,
                                                self.unsent))
 
+    def load(self, period: float) -> dict[str, float]:
+        """The load per application in force, events/s (EWMA): call once per heartbeat `period` seconds."""
+        for app in self.in_force:
+            now = self.sent.get(app, 0)
+            rate = (now - self._counted.get(app, 0)) / period
+            self._counted[app] = now
+            before = self.rates.get(app)
+            self.rates[app] = rate if before is None else LOAD_ALPHA * rate + (1 - LOAD_ALPHA) * before
+        for app in set(self.rates) - set(self.in_force):
+            del self.rates[app]
+        return {app: round(r, 3) for app, r in sorted(self.rates.items())}
+
     def snapshot(self) -> dict[str, Any]:
         return {"consumer": self.consumer, "term": self.term, "version": self.version,
-                "applied_version": self.applied_version,
+                "applied_term": self.applied[0], "applied_version": self.applied[1],
                 "connections": {a: i for a, (i, _v) in sorted(self.in_force.items())},
                 "seqs": dict(sorted(self.seqs.items())), "sent": dict(sorted(self.sent.items())),
+                "load": {a: round(r, 3) for a, r in sorted(self.rates.items())},
                 "refused_events": self.refused_events, "fences_unsent": len(self.unsent)}

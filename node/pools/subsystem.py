@@ -10,6 +10,7 @@ Records: nodes/<node>/pools.jsonl (kind `pool`); metrics: the `pools` section.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -26,6 +27,7 @@ from node.subsystem import Authorizer, Subsystem
 log = logging.getLogger("node.pools")
 
 ASSIGN_TOPIC = "_pools.assign"        # + .<consumer>: durable, from the leader
+HB_TOPIC = "_pools.hb"                # + .<name>: non-durable heartbeats (registration, load, leave)
 
 
 def assign_subscription(consumer: str) -> str:
@@ -43,6 +45,7 @@ class PoolsSubsystem(Subsystem):
         self.sender: PoolSender | None = None
         self.controller: Any = None           # node/pools/controller.py PoolController, on a replica
         self.listeners: list[Listener] = []
+        self._tasks: list[asyncio.Task] = []
         self.bad = 0                          # malformed or unauthorised control publications refused
 
     def enabled(self) -> bool:
@@ -68,10 +71,31 @@ class PoolsSubsystem(Subsystem):
             await self.sender.start()
             self.listeners.append(Listener(broker, assign_subscription(sec.consumer.name),
                                            f"{ASSIGN_TOPIC}.{sec.consumer.name}", True, self._on_assignment))
+            self._tasks.append(asyncio.ensure_future(self._beat(broker)))
         for listener in self.listeners:
             await listener.start()
 
+    async def _beat(self, broker: Broker) -> None:
+        """The consumer's heartbeat: it registers the consumer at the leader and carries its load."""
+        sec: PoolsConfig = self.section
+        while True:
+            await asyncio.sleep(sec.heartbeat)
+            try:
+                load = self.sender.load(sec.heartbeat)
+                body = {"role": "consumer", "name": sec.consumer.name, "node": self.cfg.name,
+                        "types": list(sec.consumer.types), "state": "active", "load": load}
+                reply = await broker.publish(f"{HB_TOPIC}.{sec.consumer.name}", json.dumps(body).encode(), None,
+                                             1, 0.0, "", "")
+                if load and any(load.values()):
+                    self.engine.records.write("pool", event="load", consumer=sec.consumer.name, load=load,
+                                              sent=reply.accepted)
+            except Exception:
+                log.exception("%s: pools: heartbeat failed", self.cfg.name)
+
     async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         for listener in self.listeners:
             await listener.stop()
         if self.sender is not None:

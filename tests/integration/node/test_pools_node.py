@@ -26,7 +26,8 @@ SPREAD = 5 * HOLD          # interest and a publication cross one link within a 
 REPLICAS = {"r1": "127.0.0.1:1", "r2": "127.0.0.1:2", "r3": "127.0.0.1:3"}    # not running: no controller here
 APPS = {"A": {"types": ["t1"], "instances": {"i1": "n2"}}, "B": {"types": ["t1", "t2"], "instances": {"i2": "n2"}},
         "C": {"types": ["t3"], "instances": {"i3": "n2"}}}        # C: no instance assigned to c1
-POOLS = {"enabled": True, "replicas": REPLICAS, "apps": APPS}
+BEAT = 0.2
+POOLS = {"enabled": True, "replicas": REPLICAS, "apps": APPS, "heartbeat": BEAT, "crash_timeout": 5 * BEAT}
 
 
 @pytest.fixture(scope="module")
@@ -149,13 +150,37 @@ def test_events_become_one_durable_publication_per_application_numbered_per_appl
     assert b.topics[key] == f"pool.B.i2.c1.{sent[key.split(':')[0]].split('.')[1]}" and key.endswith(":1")
 
 
+def test_the_consumer_beats_with_its_load(net, instances) -> None:
+    """Non-durable `_pools.hb.c1` heartbeats every pools.heartbeat: they register c1 and carry its load."""
+    beats: list[dict] = []
+    with net.client("n2") as c:
+        sub = c.subscribe("_pools.hb.>")
+        try:
+            got = threading.Thread(target=lambda: [beats.append(json.loads(ev.delivery.payload)) for ev in sub
+                                                   if ev.WhichOneof("kind") == "delivery"], daemon=True)
+            got.start()
+            wait_until(lambda: "_pools.hb.>" in {i.pattern for i in c.subscriptions(remote=True) if i.node == "n2"},
+                       SPREAD, what="the heartbeat subscription")
+            for k in range(5):
+                assert publish_event(net, "n1", f"ev.t2.src{k}")[0]
+            wait_until(lambda: any(b["load"].get("B", 0) > 0 for b in beats), 10 * BEAT + SPREAD,
+                       what="a heartbeat with B's load")
+        finally:
+            sub.close()
+    b = beats[-1]
+    assert (b["role"], b["name"], b["node"], b["types"], b["state"]) == ("consumer", "c1", "n1", ["t1", "t2", "t3"],
+                                                                        "active")
+    assert set(b["load"]) == {"A", "B"}
+    assert any(r["load"].get("B", 0) > 0 for r in pool_lines(net, "n1", "load"))
+
+
 def test_a_stale_or_foreign_assignment_is_refused_and_the_map_kept(net, instances) -> None:
     assign(net, "n2", {"term": 0, "version": 5, "connections": {"A": "i9", "B": "i2"}})     # an older term
     assign(net, "n2", {"term": 1, "version": 6, "connections": {"A": "i9"}}, publisher="mallory")
     assign(net, "n2", {"term": 1, "version": "x"})                                          # malformed
     wait_until(lambda: len(pool_lines(net, "n1", "refused")) >= 3, SPREAD, what="three refused lines")
     reasons = [r["reason"] for r in pool_lines(net, "n1", "refused")]
-    assert any("older than term 1" in r for r in reasons) and any("mallory" in r for r in reasons)
+    assert any("stale term 0 < 1" in r for r in reasons) and any("mallory" in r for r in reasons)
     with net.client("n1") as c:
         assert c.stats()["pools"]["consumer"]["connections"] == {"A": "i1", "B": "i2"}
 
