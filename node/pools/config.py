@@ -24,19 +24,14 @@ from typing import Any
 
 from node.errors import ConfigError
 from node.names import is_node_name
+from node.pools.assign import ALGORITHMS, NAME_MAX, is_pool_name
 
-ALGORITHMS = ("round_robin", "load_aware")
 REPLICA_COUNTS = (3, 5)
 RAFT_PORT_OFFSET = 100            # a replica's Raft port: its data port plus this (testbed default)
 PASSWORD_MIN = 16                 # characters: pysyncobj unpickles what it receives, the secret is all that guards it
-# app, instance, consumer and event type names become topic tokens and parts of keys ("<id>:<seq>:<version>")
-POOL_NAME_RULE = "1-32 letters, digits, '_' or '-'"
-_POOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
+# app, instance, consumer and event type names become topic tokens (node/pools/assign.py is_pool_name)
+POOL_NAME_RULE = f"1-{NAME_MAX} letters, digits, '_' or '-'"
 _RAFT_ADDR = re.compile(r"^([A-Za-z0-9_.-]+):(\d{1,5})$")
-
-
-def is_pool_name(name: object) -> bool:
-    return isinstance(name, str) and _POOL_NAME.fullmatch(name) is not None
 
 
 def raft_address(data_listen: str, offset: int = RAFT_PORT_OFFSET) -> str:

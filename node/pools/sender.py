@@ -26,11 +26,11 @@ import json
 import logging
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
 from node.broker.broker import Broker, Derived
 from node.pools import store
+from node.pools.messages import Assignment
 from node.records import Records
 from node.rpc import link_pb2
 from node.spool import Spool
@@ -45,15 +45,6 @@ LOAD_ALPHA = 0.5                   # weight of the newest heartbeat period in th
 
 def pool_topic(app: str, instance: str, consumer: str, event_type: str) -> str:
     return f"pool.{app}.{instance}.{consumer}.{event_type}"
-
-
-@dataclass
-class Assignment:
-    """What the leader tells one consumer: its connections app -> instance under map `version` of `term`."""
-    term: int
-    version: int
-    connections: dict[str, str]
-    fences: dict[str, int] = field(default_factory=dict)    # app -> the fence sequence the leader recorded
 
 
 class PoolSender:

@@ -4,7 +4,8 @@
                   publication per interested application (the broker's topic transform); the assignments of the
                   controller's leader arrive on `_pools.assign.<consumer>`, through this node's own durable
                   subscription (node/pools/listen.py, the one way the pools read from the broker).
-  replica         this node is named in `pools.replicas`: it hosts a controller replica.
+  replica         this node is named in `pools.replicas`: it hosts a controller replica (node/pools/host.py),
+                  which hears heartbeats on `_pools.hb.>` and, as the leader, publishes the assignments.
 
 Records: nodes/<node>/pools.jsonl (kind `pool`); metrics: the `pools` section.
 """
@@ -16,18 +17,18 @@ import logging
 from typing import Any
 
 from node.broker.broker import Broker
-from node.names import is_node_name
-from node.pools.config import PoolsConfig, is_pool_name
+from node.pools import messages
+from node.pools.config import PoolsConfig
+from node.pools.host import ASSIGN_TOPIC, HB_TOPIC, ControllerHost
 from node.pools.listen import Listener
-from node.pools.sender import Assignment, PoolSender
+from node.pools.messages import Assignment
+from node.pools.sender import PoolSender
 from node.pools.service import PoolsService
 from node.rpc import pools_pb2_grpc, pubsub_pb2
 from node.subsystem import Authorizer, Subsystem
 
 log = logging.getLogger("node.pools")
 
-ASSIGN_TOPIC = "_pools.assign"        # + .<consumer>: durable, from the leader
-HB_TOPIC = "_pools.hb"                # + .<name>: non-durable heartbeats (registration, load, leave)
 
 
 def assign_subscription(consumer: str) -> str:
@@ -43,7 +44,7 @@ class PoolsSubsystem(Subsystem):
         super().__init__(cfg)
         self.engine: Any = None
         self.sender: PoolSender | None = None
-        self.controller: Any = None           # node/pools/controller.py PoolController, on a replica
+        self.host: ControllerHost | None = None   # on a replica: the controller and what it does
         self.listeners: list[Listener] = []
         self._tasks: list[asyncio.Task] = []
         self.bad = 0                          # malformed or unauthorised control publications refused
@@ -74,6 +75,9 @@ class PoolsSubsystem(Subsystem):
             self._tasks.append(asyncio.ensure_future(self._beat(broker)))
         for listener in self.listeners:
             await listener.start()
+        if sec.is_replica(self.cfg.name):
+            self.host = ControllerHost(self.cfg.name, sec, sec.journal_path(self.cfg), broker, self.engine.records)
+            await self.host.start()
 
     async def _beat(self, broker: Broker) -> None:
         """The consumer's heartbeat: it registers the consumer at the leader and carries its load."""
@@ -93,6 +97,8 @@ class PoolsSubsystem(Subsystem):
                 log.exception("%s: pools: heartbeat failed", self.cfg.name)
 
     async def stop(self) -> None:
+        if self.host is not None:
+            await self.host.stop()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -113,13 +119,14 @@ class PoolsSubsystem(Subsystem):
 
     def services(self, server: Any, authorizer: Authorizer) -> None:
         pools_pb2_grpc.add_PoolsServicer_to_server(
-            PoolsService(self.cfg.name, lambda: self.controller, self._leader, authorizer), server)
+            PoolsService(self.cfg.name, lambda: None if self.host is None else self.host.controller, self._leader,
+                         authorizer), server)
 
     def _leader(self) -> str:
         """The leader replica's node name ("" while there is none)."""
-        if self.controller is None:
+        if self.host is None:
             return ""
-        leader = self.controller.leader()
+        leader = self.host.controller.leader()
         if not leader:
             return ""
         by_addr = {addr: name for name, addr in self.section.replicas.items()}
@@ -129,31 +136,22 @@ class PoolsSubsystem(Subsystem):
         out: dict[str, Any] = {"bad": self.bad}
         if self.sender is not None:
             out["consumer"] = self.sender.snapshot()
+        if self.host is not None:
+            out["controller"] = self.host.snapshot()
         return out
 
 
 def parse_assignment(d: pubsub_pb2.Delivery, consumer: str) -> Assignment | str:
     """An assignment delivery's content, or why it is refused: only a node or the admin (publisher "") may send
-    one, for this consumer, as JSON {term, version, connections: {app: instance}, fences: {app: seq}}."""
+    one, for this consumer (node/pools/messages.py parses the body)."""
     if d.publisher:
         return f"an assignment from user {d.publisher!r}: only the controller (a node) sends them"
     if d.topic != f"{ASSIGN_TOPIC}.{consumer}":
         return f"an assignment on {d.topic!r} is not for consumer {consumer}"
     try:
-        body = json.loads(d.payload)
-    except (ValueError, UnicodeDecodeError):
-        return "an assignment is not JSON"
-    if not isinstance(body, dict):
-        return "an assignment is not a JSON object"
-    term, version = body.get("term"), body.get("version")
-    conns, fence = body.get("connections"), body.get("fences", {})
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (term, version)):
-        return "an assignment needs a term and a version (integers, not negative)"
-    if not isinstance(conns, dict) or not all(is_pool_name(a) and is_pool_name(i) for a, i in conns.items()):
-        return "an assignment's connections are not {application: instance}"
-    if not isinstance(fence, dict) or not all(is_pool_name(a) and isinstance(s, int) for a, s in fence.items()):
-        return "an assignment's fences are not {application: sequence}"
-    return Assignment(term, version, dict(conns), dict(fence))
+        return messages.parse_assignment(d.payload)
+    except messages.BadMessage as exc:
+        return str(exc)
 
 
 SUBSYSTEM = PoolsSubsystem
