@@ -26,11 +26,11 @@ import json
 import logging
 import time
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator
 
 from node.broker.broker import Broker, Derived
 from node.pools import store
-from node.pools.messages import Assignment
+from node.pools.messages import Assignment, AssignmentGuard
 from node.records import Records
 from node.rpc import link_pb2
 from node.spool import Spool
@@ -51,16 +51,15 @@ class PoolSender:
     """One per consumer node (node/pools/subsystem.py builds it when `pools.consumer` is set)."""
 
     def __init__(self, me: str, consumer: str, app_types: dict[str, list[str]], broker: Broker, spool: Spool,
-                 records: Records, accept: Callable[[Assignment], str | None] | None = None) -> None:
-        """`app_types`: application -> the event types it wants; `accept`: why an assignment is refused (a stale
-        term, an old version) or None, given the state in `self` (the guard of node/pools/messages.py)."""
+                 records: Records) -> None:
+        """`app_types`: application -> the event types it wants."""
         self.me = me
         self.consumer = consumer
         self.app_types = app_types
         self.broker = broker
         self.spool = spool
         self.records = records
-        self.accept = accept
+        self.guard = AssignmentGuard()                  # the highest (term, version) accepted, kept in the spool
         self.seqs: dict[str, int] = {}
         self.term = 0                                   # highest term seen
         self.version = 0                                # newest map version accepted
@@ -83,6 +82,7 @@ class PoolSender:
         self.in_force = {a: (i, int(v)) for a, (i, v) in saved.in_force.items()}
         self.unsent = list(saved.unsent)
         if saved.wanted:
+            self.guard.term, self.guard.version = saved.term, saved.version
             self.wanted = Assignment(**saved.wanted)
             if self._in_force_now(self.wanted):
                 self.applied = (self.wanted.term, self.wanted.version)
@@ -146,7 +146,7 @@ class PoolSender:
     async def offer(self, a: Assignment) -> str | None:
         """An assignment from the leader: None when accepted (it is in force, or waits for an instance's
         subscription to be known here), else why it was refused (a `refused` line)."""
-        why = self.accept(a) if self.accept is not None else self._stale(a)
+        why = self.guard.accept(a)
         if why:
             self.records.write("pool", event="refused", consumer=self.consumer, term=a.term, version=a.version,
                                reason=why, highest_term=self.term)
@@ -156,14 +156,6 @@ class PoolSender:
             self.term, self.version, self.wanted = max(self.term, a.term), a.version, a
             await self._save()
         await self._switch()
-        return None
-
-    def _stale(self, a: Assignment) -> str | None:
-        """A new leader's first assignment may repeat the map version under its newer term."""
-        if a.term < self.term:
-            return f"stale term {a.term} < {self.term}"
-        if a.term == self.term and a.version <= self.version:
-            return f"version {a.version} is not above {self.version} in term {self.term}"
         return None
 
     def _in_force_now(self, a: Assignment) -> bool:

@@ -1,6 +1,7 @@
 """The pool controller in real daemons (node/pools/host.py): three replicas elect a leader, which registers a
 consumer and an instance from their heartbeats and publishes the consumer's assignment; after a kill -9 of the
-leader another one takes office and its first assignment, under its newer term, is applied at the consumer.
+leader another one takes office and its first assignment, under its newer term, is applied at the consumer; an
+instance that falls silent is crashed after pools.crash_timeout.
 
 Four nodes, every pair linked: n1 is consumer c1 and also runs instance i1's client (so no kill cuts it off);
 r1, r2 and r3 are the replicas.
@@ -123,5 +124,16 @@ def test_the_leader_registers_from_heartbeats_and_a_new_leader_takes_over_after_
         print(f"fail-over: new term applied at c1 {time.monotonic() - killed:.2f} s after the kill -9")
         assert lines(net, "n1", "applied")[-1]["connections"] == {"A": "i1"}
         assert not lines(net, "n1", "refused")
+        # i1 falls silent: after crash_timeout the leader crashes it, and c1 is told A has no instance for it
+        inst.close()
+        silent = time.monotonic()
+        wait_until(lambda: lines(net, "n1", "applied")[-1]["connections"] == {}, 10 * BEAT + ELECTION,
+                   what="i1's crash applied at c1")
+        assert time.monotonic() - silent >= 10 * BEAT - BEAT        # not before its silence was long enough
+        new = leader(net, others[0])
+        assert any(m["op"] == "instance_crash" for m in lines(net, new, "map"))
+        with net.client("n1") as c:
+            r = c.publish("ev.t1.src1", size=10)
+        assert not r.accepted and "no instance of application A" in r.reason
     finally:
         inst.close()
