@@ -139,13 +139,16 @@ class ControllerHost:
 
     # -- heartbeats and silence ---------------------------------------------------------------------------
     async def _on_beat(self, d: pubsub_pb2.Delivery) -> None:
-        if d.publisher:
-            return                             # a user's publication: only nodes and instances' admin speak here
         try:
             beat = parse_heartbeat(d.payload)
+            if isinstance(beat, ConsumerBeat) and d.publisher:
+                # consumers are nodes (publisher ""); instances run as their application's user
+                raise BadMessage(f"a consumer heartbeat from user {d.publisher!r}: only nodes are consumers")
         except BadMessage as exc:
             self.refused += 1
-            self.records.write("pool", event="refused", reason=str(exc), pub_id=d.pub_id, topic=d.topic)
+            if self.refused <= 10 or self.refused % 1000 == 0:     # a stream of bad beats costs few lines
+                self.records.write("pool", event="refused", reason=str(exc), pub_id=d.pub_id, topic=d.topic,
+                                   refused=self.refused)
             return
         now = time.monotonic()
         if isinstance(beat, ConsumerBeat):
