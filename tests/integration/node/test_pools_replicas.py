@@ -101,15 +101,18 @@ def test_the_leader_registers_from_heartbeats_and_a_new_leader_takes_over_after_
                    10 * BEAT + 2 * SPREAD, what="c1's assignment to i1")
         first = lines(net, "n1", "applied")[-1]
         with net.client("n1") as c:
-            r = c.publish("ev.t1.src1", size=10)
-            assert r.accepted, r.reason
-        wait_until(lambda: inst.events, SPREAD, what="the event at i1")
+            for _ in range(5):
+                r = c.publish("ev.t1.src1", size=10)
+                assert r.accepted, r.reason
+        wait_until(lambda: len(inst.events) == 5, SPREAD, what="the events at i1")
         old = leader(net, "r1")
 
         def view():                          # any replica answers and names the leader (a follower may lag)
             with net.client("r2") as c:
                 return c.get_pools()
-        wait_until(lambda: view().connections, ELECTION, what="the map at a follower")
+        # c1's heartbeats carried its load, which the leader entered (load commands): the follower has it too
+        wait_until(lambda: [x.load for x in view().connections if x.load > 0], ELECTION + 10 * BEAT,
+                   what="c1's load in the map at a follower")
         v = view()
         assert v.leader == old and [(x.consumer, x.app, x.instance) for x in v.connections] == [("c1", "A", "i1")]
         assert [(i.instance, i.node, i.state) for i in v.instances] == [("i1", "n1", "active")]
