@@ -29,10 +29,12 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
 from node.broker.broker import Broker, Derived
-from node.pools import store
+from node.pools import messages, store
+from node.pools.host import ASSIGN_TOPIC, HB_TOPIC
+from node.pools.listen import Listener
 from node.pools.messages import Assignment, AssignmentGuard
 from node.records import Records
-from node.rpc import link_pb2
+from node.rpc import link_pb2, pubsub_pb2
 from node.spool import Spool
 
 log = logging.getLogger("node.pools")
@@ -71,11 +73,17 @@ class PoolSender:
         self.rates: dict[str, float] = {}               # events/s per application, EWMA over heartbeat periods
         self._counted: dict[str, int] = {}              # `sent` at the last load() call
         self.refused_events = 0
+        self.bad = 0                                    # assignment publications refused as malformed or foreign
         self._lock = asyncio.Lock()
         self._switching: asyncio.Task | None = None
+        self._beating: asyncio.Task | None = None
+        self.listener = Listener(broker, f"pools.assign.{consumer}", f"{ASSIGN_TOPIC}.{consumer}", True,
+                                 self._on_assignment)
 
     # -- start ----------------------------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, types: list[str], heartbeat: float) -> None:
+        """After the broker started: the saved state, the transform, the assignments' subscription, the
+        heartbeat (`types`: the event types this consumer produces, `heartbeat`: seconds between beats)."""
         saved: store.Saved = await self.spool.run(store.op_create(self.consumer))
         self.seqs = dict(saved.seqs)
         self.term, self.version = saved.term, saved.version
@@ -91,11 +99,32 @@ class PoolSender:
         self._interest_changed()
         if self.unsent:                      # a crash came between a move and its fences
             self._switching = asyncio.ensure_future(self._publish_fences())
+        await self.listener.start()
+        self._beating = asyncio.ensure_future(self._beat(list(types), heartbeat))
 
     async def stop(self) -> None:
-        if self._switching is not None:
-            self._switching.cancel()
-            await asyncio.gather(self._switching, return_exceptions=True)
+        tasks = [t for t in (self._switching, self._beating) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.listener.stop()
+
+    async def _beat(self, types: list[str], period: float) -> None:
+        """The heartbeat, non-durable on `_pools.hb.<consumer>`: it registers this consumer at the leader and
+        carries its load (a `load` line while any is above 0)."""
+        while True:
+            await asyncio.sleep(period)
+            try:
+                load = self.load(period)
+                body = {"role": "consumer", "name": self.consumer, "node": self.me, "types": types,
+                        "state": "active", "load": load}
+                reply = await self.broker.publish(f"{HB_TOPIC}.{self.consumer}", json.dumps(body).encode(), None,
+                                                  1, 0.0, "", "")
+                if any(load.values()):
+                    self.records.write("pool", event="load", consumer=self.consumer, load=load,
+                                       sent=reply.accepted)
+            except Exception:
+                log.exception("%s: pools: heartbeat failed", self.me)
 
     # -- events (the broker's topic transform) -------------------------------------------------------------
     @asynccontextmanager
@@ -143,6 +172,25 @@ class PoolSender:
         return any(s.durable for subs in self.broker.interest.matching(topic).values() for s in subs)
 
     # -- assignments ------------------------------------------------------------------------------------
+    async def _on_assignment(self, d: pubsub_pb2.Delivery) -> None:
+        a = self._parse(d)
+        if isinstance(a, str):
+            self.bad += 1
+            self.records.write("pool", event="refused", consumer=self.consumer, reason=a, pub_id=d.pub_id)
+            log.warning("%s: pools: assignment %s refused: %s", self.me, d.pub_id, a)
+            return
+        await self.offer(a)
+
+    def _parse(self, d: pubsub_pb2.Delivery) -> Assignment | str:
+        """An assignment delivery's content, or why it is refused: only a node or the admin (publisher "") may
+        send one (node/pools/messages.py parses the body)."""
+        if d.publisher:
+            return f"an assignment from user {d.publisher!r}: only the controller (a node) sends them"
+        try:
+            return messages.parse_assignment(d.payload)
+        except messages.BadMessage as exc:
+            return str(exc)
+
     async def offer(self, a: Assignment) -> str | None:
         """An assignment from the leader: None when accepted (it is in force, or waits for an instance's
         subscription to be known here), else why it was refused (a `refused` line)."""
@@ -246,4 +294,4 @@ class PoolSender:
                 "connections": {a: i for a, (i, _v) in sorted(self.in_force.items())},
                 "seqs": dict(sorted(self.seqs.items())), "sent": dict(sorted(self.sent.items())),
                 "load": {a: round(r, 3) for a, r in sorted(self.rates.items())},
-                "refused_events": self.refused_events, "fences_unsent": len(self.unsent)}
+                "refused_events": self.refused_events, "fences_unsent": len(self.unsent), "bad": self.bad}

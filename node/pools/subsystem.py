@@ -1,9 +1,8 @@
 """Pooled event consumption as a node subsystem (node/subsystem.py): the roles a node plays in it.
 
   consumer (PS)   `pools.consumer` set: node/pools/sender.py turns each event published here into one durable
-                  publication per interested application (the broker's topic transform); the assignments of the
-                  controller's leader arrive on `_pools.assign.<consumer>`, through this node's own durable
-                  subscription (node/pools/listen.py, the one way the pools read from the broker).
+                  publication per interested application (the broker's topic transform), takes the assignments
+                  of the controller's leader and beats with its load.
   replica         this node is named in `pools.replicas`: it hosts a controller replica (node/pools/host.py),
                   which hears heartbeats on `_pools.hb.>` and, as the leader, publishes the assignments.
 
@@ -11,30 +10,15 @@ Records: nodes/<node>/pools.jsonl (kind `pool`); metrics: the `pools` section.
 """
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
 from typing import Any
 
 from node.broker.broker import Broker
-from node.pools import messages
 from node.pools.config import PoolsConfig
-from node.pools.host import ASSIGN_TOPIC, HB_TOPIC, ControllerHost
-from node.pools.listen import Listener
-from node.pools.messages import Assignment
+from node.pools.host import ControllerHost
 from node.pools.sender import PoolSender
 from node.pools.service import PoolsService
-from node.rpc import pools_pb2_grpc, pubsub_pb2
+from node.rpc import pools_pb2_grpc
 from node.subsystem import Authorizer, Subsystem
-
-log = logging.getLogger("node.pools")
-
-
-
-def assign_subscription(consumer: str) -> str:
-    """The name of a consumer node's own durable subscription to its assignments."""
-    return f"pools.assign.{consumer}"
-
 
 class PoolsSubsystem(Subsystem):
     name = "pools"
@@ -45,9 +29,6 @@ class PoolsSubsystem(Subsystem):
         self.engine: Any = None
         self.sender: PoolSender | None = None
         self.host: ControllerHost | None = None   # on a replica: the controller and what it does
-        self.listeners: list[Listener] = []
-        self._tasks: list[asyncio.Task] = []
-        self.bad = 0                          # malformed or unauthorised control publications refused
 
     def enabled(self) -> bool:
         return self.section.enabled
@@ -69,53 +50,16 @@ class PoolsSubsystem(Subsystem):
             types = {app: list(a.types) for app, a in sec.apps.items()}
             self.sender = PoolSender(self.cfg.name, sec.consumer.name, types, broker, self.engine.spool,
                                      self.engine.records)
-            await self.sender.start()
-            self.listeners.append(Listener(broker, assign_subscription(sec.consumer.name),
-                                           f"{ASSIGN_TOPIC}.{sec.consumer.name}", True, self._on_assignment))
-            self._tasks.append(asyncio.ensure_future(self._beat(broker)))
-        for listener in self.listeners:
-            await listener.start()
+            await self.sender.start(sec.consumer.types, sec.heartbeat)
         if sec.is_replica(self.cfg.name):
             self.host = ControllerHost(self.cfg.name, sec, sec.journal_path(self.cfg), broker, self.engine.records)
             await self.host.start()
 
-    async def _beat(self, broker: Broker) -> None:
-        """The consumer's heartbeat: it registers the consumer at the leader and carries its load."""
-        sec: PoolsConfig = self.section
-        while True:
-            await asyncio.sleep(sec.heartbeat)
-            try:
-                load = self.sender.load(sec.heartbeat)
-                body = {"role": "consumer", "name": sec.consumer.name, "node": self.cfg.name,
-                        "types": list(sec.consumer.types), "state": "active", "load": load}
-                reply = await broker.publish(f"{HB_TOPIC}.{sec.consumer.name}", json.dumps(body).encode(), None,
-                                             1, 0.0, "", "")
-                if load and any(load.values()):
-                    self.engine.records.write("pool", event="load", consumer=sec.consumer.name, load=load,
-                                              sent=reply.accepted)
-            except Exception:
-                log.exception("%s: pools: heartbeat failed", self.cfg.name)
-
     async def stop(self) -> None:
         if self.host is not None:
             await self.host.stop()
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        for listener in self.listeners:
-            await listener.stop()
         if self.sender is not None:
             await self.sender.stop()
-
-    async def _on_assignment(self, d: pubsub_pb2.Delivery) -> None:
-        a = parse_assignment(d, self.section.consumer.name)
-        if isinstance(a, str):
-            self.bad += 1
-            self.engine.records.write("pool", event="refused", consumer=self.section.consumer.name, reason=a,
-                                      pub_id=d.pub_id)
-            log.warning("%s: pools: assignment %s refused: %s", self.cfg.name, d.pub_id, a)
-            return
-        await self.sender.offer(a)
 
     def services(self, server: Any, authorizer: Authorizer) -> None:
         pools_pb2_grpc.add_PoolsServicer_to_server(
@@ -133,25 +77,12 @@ class PoolsSubsystem(Subsystem):
         return by_addr.get(str(leader), str(leader))
 
     def snapshot(self) -> dict | None:
-        out: dict[str, Any] = {"bad": self.bad}
+        out: dict[str, Any] = {}
         if self.sender is not None:
             out["consumer"] = self.sender.snapshot()
         if self.host is not None:
             out["controller"] = self.host.snapshot()
         return out
-
-
-def parse_assignment(d: pubsub_pb2.Delivery, consumer: str) -> Assignment | str:
-    """An assignment delivery's content, or why it is refused: only a node or the admin (publisher "") may send
-    one, for this consumer (node/pools/messages.py parses the body)."""
-    if d.publisher:
-        return f"an assignment from user {d.publisher!r}: only the controller (a node) sends them"
-    if d.topic != f"{ASSIGN_TOPIC}.{consumer}":
-        return f"an assignment on {d.topic!r} is not for consumer {consumer}"
-    try:
-        return messages.parse_assignment(d.payload)
-    except messages.BadMessage as exc:
-        return str(exc)
 
 
 SUBSYSTEM = PoolsSubsystem
