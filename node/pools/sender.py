@@ -194,6 +194,9 @@ class PoolSender:
     async def offer(self, a: Assignment) -> str | None:
         """An assignment from the leader: None when accepted (it is in force, or waits for an instance's
         subscription to be known here), else why it was refused (a `refused` line)."""
+        if self.wanted is not None and (a.term, a.version) == (self.wanted.term, self.wanted.version) \
+                and a.connections == self.wanted.connections:
+            return None                      # the one taken already, again (redelivered after a crash): no news
         why = self.guard.accept(a)
         if why:
             self.records.write("pool", event="refused", consumer=self.consumer, term=a.term, version=a.version,
