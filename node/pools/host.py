@@ -95,7 +95,8 @@ class ControllerHost:
         for app, a in sorted(self.sec.apps.items()):
             have = state["apps"].get(app)
             want = {"algorithm": a.algorithm, "move_share": float(a.move_share), "types": list(a.types)}
-            if have is None or any(have.get(k) != v for k, v in want.items()):
+            if have is None or any(have.get(k) != v for k, v in want.items() if k != "types") \
+                    or sorted(have.get("types", [])) != sorted(a.types):
                 await self._propose({"op": "define_app", "app": app, **want})
         self.owed |= set(self.controller.state()["consumers"])
         await self._pay()
