@@ -1,7 +1,8 @@
 """The pool controller in real daemons (node/pools/host.py): three replicas elect a leader, which registers a
 consumer and an instance from their heartbeats and publishes the consumer's assignment; after a kill -9 of the
 leader another one takes office and its first assignment, under its newer term, is applied at the consumer; an
-instance that falls silent is crashed after pools.crash_timeout.
+instance that falls silent is crashed after pools.crash_timeout, one that announces its leave hands its consumer
+over at once and is gone once silent.
 
 Four nodes, every pair linked: n1 is consumer c1 and also runs instance i1's client (so no kill cuts it off);
 r1, r2 and r3 are the replicas.
@@ -34,7 +35,7 @@ def net():
     taken: set[int] = set()
     replicas = {r: f"127.0.0.1:{free_port(taken)}" for r in ("r1", "r2", "r3")}
     pools = {"enabled": True, "replicas": replicas, "password": "p" * 16, "heartbeat": BEAT,
-             "crash_timeout": 10 * BEAT, "apps": {"A": {"types": ["t1"], "instances": {"i1": "n1"}}}}
+             "crash_timeout": 10 * BEAT, "apps": {"A": {"types": ["t1"], "instances": {"i1": "n1", "i2": "n1", "i3": "n1"}}}}
     work = Path(tempfile.mkdtemp(prefix="wanbed-pool-replicas-"))
     n = LocalNet.build(work, NAMES, EDGES, **FAST, pools=pools,
                        per_node={"n1": {"pools": {**pools, "consumer": {"name": "c1", "types": ["t1"]}}}})
@@ -58,11 +59,12 @@ def leader(net, at: str) -> str:
 
 
 class InstanceClient:
-    """Instance i1 of A at n1: its durable subscription (deliveries acknowledged) and its heartbeats."""
+    """An instance of A at n1: its durable subscription (deliveries acknowledged) and its heartbeats, which say
+    `state` ("active", or "leaving" once it announces its leave)."""
 
-    def __init__(self, net) -> None:
-        self.net, self.events, self._stop = net, [], threading.Event()
-        self.sub = net.client("n1").subscribe("pool.A.i1.>", name="pool-A-i1", durable=True)
+    def __init__(self, net, name: str = "i1") -> None:
+        self.net, self.name, self.state, self.events, self._stop = net, name, "active", [], threading.Event()
+        self.sub = net.client("n1").subscribe(f"pool.A.{name}.>", name=f"pool-A-{name}", durable=True)
         self._threads = [threading.Thread(target=self._read, daemon=True),
                          threading.Thread(target=self._beat, daemon=True)]
         for t in self._threads:
@@ -78,12 +80,12 @@ class InstanceClient:
             pass
 
     def _beat(self) -> None:
-        body = json.dumps({"role": "instance", "name": "i1", "app": "A", "node": "n1", "state": "active",
-                           "backlog": 0}).encode()
         with self.net.client("n1") as c:
             while not self._stop.wait(BEAT):
+                body = json.dumps({"role": "instance", "name": self.name, "app": "A", "node": "n1",
+                                   "state": self.state, "backlog": 0}).encode()
                 try:
-                    c.publish("_pools.hb.i1", payload=body)
+                    c.publish(f"_pools.hb.{self.name}", payload=body)
                 except UserError:
                     pass
 
@@ -140,3 +142,26 @@ def test_the_leader_registers_from_heartbeats_and_a_new_leader_takes_over_after_
         assert not r.accepted and "no instance of application A" in r.reason
     finally:
         inst.close()
+
+
+def test_an_announced_leave_moves_the_consumer_at_once_and_silence_then_ends_the_instance(net) -> None:
+    wait_until(lambda: leader(net, "r2") or leader(net, "r3"), ELECTION, what="a leader")
+    i2, i3 = InstanceClient(net, "i2"), InstanceClient(net, "i3")
+    try:
+        wait_until(lambda: lines(net, "n1", "applied")[-1]["connections"] == {"A": "i2"}, 10 * BEAT + 2 * SPREAD,
+                   what="c1 connected to i2 (round robin: the first active instance)")
+        i2.state = "leaving"
+        announced = time.monotonic()
+        wait_until(lambda: lines(net, "n1", "applied")[-1]["connections"] == {"A": "i3"}, 10 * BEAT + SPREAD,
+                   what="the leave applied at c1")
+        assert time.monotonic() - announced < 10 * BEAT       # at once, not after a silence
+        fence = lines(net, "n1", "fence_sent")[-1]
+        assert (fence["app"], fence["old"], fence["new"]) == ("A", "i2", "i3")
+        i2.close()                                             # drained: it goes
+        lead = leader(net, "r2") or leader(net, "r3")
+        wait_until(lambda: any(m["op"] == "instance_gone" for m in lines(net, lead, "map")), 10 * BEAT + SPREAD,
+                   what="i2 gone after its silence")
+        assert lines(net, "n1", "applied")[-1]["connections"] == {"A": "i3"}
+    finally:
+        i2.close()
+        i3.close()
