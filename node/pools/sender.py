@@ -76,7 +76,7 @@ class PoolSender:
         self.bad = 0                                    # assignment publications refused as malformed or foreign
         self._lock = asyncio.Lock()
         self._switching: asyncio.Task | None = None
-        self._beating: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()         # every task of ours, cancelled by stop()
         self.listener = Listener(broker, f"pools.assign.{consumer}", f"{ASSIGN_TOPIC}.{consumer}", True,
                                  self._on_assignment)
 
@@ -98,16 +98,22 @@ class PoolSender:
         self.broker.transform(EVENT_PREFIX, self)
         self._interest_changed()
         if self.unsent:                      # a crash came between a move and its fences
-            self._switching = asyncio.ensure_future(self._publish_fences())
+            self._spawn(self._publish_fences())
         await self.listener.start()
-        self._beating = asyncio.ensure_future(self._beat(list(types), heartbeat))
+        self._spawn(self._beat(list(types), heartbeat))
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._switching, self._beating) if t is not None]
+        tasks = list(self._tasks)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.listener.stop()
+
+    def _spawn(self, coro: Any) -> asyncio.Task:
+        t = asyncio.ensure_future(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+        return t
 
     async def _beat(self, types: list[str], period: float) -> None:
         """The heartbeat, non-durable on `_pools.hb.<consumer>`: it registers this consumer at the leader and
@@ -217,7 +223,7 @@ class PoolSender:
         if self.wanted is None or self._in_force_now(self.wanted):
             return
         if self._switching is None or self._switching.done():
-            self._switching = asyncio.ensure_future(self._switch())
+            self._switching = self._spawn(self._switch())
 
     async def _switch(self) -> None:
         """Move every application whose new instance's subscription is known here, between two events."""
