@@ -222,6 +222,12 @@ class Broker:
         transform = self._transform_for(topic)
         if transform is None:
             return await self._publish([pub], None)
+        # shielded: once the transform numbered the publication, it must hear how the store ended, even when the
+        # client's call is cancelled meanwhile (the store itself goes on regardless)
+        return await asyncio.shield(self._publish_transformed(pub, transform))
+
+    async def _publish_transformed(self, pub: link_pb2.Publication,
+                                   transform: TopicTransform) -> pubsub_pb2.PublishReply:
         async with transform.derive(pub) as derived:
             if isinstance(derived, str):
                 self.counters.refused += 1

@@ -157,11 +157,15 @@ class PoolSender:
                 pubs.append((pool_topic(app, instance, self.consumer, event_type), f"{pub.pub_id}:{seq}:{version}"))
                 advance[app] = (seq - 1, seq)
             derived = Derived(pubs, store.op_advance(self.consumer, advance))
-            yield derived
-            if derived.stored:
-                for app, (_old, seq) in advance.items():
-                    self.seqs[app] = seq
-                    self.sent[app] = self.sent.get(app, 0) + 1
+            try:
+                yield derived
+            finally:
+                if derived.stored:
+                    for app, (_old, seq) in advance.items():
+                        self.seqs[app] = seq
+                        self.sent[app] = self.sent.get(app, 0) + 1
+                else:                        # not stored: the spool's numbers are the truth, whatever happened
+                    self.seqs = (await self.spool.run(store.op_create(self.consumer))).seqs
 
     def _problem(self, apps: list[str], event_type: str) -> str | None:
         """Why an event wanted by `apps` cannot be accepted now (refused before anything is stored), or None."""

@@ -287,3 +287,25 @@ def test_an_application_moves_only_once_its_new_instance_is_subscribed(net, inst
 def test_get_pools_at_a_node_that_is_no_replica_is_one_clear_error(net) -> None:
     with net.client("n1") as c, pytest.raises(UserError, match="n1 is not a pool controller replica"):
         c.get_pools()
+
+
+def test_calls_cancelled_by_their_deadline_leave_the_numbering_whole(net, instances) -> None:
+    """A publish whose client gives up mid-store (its deadline) is stored or not, and the consumer's numbers
+    stay those of its spool: later events are accepted and numbered on without a gap or a repeat."""
+    _a, b = instances
+    before = len(b.keys)
+    from node.client import NodeClient
+    gave_up = 0
+    for k in range(40):                       # deadlines around the time a store takes
+        with NodeClient(net.nodes["n1"].mgmt, timeout=0.001 * (1 + k % 20)) as hasty:
+            try:
+                hasty.publish(f"ev.t2.src{k}", size=10)
+            except UserError:
+                gave_up += 1
+    print(f"{gave_up} of 40 hasty calls gave up")
+    after = [publish_event(net, "n1", f"ev.t2.src{k}") for k in range(3)]
+    assert all(ok for ok, _p, _w in after), [w for _o, _p, w in after]
+    wait_until(lambda: {p for _o, p, _w in after} <= set(b.events()), SPREAD, what="the later events at i2")
+    time.sleep(0.5)                           # the hasty calls' stored events arrive meanwhile too
+    assert max(b.keys.values()) == 1 and len(b.keys) > before
+    assert sorted(b.events().values()) == list(range(1, len(b.keys) + 1))
