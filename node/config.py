@@ -44,6 +44,7 @@ only accepts. So every pair has exactly one session and no tie-break is needed.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,6 +233,8 @@ class NodeConfig:
                 raise ConfigError(f"{key} must be positive.")
         if self.session.hold_time <= self.session.keepalive:
             raise ConfigError("session.hold_time must be longer than session.keepalive.")
+        if not 0 < self.session.backoff_min <= self.session.backoff_max:
+            raise ConfigError("session needs 0 < backoff_min <= backoff_max.")
         for key in ("max_link_queue", "max_orphan_bytes", "max_submission_bytes"):
             if getattr(self.limits, key) < 1:
                 raise ConfigError(f"limits.{key} must be at least 1 byte.")
@@ -269,8 +272,9 @@ def build_section(cls: type, data: Any, where: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(f"unknown key {where + '.' if where else ''}{unknown[0]} in node config "
-                          f"(known: {', '.join(sorted(fields))}).")
+        near = difflib.get_close_matches(unknown[0], sorted(fields), n=1)
+        hint = f"did you mean '{near[0]}'?" if near else f"known: {', '.join(sorted(fields))}"
+        raise ConfigError(f"unknown key {where + '.' if where else ''}{unknown[0]} in node config ({hint}).")
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         f = fields[name]

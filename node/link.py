@@ -24,7 +24,7 @@ the receiver has stored DURABLY), REFUSEs and KEEPALIVEs. The sender keeps a
 window of unacknowledged frames; when a session ends they go back to the front
 of the queue and are sent again on the next session (the receiver drops the
 duplicates by message id and byte range). Silence longer than the hold time
-ends a session; the dialer reconnects with exponential backoff.
+ends a session; the dialer reconnects with exponential backoff with jitter (node/backoff.py).
 """
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from node import credits
+from node.backoff import Backoff
 from node.codec import frames_from_pieces, piece_from_frame, pieces_from_run
 from node.config import NodeConfig
 from node.errors import clip
@@ -396,7 +397,7 @@ class LinkManager:
 
     async def _dial_loop(self, peer: str) -> None:
         s = self.cfg.session
-        backoff = s.backoff_min
+        backoff = Backoff(s.backoff_min, s.backoff_max)
         addr = self.cfg.neighbours[peer]
         st = self.engine.peers[peer].stats
         first = True
@@ -421,7 +422,7 @@ class LinkManager:
                 if not first:
                     st.reconnects += 1
                 first = False
-                backoff = s.backoff_min
+                backoff.reset()
                 log.info("session with %s up (dialled %s)", peer, addr)
                 session = self._session(peer, call.write, call.read, call.cancel, o.capabilities)
                 self.sessions[peer] = session
@@ -442,8 +443,7 @@ class LinkManager:
                 if self.sessions.get(peer) is not None and established:
                     self.sessions.pop(peer, None)
             await channel.close(grace=None)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, s.backoff_max)
+            await asyncio.sleep(backoff.wait())
 
     async def accept(self, context: grpc.aio.ServicerContext) -> None:
         """Server side of Session: check OPEN, answer it, run the session."""

@@ -2,27 +2,32 @@
 
 Each command group lives in testbed/commands/<group>.py and exposes
 `register(subparsers)`; this module only assembles them and turns user errors
-into one clear line and a non-zero exit status.
+into one clear line and a non-zero exit status. Shell completion: argcomplete
+(`eval "$(register-python-argcomplete testbed)"`, see README).
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from testbed import __version__
-from testbed.commands import (check, experiment, export, image, inspect, messaging, network, pubsub, reproduce,
-                              routing)
+from testbed.commands import (check, experiment, export, gateway, image, inspect, messaging, network, pubsub,
+                              reproduce, routing)
 from node.errors import UserError
 
-GROUPS = (network, messaging, inspect, routing, pubsub, experiment, reproduce, check, export, image)
+GROUPS = (network, messaging, inspect, routing, gateway, pubsub, experiment, reproduce, check, export, image)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="testbed",
         description="Emulated WAN testbed for store-and-forward messaging.",
-        epilog="Run `testbed COMMAND --help` for the options of one command.",
+        epilog="Run `testbed COMMAND --help` for the options and examples of one command.\n"
+               "examples:\n  testbed validate scenarios/quickstart.yaml\n  sudo testbed run scenarios/quickstart.yaml\n"
+               "  sudo testbed up scenarios/quickstart.yaml && sudo testbed send n1 --to n4 --size 10kB",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"testbed {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
@@ -32,8 +37,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _complete(parser: argparse.ArgumentParser) -> None:
+    """Tab completion when the shell asks for it (argcomplete sets _ARGCOMPLETE); a no-op otherwise."""
+    if "_ARGCOMPLETE" not in os.environ:
+        return
+    try:
+        import argcomplete
+    except ImportError:      # completion is a convenience: without the package the command still runs
+        return
+    argcomplete.autocomplete(parser)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    _complete(parser)
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -48,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("testbed: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader stopped reading (`testbed reproduce --list | head`): no traceback, and the final flush
+        # at exit must not complain either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -132,12 +132,29 @@ def make_offline_base(build_dir: Path, progress: Callable[[str], None]) -> None:
         raise RuntimeError(f"docker import failed: {imp.stderr.strip()}")
 
 
+# Pure-Python packages the index has only as a source archive: built into a wheel here (the image has no compiler
+# and installs from wheels only).
+BUILT_HERE = frozenset({"pysyncobj"})
+
+
+def node_requirements() -> tuple[list[str], list[str]]:
+    """The node's pins, split: (downloaded as cp311 wheels, built into wheels on this host)."""
+    pins = [line.strip() for line in NODE_REQUIREMENTS.read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+    built = [p for p in pins if p.split("==")[0].strip().lower() in BUILT_HERE]
+    return [p for p in pins if p not in built], built
+
+
 def download_wheels(build_dir: Path, progress: Callable[[str], None]) -> Path:
     """cp311 manylinux wheels for the node requirements (host and image share Python 3.11)."""
     wheels = build_dir / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
+    downloaded, built = node_requirements()
     _run_step([sys.executable, "-P", "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--python-version", "3.11",
-               "-d", str(wheels), "-r", str(NODE_REQUIREMENTS)], "downloading node wheels", progress, timeout=600)
+               "-d", str(wheels), *downloaded], "downloading node wheels", progress, timeout=600)
+    if built:
+        _run_step([sys.executable, "-P", "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), *built],
+                  f"building wheels of {', '.join(built)}", progress, timeout=600)
     return wheels
 
 

@@ -60,12 +60,13 @@ def parse_duration(value: object) -> float:
     return seconds
 
 
-def parse_rate(value: object) -> float:
-    """"10Mbit", "4800bit", "100kbit", "1.5Mbps" (bytes/s, as tc) or bare bits/s -> bits/s (> 0)."""
+def parse_rate(value: object, zero: bool = False) -> float:
+    """"10Mbit", "4800bit", "100kbit", "1.5Mbps" (bytes/s, as tc) or bare bits/s -> bits/s (> 0; >= 0 with
+    `zero`, for a caller that gives 0 a meaning of its own)."""
     expected = 'expected a rate like "10Mbit"'
     number, suffix = _split(value, _RATE, True, expected)
     bits = number * _RATE[suffix]
-    if bits <= 0:
+    if bits < 0 or (bits == 0 and not zero):
         raise UnitError(f"{expected} (greater than zero), got {value!r}")
     return bits
 

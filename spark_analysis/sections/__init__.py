@@ -5,7 +5,7 @@ A new section is one module here exporting a `Section` (see base.py) and one lin
 """
 from __future__ import annotations
 
-from . import accepted, pubsub, rates, routing
+from . import accepted, gateway, pubsub, rates, routing
 from .base import Page, RunData, Section
 
 SECTIONS: tuple[Section, ...] = (
@@ -13,6 +13,7 @@ SECTIONS: tuple[Section, ...] = (
     routing.SECTION,
     pubsub.SECTION,
     rates.SECTION,
+    gateway.SECTION,
 )
 
 __all__ = ["SECTIONS", "Page", "RunData", "Section"]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from node.errors import UserError
+from testbed.commands import examples
 
 EXIT_FAILED = 1       # a repetition failed the checker (Verdict.ok) or a subsystem's account
 
@@ -94,7 +95,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "copy (or a durable receipt), lost a non-delivery report, had an unreadable "
                                    "spool, disagreed with the workload driver's accepted.jsonl, had a node that "
                                    "could not write a record line, or had more late copies than allowed; 2 on bad "
-                                   "input.")
+                                   "input.",
+                       **examples("testbed check runs/quickstart", "testbed check runs/quickstart/default/rep1 --json",
+                                  "testbed check runs/drill-nemesis --max-late 0"))
     p.add_argument("run_dir", metavar="RUN_DIR",
                    help="a repetition directory (<experiment>/<cell>/<rep>) or any directory above it")
     p.add_argument("--max-late", type=int, default=None, metavar="N",

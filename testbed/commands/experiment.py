@@ -3,12 +3,14 @@ report, spark_analysis)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
 import sys
 from pathlib import Path
 
 from node.errors import UserError
+from testbed.commands import examples
 
 # wall seconds a repetition takes beyond its duration and drain: building the network, starting the nodes,
 # collecting the records and tearing down (an estimate for `validate`, measured on small scenarios)
@@ -40,20 +42,30 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError(f"--reps must be at least 1, got {args.reps}.")
     sets = scenario_sets(args)
     out = Path(args.out) if args.out else _default_out(args.scenario, sets, args.quick)
-    with console.progress_on(sys.stdout) as progress:
-        status = runner.run_experiment(args.scenario, out, args.reps, args.resume, args.quick, sets, progress)
-    if not args.report:
+    rows: list[dict[str, str]] = []
+    # progress on stderr; the closing table is the result: stdout, or with --json stderr beside the JSON
+    with console.progress_on(sys.stderr) as progress:
+        status = runner.run_experiment(args.scenario, out, args.reps, args.resume, args.quick, sets, progress,
+                                       stream=sys.stderr if args.json else sys.stdout, rows=rows)
+    page = None
+    if args.report:
+        # with --json stdout holds only the JSON: the report's console summary goes to stderr
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            page = make_report(str(out), None)
+    if args.json:
+        print(json.dumps({"out": str(out), "exit_status": status, "repetitions": rows,
+                          "report": str(page) if page else None, "report_command": report_command(out)}, indent=1))
+    elif not args.report:
         print(f"make the report: {report_command(out)}")
-        return status
-    make_report(str(out), None)
     return status
 
 
 def make_report(directory: str, out: str | None, master: str | None = None, plots: str = "png",
-                pcaps: bool = True, quiet: bool = False) -> None:
+                pcaps: bool = True, quiet: bool = False) -> Path:
     from spark_analysis.__main__ import report
     page = report(directory, out, master, plots=plots, pcaps=pcaps, quiet=quiet)
     print(f"report written to {page}")
+    return Path(page)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -102,17 +114,32 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run a scenario (or a sweep) end to end into a run directory")
-    p.add_argument("scenario", help="scenario YAML file")
+    p = sub.add_parser(
+        "run", help="run a scenario (or a sweep) end to end into a run directory (as root)",
+        description="Validate SCENARIO, then for every cell of its sweep and every repetition: build the network, "
+                    "start the node daemons, warm up, drive the workload and faults, drain, collect and tear "
+                    "down. Progress goes to standard error; the closing table (one row per repetition) to "
+                    "standard output. Needs root. Exit status 0, 1 when a repetition failed or lost a message, "
+                    "2 on bad input, 130 when interrupted.",
+        **examples("sudo testbed run scenarios/quickstart.yaml",
+                   "sudo testbed run scenarios/brachman-linear.yaml --quick --reps 2 --set seed=7",
+                   "sudo testbed run scenarios/quickstart.yaml --resume --json > result.json"))
+    p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
     p.add_argument("--out", default=None, help="experiment folder (default: runs/<scenario name>)")
     p.add_argument("--reps", type=int, help="repetitions per cell (overrides the scenario)")
-    p.add_argument("--resume", action="store_true", help="skip cells that are already complete")
+    p.add_argument("--resume", action="store_true",
+                   help="continue in --out: skip repetitions that completed (with the seed planned now), run "
+                        "again those that started but did not complete; without it an existing experiment "
+                        "there is moved aside")
     p.add_argument("--quick", action="store_true", help="apply the scenario's quick: section")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key by its dotted path (repeatable; validated like the file)")
     p.add_argument("--runtime", choices=("netns", "docker"), default=None,
                    help="host runtime for every cell (shorthand for --set runtime=...; default: the scenario's)")
     p.add_argument("--report", action="store_true", help="make the report (`testbed report`) when the run ends")
+    p.add_argument("--json", action="store_true",
+                   help="print the closing table as JSON (out, exit_status, repetitions: one object per row, "
+                        "report, report_command); the text table goes to standard error")
     p.set_defaults(handler=_run)
 
     p = sub.add_parser(
@@ -120,9 +147,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Check SCENARIO as `testbed run` checks it (the file, the --set overrides, every sweep "
                     "value and every node's settings), then print the plan: cells, repetitions, seeds and an "
                     "estimated wall time. Needs no root and builds no network.",
-        epilog="examples:\n  testbed validate scenarios/quickstart.yaml\n"
-               "  testbed validate scenarios/brachman-linear.yaml --quick --set seed=7 --json",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        **examples("testbed validate scenarios/quickstart.yaml",
+                   "testbed validate scenarios/brachman-linear.yaml --quick --set seed=7 --json"))
     p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
     p.add_argument("--reps", type=int, help="repetitions per cell (overrides the scenario)")
     p.add_argument("--quick", action="store_true", help="apply the scenario's quick: section")
@@ -135,9 +161,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "report", help="make the report of a run directory (tables, plots, report.html)",
         description="Ingest RUN_DIR (one repetition, a cell or a whole experiment of `testbed run`) with "
                     "Spark and write the comparison report: tables, plots and report.html.",
-        epilog="examples:\n  testbed report runs/quickstart\n  testbed report runs/quickstart --out /tmp/qs-report "
-               "--no-pcap",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        **examples("testbed report runs/quickstart", "testbed report runs/quickstart --out /tmp/qs-report --no-pcap"))
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run, cell or experiment directory of `testbed run`")
     p.add_argument("--out", help="report folder (default: RUN_DIR/report)")
     p.add_argument("--master", default=None, help="Spark master URL (default: local[*])")

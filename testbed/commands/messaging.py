@@ -9,13 +9,14 @@ Where a node's management address comes from, first match wins:
 
 The token a call carries (scenario `security.auth`), first match wins:
   WANBED_TOKEN=TOKEN
-  the running network's secrets/tokens.json: the user's token at that node when the command names a user
-  (`mailbox --user`, `send --originator`) and the run has one, else that node's admin token
+  the running network's secrets/tokens.json, when the address is that network's node NODE: the user's token
+  at that node when the command names a user (`mailbox --user`, `send --originator`) and the run has one,
+  else that node's admin token
   none (a network without tokens)
 
 TLS (scenario `security.tls`: the node serves its management port over TLS), first match wins:
   WANBED_CA=FILE                            (the PEM certificate of the CA to trust)
-  the running network's secrets/ca.crt, when its nodes have certificates
+  the running network's secrets/ca.crt, when its nodes have certificates and the address is its node NODE
   none: plaintext
 With a CA the node's certificate must name the node the command names (NODE, not the address dialled).
 """
@@ -30,31 +31,36 @@ from typing import TYPE_CHECKING
 
 from node.errors import UserError
 from testbed import netstate
+from testbed.commands import examples
+from testbed.commands.values import parse_duration, parse_size
 
 if TYPE_CHECKING:          # grpc loads only for the commands that talk to a node
     from node.client import Access, NodeClient
 
 
-def read_body(args: argparse.Namespace) -> bytes | None:
-    """The payload: a literal BODY (UTF-8), `--file F` (`--file -`: standard input) or None with `--size N`,
-    checked not negative; exactly one of them. `send` and `pub` share it."""
+def read_body(args: argparse.Namespace) -> tuple[bytes | None, int | None]:
+    """The payload and the generated size: a literal BODY (UTF-8), `--file F` (`--file -`: standard input) or
+    `--size` with units (`100kB`, `4KiB`, bare bytes); exactly one of them. `send` and `pub` share it."""
     literal = getattr(args, "body", None)
     given = [x for x in (literal, args.file, args.size) if x is not None]
     if len(given) != 1:
         which = "BODY, --size or --file" if hasattr(args, "body") else "--size or --file"
         raise UserError(f"give exactly one of {which}.")
     if literal is not None:
-        return literal.encode()
+        return literal.encode(), None
     if args.file == "-":
-        return sys.stdin.buffer.read()
+        return sys.stdin.buffer.read(), None
     if args.file:
         try:
-            return Path(args.file).read_bytes()
+            return Path(args.file).read_bytes(), None
         except OSError as exc:
             raise UserError(f"cannot read {args.file}: {exc.strerror}.") from None
-    if args.size < 0:
-        raise UserError("--size must not be negative.")
-    return None
+    return None, parse_size(args.size, "--size")
+
+
+def read_lifetime(args: argparse.Namespace) -> float:
+    """`--lifetime` in seconds (`10s`, `2m`, a bare number of seconds); 0: the node's default lifetime."""
+    return parse_duration(args.lifetime, "--lifetime")
 
 
 def resolve_address(node: str, address: str | None) -> str:
@@ -77,18 +83,15 @@ def resolve_address(node: str, address: str | None) -> str:
     return addr
 
 
-def node_access(node: str, user: str = "") -> Access:
-    """The token and TLS check for calls to `node` (see the module docstring)."""
+def node_access(node: str, address: str, user: str = "") -> Access:
+    """The token and TLS check for calls to `node` at `address` (see the module docstring)."""
     from node.client import Access
     from testbed import secrets
     run = secrets.RunSecrets()
-    try:
-        rec = netstate.current()
-    except UserError:
-        rec = None        # no network is up: an --address of another setup, which has no secrets of ours
-    run_dir = rec.state.get("run_dir") if rec is not None else None
-    if run_dir:
-        run = secrets.load(Path(run_dir))
+    if _running_network_node(node, address):
+        run_dir = netstate.current().state.get("run_dir")
+        if run_dir:
+            run = secrets.load(Path(run_dir))
     token = os.environ.get("WANBED_TOKEN") or (run.token(node, user) if user in run.users.get(node, {})
                                                else run.token(node))
     ca = run.ca if run.tls else b""
@@ -108,7 +111,16 @@ def node_client(node: str, address: str, user: str = "", timeout: float = 30.0) 
     (a failed TLS check is one line of ours, not the library's handshake report)."""
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     from node.client import NodeClient
-    return NodeClient.to(address, node_access(node, user), timeout)
+    return NodeClient.to(address, node_access(node, address, user), timeout)
+
+
+def _running_network_node(node: str, address: str) -> bool:
+    """Whether `address` is node `node` of the running `testbed up` network: only then do its secrets apply (an
+    address of another setup, from --address or WANBED_NODES, must not be sent this network's tokens)."""
+    try:
+        return netstate.mgmt_address(node) == address
+    except Exception:     # no network is up, it has no such node, or its state is damaged: none of its secrets
+        return False
 
 
 def _check_daemon(node: str) -> None:
@@ -123,13 +135,18 @@ def _send(args: argparse.Namespace) -> int:
     to = [t for t in (x.strip() for x in args.to.split(",")) if t]
     if not to:
         raise UserError("--to needs at least one recipient node.")
-    payload = read_body(args)
+    payload, size = read_body(args)
+    lifetime = read_lifetime(args)
     with node_client(args.src, resolve_address(args.src, args.address), args.originator) as c:
-        r = c.send(to, size=args.size, payload=payload, priority=args.priority, lifetime=args.lifetime,
+        r = c.send(to, size=size, payload=payload, priority=args.priority, lifetime=lifetime,
                    originator=args.originator)
     if not r.accepted:
         raise UserError(f"{args.src} refused the message: {r.reason}.")
-    print(r.msg_id)
+    if args.json:
+        print(json.dumps({"msg_id": r.msg_id, "from": args.src, "to": to,
+                          "size": len(payload) if payload is not None else size}))
+    else:
+        print(r.msg_id)
     return 0
 
 
@@ -169,24 +186,30 @@ def _delete_mail(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("send", help="submit a message through a node")
+    p = sub.add_parser(
+        "send", help="submit a message through a node",
+        description="Submit one message at FROM for the recipients of --to and print its message id. The payload "
+                    "is --size generated bytes or --file (- reads standard input).",
+        **examples("testbed send n1 --to n4 --size 100kB", "testbed send n1 --to bob@n4,n3 --file report.pdf "
+                   "--lifetime 10m --json", "date | testbed send n1 --to n2 --file -"))
     p.add_argument("src", metavar="FROM", help="the node to submit through")
     p.add_argument("--to", required=True, help="recipients, comma separated: NODE or USER@NODE")
     body = p.add_mutually_exclusive_group(required=True)
-    body.add_argument("--size", type=int, help="generated payload of this many bytes")
+    body.add_argument("--size", help="generated payload of this size: 100kB, 4KiB, 1MB or bare bytes")
     body.add_argument("--file", help="payload from a file ('-': standard input)")
     p.add_argument("--priority", type=int, default=1)
-    p.add_argument("--lifetime", type=float, default=0.0, help="seconds (default: the node's default lifetime)")
+    p.add_argument("--lifetime", default="0", help="how long the message may live: 10s, 5m, 1h or bare seconds "
+                                                   "(default 0: the node's default lifetime)")
     p.add_argument("--originator", default="", help="the sending user at FROM (where reports go)")
     p.add_argument("--address", help="FROM's management address HOST:PORT (else WANBED_NODES or the running network)")
+    p.add_argument("--json", action="store_true", help="print msg_id, from, to and size as a JSON object")
     p.set_defaults(handler=_send)
     p = sub.add_parser(
         "mailbox", help="list (or delete) messages delivered to a node",
         description="List the messages delivered to NODE, oldest first; with --delete, delete copies instead: "
                     "--user's, or without --user the copies addressed to the node itself (no user).",
-        epilog="examples:\n  testbed mailbox n2\n  testbed mailbox n2 --user bob --json\n"
-               "  testbed mailbox n2 --user bob --delete n1-000001-1f3a n1-000002-77c0",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        **examples("testbed mailbox n2", "testbed mailbox n2 --user bob --json",
+                   "testbed mailbox n2 --user bob --delete n1-000001-1f3a n1-000002-77c0"))
     p.add_argument("node", metavar="NODE", help="the node whose mailbox to read")
     p.add_argument("--user", default="", help="only this user's mail")
     p.add_argument("--delete", nargs="+", metavar="ID", help="delete these messages' copies (see above)")

@@ -9,45 +9,28 @@ signals the supervisor, both by pid, and waits for the teardown to finish.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import select
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from testbed import netstate, pycmd, registry, units
+from testbed import netstate, pycmd, registry
+from testbed.commands import examples
+from testbed.commands.routing import text_table
+from testbed.commands.values import parse_duration, parse_percent, parse_rate
+from testbed.experiment import console
 from testbed.network import Network
 from node.errors import UserError
 
 UP_TIMEOUT = 300.0        # seconds `up` waits for the supervisor's report (100 hosts take well under 30)
 DOWN_TIMEOUT = 60.0
-
-
-# ---- units: the scenario loader's parsers, so "25ms" means the same on the CLI as in a file ----
-
-def _parse(fn: Callable[[str], float], text: str, what: str) -> float:
-    try:
-        return float(fn(text))
-    except units.UnitError as e:
-        raise UserError(f"{what}: {str(e).rstrip('.')}.") from None
-
-
-def parse_duration(text: str, what: str) -> float:
-    return _parse(units.parse_duration, text, what)
-
-
-def parse_rate(text: str, what: str) -> float:
-    value = _parse(units.parse_rate, text, what)
-    if value <= 0:
-        raise UserError(f"{what}: expected a positive rate like \"10Mbit\", got {text!r}.")
-    return value
-
-
-def parse_percent(text: str, what: str) -> float:
-    return _parse(units.parse_percent, text, what)
+UNLIMITED = ("unlimited", "none")      # `link --rate` words for no rate limit (so is a rate of 0)
 
 
 # ---- up / down -----------------------------------------------------------------------------
@@ -89,17 +72,34 @@ def _up(args: argparse.Namespace) -> int:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                 pass_fds=(wfd,), start_new_session=True, env=pycmd.env())
     os.close(wfd)
-    report = _read_report(rfd, proc, UP_TIMEOUT)
+    with console.waiting(f"building the network of {args.scenario} (hosts, links, shaping; log: "
+                         f"{run_dir / 'supervisor.log'})"):
+        report = _read_report(rfd, proc, UP_TIMEOUT)
     if not report.get("ok"):
         raise UserError(report.get("error") or f"the network did not come up; see {run_dir / 'supervisor.log'}.")
     rec = registry.load(run_id)
     if rec is None:
         raise UserError(f"the network came up but its state is gone; see {run_dir / 'supervisor.log'}.")
     net = Network.attach(rec.run_id)
-    _print_tables(net.describe(), run_dir)
+    desc = net.describe()
+    doc: dict[str, Any] = {"running": True, **desc, "run_dir": str(run_dir), "nodes": None, "security": None}
+    if not args.json:
+        _print_tables(desc, run_dir)
     if scenario is not None:
-        _start_nodes(rec, scenario)
-    return _smoke_test(rec, proc) if args.test else 0
+        nodes = _start_nodes(rec, scenario)
+        doc["nodes"], doc["security"] = _nodes_plain(nodes, scenario)
+        if not args.json:
+            _print_nodes(nodes, scenario)
+    if not args.test:
+        if args.json:
+            print(json.dumps(doc, indent=1))
+        return 0
+    if not args.json:
+        return _smoke_test(rec, proc)
+    with contextlib.redirect_stdout(sys.stderr):       # the checks' lines beside the progress, not in the JSON
+        status = _smoke_test(rec, proc)
+    print(json.dumps({**doc, "running": False, "test": {"passed": status == 0}}, indent=1))
+    return status
 
 
 def _smoke_test(rec: registry.RunRecord, supervisor: subprocess.Popen) -> int:
@@ -122,11 +122,12 @@ def _smoke_test(rec: registry.RunRecord, supervisor: subprocess.Popen) -> int:
     return 0 if ok else 1
 
 
-def _start_nodes(rec: registry.RunRecord, scenario: Any) -> None:
+def _start_nodes(rec: registry.RunRecord, scenario: Any) -> Any:
     """The node daemons of a fresh `up` (testbed/live_nodes.py); if they fail, the network goes down too."""
     from testbed import live_nodes
     try:
-        nodes = live_nodes.start(rec, scenario)
+        with console.waiting("starting the node daemons and waiting until every one is healthy"):
+            return live_nodes.start(rec, scenario)
     except BaseException as exc:
         try:
             _stop_supervisor(rec)
@@ -135,6 +136,18 @@ def _start_nodes(rec: registry.RunRecord, scenario: Any) -> None:
         if isinstance(exc, UserError):
             raise UserError(f"{exc}\n(network {rec.run_id} was taken down again)") from None
         raise
+
+
+def _nodes_plain(nodes: Any, scenario: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`up --json`'s nodes and security: what _print_nodes says in sentences."""
+    sec = scenario.security
+    tokens = Path(nodes.run_dir) / "secrets" / "tokens.json"
+    return ({"daemons": [d.host for d in nodes.daemons], "without_daemon": list(nodes.without_daemon),
+             "sessions_missing": list(nodes.sessions_missing), "records_dir": str(nodes.records_dir)},
+            {"tls": bool(sec.tls), "auth": bool(sec.auth), "tokens": str(tokens) if sec.auth else None})
+
+
+def _print_nodes(nodes: Any, scenario: Any) -> None:
     print(f"node daemons: {', '.join(d.host for d in nodes.daemons)} (healthy)"
           + (f"; no daemon: {', '.join(nodes.without_daemon)}" if nodes.without_daemon else ""))
     if nodes.sessions_missing:
@@ -184,29 +197,34 @@ def _read_report(fd: int, proc: subprocess.Popen, timeout: float) -> dict[str, A
 
 
 def _print_tables(desc: dict[str, Any], run_dir: Path | None = None) -> None:
+    """The hosts and links: rich tables on a terminal; otherwise plain aligned columns at full width (a pipe or
+    a log file gets no table folded into 80 columns)."""
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    console.print(f"network [bold]{desc['run_id']}[/bold] ({desc['topology']}): runtime {desc['runtime']}, "
+    out = Console()
+    out.print(f"network [bold]{desc['run_id']}[/bold] ({desc['topology']}): runtime {desc['runtime']}, "
                   f"{desc.get('shaper_message') or 'shaper ' + desc['shaper']}"
-                  + (f", run dir {run_dir}" if run_dir else ""))
-    t = Table(title="hosts")
-    for col in ("host", "management", "data (loopback)", "interfaces"):
-        t.add_column(col)
-    for h in desc["hosts"]:
-        ifs = " ".join(f"{i['ifname']}={i['address']}" for i in h["interfaces"] if i["link"] != "mgmt")
-        t.add_row(h["name"], h["mgmt_address"], h["data_address"], ifs)
-    console.print(t)
-    t = Table(title="links")
-    for col in ("link", "state", "a→b", "b→a"):
-        t.add_column(col)
-    for l in desc["links"]:
-        t.add_row(l["name"], l["state"], _fmt_dir(l["a_to_b"]), _fmt_dir(l["b_to_a"]))
-    console.print(t)
+                  + (f", run dir {run_dir}" if run_dir else ""), soft_wrap=True)
+    hosts = [[h["name"], h["mgmt_address"], h["data_address"],
+              " ".join(f"{i['ifname']}={i['address']}" for i in h["interfaces"] if i["link"] != "mgmt")]
+             for h in desc["hosts"]]
+    links = [[l["name"], l["state"], _fmt_dir(l["a_to_b"]), _fmt_dir(l["b_to_a"])] for l in desc["links"]]
+    for title, head, rows in (("hosts", ["host", "management", "data (loopback)", "interfaces"], hosts),
+                              ("links", ["link", "state", "a→b", "b→a"], links)):
+        if out.is_terminal:
+            t = Table(title=title)
+            for col in head:
+                t.add_column(col)
+            for row in rows:
+                t.add_row(*row)
+            out.print(t)
+        else:
+            print(title)
+            print("\n".join(text_table(head, rows)))
     if desc.get("partitions"):
         for a, b in desc["partitions"]:
-            console.print(f"partition: {','.join(a)} | {','.join(b)}")
+            print(f"partition: {','.join(a)} | {','.join(b)}")
 
 
 def _fmt_dir(d: dict[str, Any]) -> str:
@@ -277,11 +295,14 @@ def _current_any() -> registry.RunRecord:
 # ---- queries and changes -----------------------------------------------------------------
 
 def _status(args: argparse.Namespace) -> int:
+    if args.json and not netstate.running():
+        print(json.dumps({"running": False}))      # a state, not an error, for a script that asks
+        return 0
     rec = netstate.current()
     net = Network.attach(rec.run_id)
     desc = net.describe()
     if args.json:
-        print(json.dumps(desc, indent=1))
+        print(json.dumps({"running": True, **desc, "run_dir": rec.state.get("run_dir")}, indent=1))
     else:
         _print_tables(desc, Path(rec.state.get("run_dir", "")))
     return 0
@@ -314,7 +335,12 @@ def _link(args: argparse.Namespace) -> int:
     if args.loss is not None:
         params["loss"] = parse_percent(args.loss, "--loss")
     if args.rate is not None:
-        params["rate"] = None if args.rate.lower() in ("unlimited", "none", "0") else parse_rate(args.rate, "--rate")
+        bits = None if args.rate.strip().lower() in UNLIMITED else parse_rate(args.rate, "--rate", zero=True)
+        if bits == 0:
+            # 0 could be read as "carry nothing": say that it lifts the limit (--down is what stops a link)
+            print(f"testbed: --rate {args.rate} removes the rate limit (the same as --rate unlimited); "
+                  f"--down takes the link down", file=sys.stderr)
+        params["rate"] = bits or None
     if not params and not args.down and not args.up:
         raise UserError("nothing to change: give --delay, --jitter, --loss, --rate, --down or --up.")
     rec = netstate.current()
@@ -333,6 +359,10 @@ def _link(args: argparse.Namespace) -> int:
         if args.up:
             net.link_up(args.a, args.b)
     link = net.topology.link(args.a, args.b)
+    if args.json:
+        print(json.dumps({"link": link.name, "a": link.a, "b": link.b, "up": link.up, "a_to_b": link.a_to_b.to_dict(),
+                          "b_to_a": link.b_to_a.to_dict()}, indent=1))
+        return 0
     print(f"link {link.name}: {'up' if link.up else 'down'}; {link.a}→{link.b} {_fmt_dir(link.a_to_b.to_dict())}; "
           f"{link.b}→{link.a} {_fmt_dir(link.b_to_a.to_dict())}")
     return 0
@@ -376,6 +406,9 @@ def _clean(args: argparse.Namespace) -> int:
     if args.run_id and registry.is_live(args.run_id):
         raise UserError(f"run {args.run_id} is live (its owner is running); stop it instead of cleaning it.")
     removed = cleanup.clean(only=[args.run_id] if args.run_id else None)
+    if args.json:
+        print(json.dumps({"removed": [str(r) for r in removed]}, indent=1))
+        return 0
     for r in removed:
         print(f"removed {r}")
     print(f"testbed clean: removed {len(removed)} item(s)" if removed else "testbed clean: nothing to remove")
@@ -383,8 +416,16 @@ def _clean(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("up", help="build the emulated WAN of a scenario and keep it up")
-    p.add_argument("scenario", help="scenario YAML file")
+    p = sub.add_parser(
+        "up", help="build the emulated WAN of a scenario and keep it up (as root)",
+        description="Build SCENARIO's network (hosts, links with their delay, loss and rate), start a node daemon "
+                    "in every host and return, leaving the network up for `send`, `link`, `partition` ... until "
+                    "`testbed down`. Needs root (it creates network namespaces and interfaces). What it waits "
+                    "for goes to standard error, the hosts and links to standard output.",
+        **examples("sudo testbed up scenarios/quickstart.yaml", "sudo testbed up scenarios/quickstart.yaml --json",
+                   "sudo testbed up scenarios/brachman-linear.yaml --set link_defaults.delay=50ms --insecure",
+                   "sudo testbed up scenarios/quickstart.yaml --test"))
+    p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
     p.add_argument("--runtime", choices=("netns", "docker"), help="host runtime (default: the scenario's)")
     p.add_argument("--shaper", choices=("auto", "netem", "wire"), help="link shaping backend (default: the scenario's)")
     p.add_argument("--run-dir", help="where topology.json, events.jsonl and logs go (default: runs/up/<run>)")
@@ -399,37 +440,66 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "anyone on this host can call the nodes")
     p.add_argument("--test", action="store_true", help="smoke test: ping every pair of MTA neighbours, send one "
                    "message across the longest path, tear down; exit 0 if all passed, else 1")
+    p.add_argument("--json", action="store_true", help="print the network as `status --json` does, with nodes "
+                   "(daemons, without_daemon, sessions_missing, records_dir) and security (tls, auth, tokens)")
     p.add_argument("--factory", help=argparse.SUPPRESS)   # MODULE:FUNCTION building the Network (tests)
     p.set_defaults(handler=_up)
-    p = sub.add_parser("down", help="stop the node daemons and tear down the running network")
+    p = sub.add_parser("down", help="stop the node daemons and tear down the running network",
+                       description="Stop the node daemons of the running network, then tear the network down "
+                                   "and remove the node records and secrets (unless --keep).",
+                       **examples("sudo testbed down", "sudo testbed down --keep"))
     p.add_argument("--keep", action="store_true", help="keep the node daemons' records (<run dir>/nodes/) and the "
                    "run's secrets")
     p.set_defaults(handler=_down)
-    p = sub.add_parser("status", help="hosts, links and their state")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p = sub.add_parser("status", help="hosts, links and their state",
+                       description="The running network's hosts (addresses, interfaces) and links (state, delay, "
+                                   "loss, rate per direction). With --json and no network up it prints "
+                                   '{"running": false} and exits 0.',
+                       **examples("testbed status", "testbed status --json"))
+    p.add_argument("--json", action="store_true", help="machine-readable output (with running: true or false)")
     p.set_defaults(handler=_status)
-    p = sub.add_parser("exec", help="run a command inside a host: testbed exec NODE -- CMD...")
-    p.add_argument("node")
-    p.add_argument("cmd", nargs=argparse.REMAINDER)
+    p = sub.add_parser("exec", help="run a command inside a host: testbed exec NODE -- CMD...",
+                       description="Run CMD in NODE's network namespace; the exit status is CMD's.",
+                       **examples("sudo testbed exec n1 -- ping -c 3 10.0.0.2", "sudo testbed exec n2 -- ip addr"))
+    p.add_argument("node", metavar="NODE", help="the host to run the command in")
+    p.add_argument("cmd", metavar="CMD", nargs=argparse.REMAINDER, help="the command and its arguments, after --")
     p.set_defaults(handler=_exec)
-    p = sub.add_parser("link", help="change a link's parameters or state")
-    p.add_argument("a")
-    p.add_argument("b")
+    p = sub.add_parser("link", help="change a link's parameters or state",
+                       description="Change the link between A and B while the network runs: delay, jitter, "
+                                   "loss, rate (in both directions or one), or take it down and up. Units as "
+                                   "in a scenario: 25ms, 1%, 10Mbit.",
+                       **examples("sudo testbed link n1 n2 --delay 100ms --loss 1%",
+                                  "sudo testbed link n1 n2 --rate 64kbit --direction a_to_b",
+                                  "sudo testbed link n1 n2 --rate unlimited --json", "sudo testbed link n1 n2 --down"))
+    p.add_argument("a", metavar="A", help="one end of the link (a host)")
+    p.add_argument("b", metavar="B", help="the other end")
     p.add_argument("--delay", help="one-way delay, e.g. 25ms")
     p.add_argument("--jitter", help="delay variation, e.g. 5ms")
     p.add_argument("--loss", help="random loss, e.g. 1%% or 0.01")
-    p.add_argument("--rate", help="bandwidth, e.g. 10Mbit, or 'unlimited'")
+    p.add_argument("--rate", help="bandwidth, e.g. 10Mbit; 'unlimited' (or 0) removes the rate limit, it does not "
+                                  "stop the link (that is --down)")
     p.add_argument("--direction", choices=("both", "a_to_b", "b_to_a"), default="both",
                    help="a_to_b = frames sent by A as named here (default: both)")
     p.add_argument("--down", action="store_true", help="take the link down (drops everything)")
     p.add_argument("--up", action="store_true", help="bring the link back up")
+    p.add_argument("--json", action="store_true", help="print the link afterwards as JSON (link, a, b, up, a_to_b, "
+                                                       "b_to_a)")
     p.set_defaults(handler=_link)
-    p = sub.add_parser("partition", help="cut two sets of hosts apart: testbed partition A,B C,D")
-    p.add_argument("side_a")
-    p.add_argument("side_b")
+    p = sub.add_parser("partition", help="cut two sets of hosts apart: testbed partition A,B C,D",
+                       description="Drop every packet between the hosts of SIDE_A and those of SIDE_B (both "
+                                   "ways) until `testbed heal`.",
+                       **examples("sudo testbed partition n1,n2 n3,n4", "sudo testbed partition n1 n2"))
+    p.add_argument("side_a", metavar="SIDE_A", help="hosts on one side, comma separated")
+    p.add_argument("side_b", metavar="SIDE_B", help="hosts on the other side, comma separated")
     p.set_defaults(handler=_partition)
-    p = sub.add_parser("heal", help="undo partitions")
+    p = sub.add_parser("heal", help="undo partitions", description="Undo every partition of the running network.",
+                       **examples("sudo testbed heal"))
     p.set_defaults(handler=_heal)
-    p = sub.add_parser("clean", help="remove everything a crashed testbed left behind (its prefix only)")
+    p = sub.add_parser("clean", help="remove everything a crashed testbed left behind (its prefix only)",
+                       description="Remove the namespaces, interfaces, rules, processes and registry entries of "
+                                   "testbed runs whose owner is gone (only names with the testbed's prefix). "
+                                   "Needs root.",
+                       **examples("sudo testbed clean", "sudo testbed clean --run-id 3f9a1c --json"))
     p.add_argument("--run-id", help="only this exact run id (refused while it is live)")
+    p.add_argument("--json", action="store_true", help='print {"removed": [...]} as JSON')
     p.set_defaults(handler=_clean)

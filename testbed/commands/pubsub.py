@@ -9,7 +9,7 @@ that does not answer, a refusal (with the node's reason).
 `sub` runs until Ctrl-C (status 0, a summary line) or until --count deliveries. A non-durable subscription
 lives as long as its stream: when the node goes away `sub` says so in one sentence and exits 2. A durable one
 (--durable NAME) lives in the node's spool, so `sub --durable` reconnects instead: it says so, retries with
-backoff (RECONNECT_MIN doubling to RECONNECT_MAX) until the node answers again or Ctrl-C, and the node
+backoff (node/backoff.py: RECONNECT_MIN doubling to RECONNECT_MAX, with jitter) until the node answers again or Ctrl-C, and the node
 hands over what waited meanwhile (plus anything delivered but not acknowledged, flagged redelivered).
 """
 from __future__ import annotations
@@ -22,9 +22,11 @@ import time
 from datetime import datetime
 from typing import Any, Callable, Iterator
 
+from node.backoff import Backoff
 from node.errors import UserError
 from node.natural import natural_key
-from testbed.commands.messaging import node_client, read_body, resolve_address
+from testbed.commands import examples
+from testbed.commands.messaging import node_client, read_body, read_lifetime, resolve_address
 from testbed.commands.routing import one_line, text_table, yes_no
 
 ANSWER_TIMEOUT = 5.0       # seconds a node has to answer Unsubscribe / ListSubscriptions
@@ -48,7 +50,8 @@ def _plural(n: int, word: str) -> str:
 # ---- pub -----------------------------------------------------------------------------------------
 
 def _pub(args: argparse.Namespace) -> int:
-    payload = read_body(args)
+    payload, size = read_body(args)
+    lifetime = read_lifetime(args)
     if args.priority < 0:
         raise UserError("--priority must not be negative.")
     if args.priority > MAX_UINT32:
@@ -59,17 +62,21 @@ def _pub(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     with node_client(args.node, address, timeout=PUBLISH_TIMEOUT) as c:
         for i in range(args.count):
-            r = c.publish(args.topic, size=args.size, payload=payload, priority=args.priority,
-                          lifetime=args.lifetime, key=args.key)
+            r = c.publish(args.topic, size=size, payload=payload, priority=args.priority,
+                          lifetime=lifetime, key=args.key)
             if not r.accepted:
                 which = f" publication {i + 1} of {args.count}" if args.count > 1 else " the publication"
                 raise UserError(f"{args.node} refused{which}: {one_line(Exception(r.reason))}")
-            print(f"{r.pub_id}  expected by {_plural(r.expected, 'subscription')} ({r.expected_durable} durable, "
-                  f"{r.expected - r.expected_durable} non-durable)", flush=True)
+            if args.json:      # one object per publication, as it is accepted (a later refusal keeps these)
+                print(json.dumps({"pub_id": r.pub_id, "node": args.node, "topic": args.topic,
+                                  "expected": r.expected, "expected_durable": r.expected_durable}), flush=True)
+            else:
+                print(f"{r.pub_id}  expected by {_plural(r.expected, 'subscription')} ({r.expected_durable} "
+                      f"durable, {r.expected - r.expected_durable} non-durable)", flush=True)
     if args.count > 1:
         took = time.monotonic() - t0
         print(f"published {args.count} on {args.topic} at {args.node} in {took:.2f} s "
-              f"({args.count / took if took > 0 else 0:.0f} per s)")
+              f"({args.count / took if took > 0 else 0:.0f} per s)", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -227,10 +234,9 @@ class _Subscriber:
     def _reconnect(self, exc: UserError) -> Iterator[Any]:
         self.out.notice(f"{self.node} went away: {one_line(exc).rstrip('.')}; reconnecting to the durable "
                         f"subscription {self.name}, with backoff (Ctrl-C to stop)")
-        delay = RECONNECT_MIN
+        backoff = Backoff(RECONNECT_MIN, RECONNECT_MAX)
         while True:
-            time.sleep(delay)
-            delay = min(2 * delay, RECONNECT_MAX)
+            time.sleep(backoff.wait())
             try:
                 return self._attach(again=True)
             except UserError as again:
@@ -266,6 +272,9 @@ def _unsub(args: argparse.Namespace) -> int:
         except UserError as exc:
             said = _node_said(exc, address)
             raise (UserError(f"{said}.") if said else exc) from None
+    if args.json:
+        print(json.dumps({"node": args.node, "name": args.name, "removed": True, "discarded": r.discarded}))
+        return 0
     gone = f", {_plural(r.discarded, 'waiting publication')} discarded" if r.discarded else ""
     print(f"{args.node}: subscription {args.name} removed{gone}")
     return 0
@@ -335,24 +344,29 @@ def register(sub: argparse._SubParsersAction) -> None:
              description="Publish on TOPIC (tokens separated by '.', no wildcards) at NODE. Prints each "
                          "publication id and how many subscriptions NODE knows that match it. The payload "
                          "is BODY as given, --file (- reads standard input) or --size generated bytes.",
-             epilog="examples:\n  testbed pub n1 weather.eu 'rain at noon'\n"
-                    "  date | testbed pub n1 clock.tick --file -\n  testbed pub n1 load.test --size 4096 --count 10",
-             formatter_class=argparse.RawDescriptionHelpFormatter)
+             **examples("testbed pub n1 weather.eu 'rain at noon'", "date | testbed pub n1 clock.tick --file -",
+                        "testbed pub n1 load.test --size 4KiB --count 10 --lifetime 30s --json"))
     p.add_argument("topic", metavar="TOPIC", help="the topic to publish on")
     p.add_argument("body", metavar="BODY", nargs="?", help="the payload, literally (UTF-8); else --size or --file")
     body = p.add_mutually_exclusive_group()
-    body.add_argument("--size", type=int, help="generated payload of this many bytes")
+    body.add_argument("--size", help="generated payload of this size: 100kB, 4KiB, 1MB or bare bytes")
     body.add_argument("--file", help="payload from a file ('-': standard input)")
     p.add_argument("--priority", type=int, default=1)
-    p.add_argument("--lifetime", type=float, default=0.0, help="seconds (default: the node's default lifetime)")
+    p.add_argument("--lifetime", default="0", help="how long the publication may live: 10s, 5m, 1h or bare "
+                                                   "seconds (default 0: the node's default lifetime)")
     p.add_argument("--key", default="", help="an opaque key carried to every subscriber")
     p.add_argument("--count", type=int, default=1, help="publish this many times (default 1)")
+    p.add_argument("--json", action="store_true", help="one JSON object per publication (pub_id, node, topic, "
+                                                       "expected, expected_durable)")
     _address(p)
     p = _add(sub, "sub", _sub, help="subscribe to a topic pattern at a node and print what arrives",
              description="Subscribe to PATTERN at NODE ('*' matches one token, '>' the rest) and print each "
                          "delivery until Ctrl-C or --count deliveries. A durable subscription keeps collecting "
-                         "while no client is attached, and `sub --durable` reconnects when the node goes away.")
-    p.add_argument("pattern", metavar="PATTERN")
+                         "while no client is attached, and `sub --durable` reconnects when the node goes away.",
+             **examples("testbed sub n4 'weather.>'", "testbed sub n4 'orders.*' --durable audit --json",
+                        "testbed sub n4 clock.tick --count 1"))
+    p.add_argument("pattern", metavar="PATTERN", help="the topic pattern: tokens separated by '.', '*' for one "
+                                                      "token, '>' for the rest")
     who = p.add_mutually_exclusive_group()
     who.add_argument("--durable", metavar="NAME", help="a durable subscription of this name (created if new)")
     who.add_argument("--name", help="a name for the non-durable subscription (default: one the node picks)")
@@ -360,12 +374,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--count", type=int, help="end after this many deliveries")
     _address(p)
     p = _add(sub, "unsub", _unsub, help="remove a subscription at a node",
-             description="Remove subscription NAME at NODE; a durable one loses what waits for it.")
-    p.add_argument("name", metavar="NAME")
+             description="Remove subscription NAME at NODE; a durable one loses what waits for it.",
+             **examples("testbed unsub n4 audit", "testbed unsub n4 audit --json"))
+    p.add_argument("name", metavar="NAME", help="the subscription's name (`testbed subs NODE` lists them)")
+    p.add_argument("--json", action="store_true", help="print node, name, removed and discarded as a JSON object")
     _address(p)
     p = _add(sub, "subs", _subs, help="list the subscriptions at a node",
              description="List NODE's subscriptions (node, name, owner, pattern, durable, connected, backlog, "
-                         "delivered, dropped); --remote adds those other nodes advertised to it.")
+                         "delivered, dropped); --remote adds those other nodes advertised to it.",
+             **examples("testbed subs n4", "testbed subs n1 --remote --json"))
     p.add_argument("--remote", action="store_true", help="also the subscriptions other nodes advertised")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _address(p)

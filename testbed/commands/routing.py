@@ -18,6 +18,7 @@ import yaml
 
 from node.errors import UserError
 from node.natural import natural_key
+from testbed.commands import examples
 from testbed.commands.messaging import node_client, resolve_address
 
 ANSWER_TIMEOUT = 5.0       # seconds a node has to answer GetRoutes / SetRules
@@ -166,7 +167,7 @@ def _rules(args: argparse.Namespace) -> int:
 def _add(sub: argparse._SubParsersAction, name: str, handler: Callable[[argparse.Namespace], int],
          **kw: Any) -> argparse.ArgumentParser:
     p = sub.add_parser(name, **kw)
-    p.add_argument("node", metavar="NODE")
+    p.add_argument("node", metavar="NODE", help="the node to ask (through its management address)")
     p.add_argument("--address", help="the node's management address HOST:PORT (else WANBED_NODES or the "
                                      "running network)")
     p.set_defaults(handler=handler)
@@ -176,11 +177,13 @@ def _add(sub: argparse._SubParsersAction, name: str, handler: Callable[[argparse
 def register(sub: argparse._SubParsersAction) -> None:
     p = _add(sub, "routes", _routes, help="a live node's routing table and measured links",
              description="Print NODE's routing table (destination, next hop, cost, how it was learned) "
-                         "and its measured links, from the running network.")
+                         "and its measured links, from the running network.",
+             **examples("testbed routes n1", "testbed routes n1 --json"))
     p.add_argument("--json", action="store_true", help="the reply as JSON (node, mode, routes, links, rules)")
     p = _add(sub, "rules", _rules, help="show or replace a live node's routing rules",
              description="Replace NODE's routing rules with a YAML list (node config form, see README), "
-                         "show the rules in force, or clear them. Not kept across a daemon restart.")
+                         "show the rules in force, or clear them. Not kept across a daemon restart.",
+             **examples("testbed rules n1 --show", "testbed rules n1 --file rules.yaml", "testbed rules n1 --clear"))
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--file", metavar="RULES.yaml", help="install the rules listed in this YAML file")
     what.add_argument("--show", action="store_true", help="print the rules in force")

@@ -171,7 +171,8 @@ class _CellRun:
         self.network = Network.from_scenario(wall, run_dir=self.rep_dir, kind="run", handle_signals=False)
         self.network.start()
         configs = nodeconfig.node_configs(wall, self.network, self.rep_dir)
-        tokens = nodeconfig.client_tokens(configs, nodeconfig.add_security(wall, configs, self.rep_dir))
+        run_secrets = nodeconfig.add_security(wall, configs, self.rep_dir)
+        tokens = nodeconfig.client_tokens(configs, run_secrets)
         paths = nodeconfig.write_configs(configs, self.rep_dir)
         # Daemon-less hosts (plain IP routers) neither submit nor receive.
         schedule = workload.schedule(self.model, nodeconfig.daemon_hosts(wall, self.network))
@@ -204,7 +205,8 @@ class _CellRun:
         self.phase("workload")
         self.driver = WorkloadDriver(self.network, schedule, self.model.time_scale, self.rep_dir,
                                      address=lambda n: nodeconfig.mgmt_target(self.network, n),
-                                     reachable=self.daemons.reachable, tokens=tokens)
+                                     reachable=self.daemons.reachable, tokens=tokens,
+                                     user_tokens=run_secrets.access if run_secrets.auth else None)
         self.timeline = Timeline(self.network, self.daemons, wall.faults, on_event=self.progress.event)
         t0 = time.monotonic()
         self.last_delivery = t0

@@ -1,8 +1,10 @@
-"""The progress display of `testbed run`: a rich live panel on a terminal, plain lines otherwise.
+"""The progress display of `testbed run` and `testbed reproduce` (on stderr: stdout keeps the results): one
+rich.progress bar on a terminal, plain lines otherwise.
 
-Both implement testbed/experiment/progress.Progress. The plain one prints a
-line per phase and event and throttles ticks (one line every TICK_EVERY
-seconds), so a log file or CI output stays readable.
+Both implement testbed/experiment/progress.Progress. The bar counts repetitions (k/N) with the elapsed time
+and an ETA from the mean wall time of the repetitions done; its text names the cell, the phase and the
+messages so far. The plain one prints a line per phase and event and throttles ticks (one line every
+TICK_EVERY seconds), so a log file or CI output stays readable.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, TextIO
+from typing import Iterator, TextIO
 
 from testbed.experiment.progress import Progress
 
@@ -29,6 +31,8 @@ def _clock(seconds: float) -> str:
 class _State:
     cell: str = ""
     rep: int = 0
+    k: int = 0           # the how-many-th repetition of this run is the current one (1-based; 0: none yet)
+    todo: int = 0        # repetitions this run will run (0: not told)
     phase: str = "starting"
     elapsed: float = 0.0
     total: float = 0.0
@@ -51,8 +55,18 @@ class PlainProgress:
         with self._lock:
             print(f"{stamp} {text}", file=self.stream, flush=True)
 
+    def repetitions(self, todo: int, total: int) -> None:
+        self.state.todo = todo
+        skipped = f" ({total - todo} complete already)" if todo < total else ""
+        self._line(f"{todo} repetition(s) to run{skipped}")
+
     def phase(self, cell: str, rep: int, name: str) -> None:
-        self.state.cell, self.state.rep, self.state.phase = cell, rep, name
+        s = self.state
+        if (cell, rep) != (s.cell, s.rep):
+            s.k += 1
+            if s.todo:
+                self._line(f"repetition {s.k}/{s.todo}: {cell} rep {rep}")
+        s.cell, s.rep, s.phase = cell, rep, name
         self._last_tick = 0.0
         self._line(f"[{cell} rep {rep}] {name}")
 
@@ -76,46 +90,59 @@ class PlainProgress:
 
 
 class RichProgress:
-    """A live panel: cell, rep, phase, elapsed/remaining, submitted/delivered; events scroll above it."""
+    """One rich.progress bar over the repetitions (k/N, elapsed, ETA); events scroll above it."""
 
     def __init__(self, stream: TextIO) -> None:
         from rich.console import Console
-        from rich.live import Live
+        from rich.progress import (BarColumn, Progress as Bar, SpinnerColumn, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
+        from rich.table import Column
 
         self.console = Console(file=stream)
         self.state = _State(started=time.monotonic())
         self._lock = threading.Lock()
-        self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=True)
-        self.live.start()
+        # speed over the whole run, not rich's last 30 s: repetitions take minutes, so the ETA is
+        # (repetitions left) x (mean wall time of those done)
+        # the counts keep their width on a narrow terminal; the description gives way
+        self.bar = Bar(SpinnerColumn(), TextColumn("[bold]{task.fields[count]}[/bold]",
+                                                   table_column=Column(no_wrap=True, min_width=9)),
+                       BarColumn(bar_width=20), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                       TextColumn("{task.description}", table_column=Column(no_wrap=True, overflow="ellipsis")),
+                       console=self.console, transient=True,
+                       speed_estimate_period=7 * 24 * 3600.0, refresh_per_second=4)
+        self.task = self.bar.add_task("starting", total=None, count="")
+        self.bar.start()
 
-    def _render(self) -> Any:
-        from rich.table import Table
-
+    def _describe(self) -> str:
         s = self.state
-        t = Table.grid(padding=(0, 2))
-        t.add_column(style="bold")
-        t.add_column()
-        t.add_row("cell", f"{s.cell or '-'}  rep {s.rep}")
-        t.add_row("phase", s.phase)
-        remaining = max(0.0, s.total - s.elapsed)
-        bar = ""
+        what = f"{s.cell} rep {s.rep}: {s.phase}" if s.cell else s.phase
         if s.total > 0:
-            width = 30
-            done = min(width, int(width * s.elapsed / s.total))
-            bar = "█" * done + "░" * (width - done) + "  "
-        t.add_row("time", f"{bar}{_clock(s.elapsed)} elapsed, {_clock(remaining)} remaining")
-        t.add_row("messages", f"{s.submitted} submitted, {s.delivered} delivered")
-        t.add_row("total", _clock(time.monotonic() - s.started))
-        return t
+            what += f" {_clock(s.elapsed)}/{_clock(s.total)}"
+        if s.submitted or s.delivered:
+            what += f", {s.submitted} submitted, {s.delivered} delivered"
+        return what
 
     def _refresh(self) -> None:
+        s = self.state
+        count = f"rep {s.k}/{s.todo}" if s.todo else (f"rep {s.k}" if s.k else "")
         with self._lock:
-            self.live.update(self._render())
+            self.bar.update(self.task, description=self._describe(), count=count)
+
+    def repetitions(self, todo: int, total: int) -> None:
+        self.state.todo = todo
+        with self._lock:
+            self.bar.reset(self.task, total=max(todo, 1), completed=0)
+        if todo < total:
+            self.event(f"{total - todo} of {total} repetitions complete already; {todo} to run")
+        self._refresh()
 
     def phase(self, cell: str, rep: int, name: str) -> None:
         s = self.state
         if (cell, rep) != (s.cell, s.rep):
-            self.console.print(f"[bold]{cell}[/bold] rep {rep}")
+            if s.k:
+                with self._lock:
+                    self.bar.advance(self.task)      # the previous repetition is done
+            s.k += 1
         s.cell, s.rep, s.phase = cell, rep, name
         s.elapsed = s.total = 0.0
         self._refresh()
@@ -131,13 +158,13 @@ class RichProgress:
 
     def close(self) -> None:
         with self._lock:
-            if self.live.is_started:
-                self.live.stop()
+            if self.bar.live.is_started:
+                self.bar.stop()
 
 
 def make_progress(stream: TextIO | None = None) -> Progress:
-    """Rich on a terminal, plain log lines otherwise (pipes, files, CI)."""
-    stream = stream if stream is not None else sys.stdout
+    """Rich on a terminal, plain log lines otherwise (pipes, files, CI); on stderr unless told otherwise."""
+    stream = stream if stream is not None else sys.stderr
     isatty = getattr(stream, "isatty", None)
     if callable(isatty) and isatty():
         try:
@@ -157,3 +184,22 @@ def progress_on(stream: TextIO | None = None) -> Iterator[Progress]:
         close = getattr(progress, "close", None)
         if callable(close):
             close()
+
+
+@contextmanager
+def waiting(text: str, stream: TextIO | None = None) -> Iterator[None]:
+    """Say what a command waits for while it waits (`up` building the network, starting the daemons): a rich
+    spinner on a terminal, else one plain line; on stderr, so stdout keeps only the command's result."""
+    stream = stream if stream is not None else sys.stderr
+    isatty = getattr(stream, "isatty", None)
+    if not (callable(isatty) and isatty()):
+        print(f"{time.strftime('%H:%M:%S')} {text} ...", file=stream, flush=True)
+        yield
+        return
+    from rich.console import Console
+    t0 = time.monotonic()
+    console = Console(file=stream)
+    with console.status(f"{text} ..."):
+        yield
+    console.print(f"{text}: done in {time.monotonic() - t0:.1f} s", markup=False, highlight=False)
+

@@ -14,6 +14,10 @@ copy invisible.
 A planned item a subsystem claims (testbed/subsystems/: `submits`) is sent by
 that subsystem's `submit`, and the driver counts its outcomes under the
 subsystem's `counters`; the node keeps the record of those.
+A submission with an originator (a generator's `originator:`) is sent as that
+user: with client tokens (security.auth) on the user's own token at its node,
+since the node then takes the user from the token; without, on the node's
+token with the originator in the request.
 """
 from __future__ import annotations
 
@@ -44,16 +48,24 @@ class Planned(Protocol):
     priority: int
 
 
+def originator(p: Planned) -> str:
+    """The submitting user of a planned item ("" for none, and for items that have no such field)."""
+    return str(getattr(p, "originator", "") or "")
+
+
 class WorkloadDriver:
     """Submit `schedule` (model seconds after the workload begins) at `at * time_scale` wall seconds."""
 
     def __init__(self, network: Any, schedule: Sequence[Planned], time_scale: float, rep_dir: Path,
                  address: Callable[[str], str] | None = None,
                  reachable: Callable[[str], bool] | None = None,
-                 tokens: dict[str, Access] | None = None, subsystems: Sequence[Subsystem] = SUBSYSTEMS) -> None:
+                 tokens: dict[str, Access] | None = None, subsystems: Sequence[Subsystem] = SUBSYSTEMS,
+                 user_tokens: Callable[[str, str], Access] | None = None) -> None:
         self.network = network
         self.subsystems = tuple(subsystems)
         self.tokens = tokens or {}      # node -> its admin token (security.auth: it may send as anyone) and TLS check
+        # (node, user) -> that user's access at the node (security.auth); None: originators go in the request
+        self.user_tokens = user_tokens
         self.schedule = list(schedule)
         self.time_scale = time_scale
         self.path = Path(rep_dir) / "workload.jsonl"
@@ -92,8 +104,12 @@ class WorkloadDriver:
         by_node: dict[str, list[Planned]] = {}
         for p in sorted(self.schedule, key=lambda p: p.at):
             by_node.setdefault(p.node, []).append(p)
+        # every user's access is looked up now: a missing token is one error before anything is sent
+        access = {node: {user: self._access(node, user) for user in {originator(p) for p in plan}}
+                  for node, plan in by_node.items()}
         for node, plan in by_node.items():
-            t = threading.Thread(target=self._run_node, args=(node, plan), name=f"driver-{node}", daemon=True)
+            t = threading.Thread(target=self._run_node, args=(node, plan, access[node]), name=f"driver-{node}",
+                                 daemon=True)
             self._threads.append(t)
             t.start()
 
@@ -104,16 +120,27 @@ class WorkloadDriver:
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
 
-    def _run_node(self, node: str, plan: list[Planned]) -> None:
-        client = NodeClient.to(self._address(node), self.tokens.get(node, Access()), timeout=SEND_TIMEOUT)
+    def _access(self, node: str, user: str) -> Access:
+        """What the driver carries at `node` to send as `user` ("": the node's own token)."""
+        if user and self.user_tokens is not None:
+            return self.user_tokens(node, user)
+        return self.tokens.get(node, Access())
+
+    def _run_node(self, node: str, plan: list[Planned], access: dict[str, Access]) -> None:
+        # one client per user that submits here (the node's own: user ""), opened at its first submission
+        clients: dict[str, NodeClient] = {}
         try:
             for p in plan:
                 due = self._t0 + p.at * self.time_scale
                 if self._stop.wait(max(0.0, due - time.monotonic())):
                     return
-                self._submit(client, p)
+                user = originator(p)
+                if user not in clients:
+                    clients[user] = NodeClient.to(self._address(node), access[user], timeout=SEND_TIMEOUT)
+                self._submit(clients[user], p)
         finally:
-            client.close()
+            for client in clients.values():
+                client.close()
 
     def _submit(self, client: NodeClient, p: Planned) -> None:
         for sub in self.subsystems:
@@ -129,7 +156,7 @@ class WorkloadDriver:
             return
         try:
             to = [f"{p.user}@{n}" for n in p.recipients] if p.user else list(p.recipients)
-            r = client.send(to, size=p.size, priority=p.priority)
+            r = client.send(to, size=p.size, priority=p.priority, originator=originator(p))
         except UserError as exc:
             # sent, but no answer: the node may have accepted it (killed or paused between its commit and
             # its reply)

@@ -252,8 +252,10 @@ def _lay_over(base: dict[str, Any], over: dict[str, Any]) -> None:
 
 def node_users(scenario: Scenario, configs: dict[str, dict]) -> dict[str, list[str]]:
     """The users with a mailbox at each daemon node, who get a token each: the config's `local_users`, the
-    workload's recipient users (at every node: any may be a recipient) and those a subsystem needs there."""
+    workload's recipient users (at every node: any may be a recipient), its originators (at every node: the
+    driver sends as them with their own token) and those a subsystem needs there."""
     workload_users = {g.recipients.user for g in scenario.workload.generators if g.recipients.user}
+    workload_users |= {g.originator for g in scenario.workload.generators if g.originator}
     out: dict[str, list[str]] = {}
     for name, cfg in configs.items():
         users = set(cfg.get("local_users") or []) | workload_users

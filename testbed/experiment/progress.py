@@ -6,6 +6,10 @@ from typing import Protocol
 
 
 class Progress(Protocol):
+    def repetitions(self, todo: int, total: int) -> None:
+        """Before the first repetition: how many will run (`todo`) of the experiment's `total` (the rest were
+        complete already, --resume)."""
+
     def phase(self, cell: str, rep: int, name: str) -> None:
         """A new phase of one repetition: building, starting, warmup, workload, drain, collect, teardown."""
 
@@ -18,6 +22,9 @@ class Progress(Protocol):
 
 class NullProgress:
     """Reports nothing (library use, tests)."""
+
+    def repetitions(self, todo: int, total: int) -> None:
+        pass
 
     def phase(self, cell: str, rep: int, name: str) -> None:
         pass

@@ -356,8 +356,9 @@ class _WarningsUp(logging.Handler):
 
 def run_experiment(path: str, out: Path, reps: int | None, resume: bool, quick: bool, sets: list[str],
                    progress: Progress, *, run_cell: RunCell | None = None, stream: TextIO | None = None,
-                   ensure_image: EnsureImage | None = None) -> int:
-    """Run every cell and repetition of a scenario; returns the exit status (0, 1 problems, 130 interrupted)."""
+                   ensure_image: EnsureImage | None = None, rows: list[dict[str, str]] | None = None) -> int:
+    """Run every cell and repetition of a scenario; returns the exit status (0, 1 problems, 130 interrupted).
+    `rows`, when given, receives the closing table's rows (`testbed run --json`)."""
     out = Path(out)
     sets = list(sets or [])
     base, plans = plan(path, out, reps, quick, sets)
@@ -390,6 +391,7 @@ def run_experiment(path: str, out: Path, reps: int | None, resume: bool, quick: 
                     progress.event(f"{p.cell.name} rep {p.rep}: already complete, skipped")
                     continue
             save()
+            progress.repetitions(sum(p.status != "skipped" for p in plans), len(plans))
             if needs_docker(plans):
                 # once, before the first cell; a test passes its own (docker-free) stand-in
                 (ensure_image or ensure_node_image)(progress)
@@ -452,6 +454,8 @@ def run_experiment(path: str, out: Path, reps: int | None, resume: bool, quick: 
     if callable(finish):
         finish()
     problems = print_table(plans, stream or sys.stdout)
+    if rows is not None:
+        rows.extend(table_rows(plans))
     if stop.is_set():
         print(f"testbed run: interrupted; {out / EXPERIMENT_FILE} marks the run incomplete "
               f"(continue with --resume)", file=stream or sys.stdout)

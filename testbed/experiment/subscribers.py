@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from node.backoff import Backoff
 from node.client import Access, NodeClient, Subscription
 from node.errors import UserError
 from testbed.scenario.spec import SubscriptionSpec
@@ -56,18 +57,17 @@ class SubscriberClient:
         self._thread.start()
 
     def _run(self) -> None:
-        backoff = BACKOFF_MIN
+        backoff = Backoff(BACKOFF_MIN, BACKOFF_MAX)
         while not self._stop.is_set():
             if self._reachable(self.spec.node):
                 try:
                     self._stream()
-                    backoff = BACKOFF_MIN
+                    backoff.reset()
                 except UserError as exc:
                     if not self._stop.is_set():
                         self._note(str(exc))
-            if self._stop.wait(backoff):
+            if self._stop.wait(backoff.wait()):
                 return
-            backoff = min(BACKOFF_MAX, backoff * 2)
 
     def _stream(self) -> None:
         s = self.spec

@@ -50,6 +50,7 @@ class PlannedSubmission:
     size: int                          # bytes
     priority: int
     user: str = ""                     # the recipient user at each recipient node ("" = the node itself)
+    originator: str = ""               # the submitting user ("" = none)
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,8 @@ def schedule(scenario: Scenario, nodes: list[str]) -> list[PlannedSubmission | P
             end = scenario.duration if gen.stop is None else min(gen.stop, scenario.duration)
             times = arrival_times(gen.interarrival, gen.start, end, t_rng, limit=MAX_SUBMISSIONS - len(plan))
             prio = gen.priority
-            plan.extend([PlannedSubmission(at, node, choose(r_rng), sizes(s_rng), prio, gen.recipients.user)
-                         for at in times])
+            plan.extend([PlannedSubmission(at, node, choose(r_rng), sizes(s_rng), prio, gen.recipients.user,
+                                           gen.originator) for at in times])
     # stable sort: equal (at, node) keep generator order, so the order is fully determined
     plan.sort(key=attrgetter("at", "node"))
     return plan

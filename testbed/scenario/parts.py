@@ -107,6 +107,7 @@ class Generator:
     start: float = 0.0                   # model seconds after the workload begins
     stop: float | None = None            # None: until the scenario's duration
     publish: PublishSpec | None = None   # set: the generator publishes on topics (no recipients)
+    originator: str = ""                 # the submitting user ("" = none; with security.auth: on its token)
 
 
 @dataclass

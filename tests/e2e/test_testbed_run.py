@@ -270,8 +270,12 @@ def test_resume_skips_complete_reps_and_reruns_an_incomplete_one(quick_run):
     redo_mtime = (redo / "summary.json").stat().st_mtime_ns
     (redo / ".complete").unlink()          # as if the run had been cut short there
     (redo / "stale-marker").write_text("from the earlier attempt\n")
-    r = run_cli("run", str(QUICKSTART), "--quick", "--out", str(out), "--resume")
+    r = run_cli("run", str(QUICKSTART), "--quick", "--out", str(out), "--resume", "--json")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    result = json.loads(r.stdout)          # stdout holds the JSON alone; progress and the text table are on stderr
+    assert result["exit_status"] == 0 and result["out"] == str(out)
+    assert {(row["cell"], row["status"]) for row in result["repetitions"]} == {
+        ("mode-fragmenting", "skipped"), ("mode-non-fragmenting", "complete")}
     assert (kept / "summary.json").stat().st_mtime_ns == kept_mtime
     assert (redo / ".complete").is_file() and not (redo / "stale-marker").exists()
     assert (redo / "summary.json").stat().st_mtime_ns != redo_mtime

@@ -7,8 +7,9 @@ the section's attribute, with its `default`, from it; neither needs a change.
 """
 from __future__ import annotations
 
-from testbed.scenario.sections import (accounting, capture, faults, general, links, nodes, quick, rate_control,
-                                       routing, security, subscriptions, sweep, sysctls, topology, workload)
+from testbed.scenario.sections import (accounting, capture, faults, gateway, general, links, nodes, quick,
+                                       rate_control, routing, security, subscriptions, sweep, sysctls, topology,
+                                       workload)
 from testbed.scenario.sections.base import Section, read_order
 
 _FILE_SECTIONS: tuple[Section, ...] = (
@@ -16,7 +17,8 @@ _FILE_SECTIONS: tuple[Section, ...] = (
     topology.TOPOLOGY, links.LINK_DEFAULTS, links.LINKS,
     general.RUNTIME, routing.ROUTING, general.SHAPER,
     capture.CAPTURE, sysctls.SYSCTLS, nodes.NODES, security.SECURITY,
-    subscriptions.SUBSCRIPTIONS, rate_control.RATE_CONTROL, workload.WORKLOAD, faults.FAULTS, accounting.MAX_LATE, sweep.SWEEP,
+    subscriptions.SUBSCRIPTIONS, rate_control.RATE_CONTROL, gateway.GATEWAY,
+    workload.WORKLOAD, faults.FAULTS, accounting.MAX_LATE, sweep.SWEEP,
 )
 SCENARIO_KEYS: tuple[str, ...] = tuple(s.key for s in _FILE_SECTIONS) + ("quick",)
 SECTIONS: tuple[Section, ...] = _FILE_SECTIONS + (quick.section(SCENARIO_KEYS),)

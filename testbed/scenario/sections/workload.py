@@ -71,7 +71,8 @@ def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
 
 
 def _generator(c: Check, path: KeyPath, raw: Any, names: list[str]) -> Generator:
-    m = c.mapping(path, raw, ("nodes", "interarrival", "size", "recipients", "priority", "start", "stop", "publish"))
+    m = c.mapping(path, raw, ("nodes", "interarrival", "size", "recipients", "priority", "start", "stop", "publish",
+                              "originator"))
     g = Generator()
     g.nodes = node_list(c, path + ("nodes",), m.get("nodes", "all"), names)
     g.interarrival = _interarrival(c, path + ("interarrival",), m.get("interarrival"))
@@ -81,6 +82,13 @@ def _generator(c: Check, path: KeyPath, raw: Any, names: list[str]) -> Generator
             c.fail(path + ("recipients",), "a generator that publishes has topics, not recipients")
         g.publish = _publish(c, path + ("publish",), m["publish"], names)
     g.recipients = _recipients(c, path + ("recipients",), m.get("recipients"), names)
+    if m.get("originator") not in (None, ""):
+        if g.publish is not None:
+            c.fail(path + ("originator",), "a generator that publishes has no originator (publications are the "
+                                           "node's own)")
+        g.originator = c.text(path + ("originator",), m["originator"])
+        if not is_user_name(g.originator):
+            c.fail(path + ("originator",), f"{show(g.originator)} is not a valid user name (letters, digits, '_.-')")
     g.priority = c.integer(path + ("priority",), m.get("priority", 1), 0, 255)
     g.start = c.unit(path + ("start",), m.get("start", 0.0), units.parse_duration)
     if m.get("stop") is not None:
@@ -186,7 +194,8 @@ def _generator_plain(g: Generator) -> dict[str, Any]:
                             "weights": dict(g.recipients.weights), "user": g.recipients.user}})
     return {"nodes": copy.deepcopy(g.nodes), "interarrival": ia,
             "size": {f.name: getattr(g.size, f.name) for f in fields(g.size)}, **what,
-            "priority": g.priority, "start": g.start, "stop": g.stop}
+            "priority": g.priority, "start": g.start, "stop": g.stop,
+            **({"originator": g.originator} if g.originator else {})}
 
 
 def _plain(s: Scenario) -> dict[str, Any]:

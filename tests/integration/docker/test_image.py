@@ -32,6 +32,17 @@ def test_node_requirements_match_lock() -> None:
     assert "pyspark" not in node
 
 
+def test_source_only_packages_are_built_into_wheels() -> None:
+    """A package the index has only as a source archive is built on the host, every other one downloaded as a
+    wheel: each pin goes exactly one way, and no name in BUILT_HERE is stale."""
+    downloaded, built = image.node_requirements()
+    names = {p.split("==")[0].lower() for p in built}
+    assert names == set(image.BUILT_HERE)
+    assert not set(downloaded) & set(built)
+    assert len(downloaded) + len(built) == len([l for l in image.NODE_REQUIREMENTS.read_text().splitlines()
+                                                if l.strip() and not l.startswith("#")])
+
+
 def test_image_builds_and_runs_node(node_image: image.BuildResult) -> None:
     assert node_image.mode in ("offline", "cache")
     res = docker(["run", "--rm", "--network", "none", node_image.image, "python", "-m", "node", "--help"])

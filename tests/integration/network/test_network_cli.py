@@ -46,11 +46,13 @@ def nothing_up() -> None:
 
 
 def test_commands_with_nothing_up_give_one_line_errors(nothing_up, tmp_path: Path) -> None:
-    for args in (["status"], ["status", "--json"], ["exec", "n1", "--", "true"], ["link", "n1", "n2", "--delay", "5ms"],
+    for args in (["status"], ["exec", "n1", "--", "true"], ["link", "n1", "n2", "--delay", "5ms"],
                  ["partition", "n1", "n2"], ["heal"], ["down"]):
         r = cli(*args)
         one_line_error(r)
         assert "no network is up" in r.stderr
+    r = cli("status", "--json")            # a script asking gets a state, not an error
+    assert (r.returncode, json.loads(r.stdout), r.stderr) == (0, {"running": False}, "")
     one_line_error(cli("up", str(tmp_path / "missing.yaml")))
     one_line_error(cli("link", "n1", "n2"))                 # nothing to change: checked before anything else
     one_line_error(cli("link", "n1", "n2", "--delay", "fast"))
@@ -80,11 +82,17 @@ def rtt_ms(out: str) -> float:
 def test_cli_end_to_end(nothing_up, tmp_path: Path, real: bool) -> None:
     scen = scenario_file(tmp_path, free_mgmt_subnet())
     run_dir = tmp_path / "run"
-    r = cli("up", str(scen), "--run-dir", str(run_dir), *([] if real else FACTORY))
+    r = cli("up", str(scen), "--run-dir", str(run_dir), *([] if real else [*FACTORY, "--json"]))
     assert r.returncode == 0, r.stderr
     rec = netstate.running()[0]
     try:
-        assert "n1" in r.stdout and "n1-n2" in r.stdout
+        assert "building the network" in r.stderr         # what `up` waits for, beside its result
+        if real:
+            assert "n1" in r.stdout and "n1-n2" in r.stdout
+        else:
+            up = json.loads(r.stdout)
+            assert up["running"] and up["run_id"] == rec.run_id and up["nodes"] is None
+            assert {l["name"] for l in up["links"]} == {"n1-n2", "n2-n3"}
         st = json.loads(cli("status", "--json").stdout)
         assert st["run_id"] == rec.run_id and st["runtime"] == "netns" and st["shaper"]
         hosts = {h["name"]: h for h in st["hosts"]}
@@ -99,8 +107,10 @@ def test_cli_end_to_end(nothing_up, tmp_path: Path, real: bool) -> None:
             assert 4 * LINK_DELAY_MS <= rtt_ms(r.stdout) <= 4 * LINK_DELAY_MS + 4 * 10
         assert cli("exec", "n1", "--", "sh", "-c", "exit 7").returncode == 7
         one_line_error(cli("exec", "nope", "--", "true"))
-        r = cli("link", "n1", "n2", "--delay", "20ms")
+        r = cli("link", "n1", "n2", "--delay", "20ms", "--json")
         assert r.returncode == 0, r.stderr
+        changed = json.loads(r.stdout)
+        assert changed["link"] == "n1-n2" and changed["up"] and changed["a_to_b"]["delay"] == pytest.approx(0.02)
         if real:
             r = cli("exec", "n1", "--", "ping", "-n", "-q", "-c2", "-i0.2", "-W2", d3)
             assert rtt_ms(r.stdout) >= 2 * 20 + 2 * LINK_DELAY_MS
@@ -118,6 +128,10 @@ def test_cli_end_to_end(nothing_up, tmp_path: Path, real: bool) -> None:
         assert l12["a_to_b"]["delay"] == pytest.approx(0.02) and st["partitions"] == []
         events = [json.loads(x)["event"] for x in (run_dir / "events.jsonl").read_text().splitlines()]
         assert events == ["link_set", "link_down", "link_up", "partition", "heal"]
+        r = cli("link", "n1", "n2", "--rate", "64kbit")
+        assert r.returncode == 0 and "rate 64kbit" in r.stdout, r.stderr
+        r = cli("link", "n1", "n2", "--rate", "0")          # not "carry nothing": it says what it does
+        assert r.returncode == 0 and "removes the rate limit" in r.stderr and "rate unlimited" in r.stdout, r.stderr
         r = cli("up", str(scen), *([] if real else FACTORY))
         one_line_error(r)
         assert rec.run_id in r.stderr
@@ -143,8 +157,9 @@ def test_kill_9_of_supervisor_then_clean(nothing_up, tmp_path: Path, real: bool)
     r = cli("down")
     one_line_error(r)
     assert "testbed clean" in r.stderr
-    r = cli("clean")
+    r = cli("clean", "--json")
     assert r.returncode == 0, r.stderr
+    assert any(rec.run_id in item for item in json.loads(r.stdout)["removed"]), r.stdout
     assert ours_left(rec.run_id) == []
     assert registry.load(rec.run_id) is None
     time.sleep(0.5)

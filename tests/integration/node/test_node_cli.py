@@ -53,9 +53,11 @@ def tb(capsys, *args: str) -> tuple[int, str, str]:
 
 def test_send_and_mailbox(net, tmp_path: Path) -> None:
     a1, a2 = net.nodes["n1"].mgmt, net.nodes["n2"].mgmt
-    out = _tb("send", "n1", "--to", "bob@n2", "--size", "2500", "--address", a1)
+    out = _tb("send", "n1", "--to", "bob@n2", "--size", "2.5kB", "--lifetime", "10m", "--address", a1, "--json")
     assert out.returncode == 0, out.stderr
-    msg_id = out.stdout.strip()
+    sent = json.loads(out.stdout)
+    assert (sent["from"], sent["to"], sent["size"]) == ("n1", ["bob@n2"], 2500)
+    msg_id = sent["msg_id"]
     f = tmp_path / "body.txt"
     f.write_text("hello from a file")
     out = _tb("send", "n1", "--to", "n2", "--file", str(f), "--priority", "3", env={"WANBED_NODES": f"n1={a1}"})

@@ -114,6 +114,12 @@ def test_pub_with_no_subscribers(capsys, tmp_path) -> None:
     assert code == 0 and len(lines) == 4 and all(PUB_LINE.match(line) for line in lines[:3])
     assert len({PUB_LINE.match(line).group(1) for line in lines[:3]}) == 3
     assert lines[3].startswith("published 3 on quiet.topic at n1 in ")
+    # --json: one object per publication on stdout, the rate line on stderr; sizes and lifetimes with units
+    code, out, err = tb(capsys, "pub", "n1", "quiet.topic", "--size", "1kB", "--lifetime", "30s", "--count", "2",
+                        "--json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(rows) == 2 and err.startswith("published 2 on quiet.topic at n1 in ")
+    assert [(r["node"], r["topic"], r["expected"]) for r in rows] == [("n1", "quiet.topic", 0)] * 2
     # nothing is kept for a topic nobody wants
     assert subs(capsys, "n1", remote=True) == []
     assert tb(capsys, "subs", "n1")[1] == "no subscriptions at n1\n"
@@ -191,7 +197,7 @@ def test_bad_input_is_one_sentence(capsys, monkeypatch, tmp_path, addresses) -> 
     assert error("pub", "n1", "a..b", "--size", "1").startswith("testbed: n1 refused the publication: topic 'a..b'")
     assert error("pub", "n1", "a.b", "--size", "1", "--priority", "99") == \
         "testbed: n1 refused the publication: priority 99 is not between 0 and 15."
-    assert error("pub", "n1", "a.b", "--size", "-1") == "testbed: --size must not be negative."
+    assert error("pub", "n1", "a.b", "--size", "-1").startswith("testbed: --size: expected a size like")
     assert error("pub", "n1", "a.b", "--file", str(tmp_path / "missing")) == \
         f"testbed: cannot read {tmp_path / 'missing'}: No such file or directory."
     assert error("sub", "n3", "a.>.b") == \
@@ -236,4 +242,7 @@ def test_when_the_subscribers_node_goes_away(capsys, net) -> None:
     code, out, err = durable.finish()
     assert code == 0 and err == []
     assert DELIVERY_LINE.match(out[0]).group(2) == pub_id and out[1] == "received 1 publication"
-    assert tb(capsys, "unsub", "n3", "keeper")[0] == 0
+    code, out, err = tb(capsys, "unsub", "n3", "keeper", "--json")
+    gone = json.loads(out)
+    assert code == 0 and {k: gone[k] for k in ("node", "name", "removed")} == {"node": "n3", "name": "keeper",
+                                                                                "removed": True}, err

@@ -45,6 +45,8 @@ def _plan_error(path: Path, sets: list[str] = ()) -> str:
     ("keepalive: 1", "keepalive: 1000",
      ":9 nodes.n2.session.keepalive: session.hold_time must be longer than session.keepalive."),
     ("  n2:\n", "  n2:\n    routes: {}\n", ":8 nodes.n2.routes: set by the testbed; a scenario cannot give it"),
+    ("    mode: fragmenting", "    modee: fragmenting",
+     ":5 nodes.all.modee: unknown key modee in node config (did you mean 'mode'?)"),
 ])
 def test_a_bad_setting_in_the_file_is_named_by_its_line_and_key(tmp_path, old, new, where):
     p = _write(tmp_path, SCENARIO.replace("[1, 0]", "[1, 2]").replace(old, new))

@@ -129,6 +129,9 @@ class Events:
     def __init__(self) -> None:
         self.events: list[str] = []
 
+    def repetitions(self, todo: int, total: int) -> None:
+        pass
+
     def phase(self, cell: str, rep: int, name: str) -> None:
         pass
 

@@ -31,7 +31,7 @@ def test_nested_sections_load() -> None:
 
 @pytest.mark.parametrize("change, words", [
     ({"colour": "red"}, "unknown key colour"),
-    ({"batch": {"max_framez": 3}}, "unknown key batch.max_framez"),
+    ({"batch": {"max_framez": 3}}, "unknown key batch.max_framez in node config (did you mean 'max_frames'?)"),
     ({"mode": "teleport"}, "mode"),
     ({"routes": {"n3": "n9"}}, "not a neighbour"),
     ({"data_listen": "nowhere"}, "host:port"),
@@ -41,6 +41,8 @@ def test_nested_sections_load() -> None:
     ({"metrics_interval": 0}, "positive"),
     ({"name": "bad name!"}, "not a valid name"),
     ({"session": {"keepalive": 5.0, "hold_time": 1.0}}, "hold_time"),
+    ({"session": {"backoff_min": 0}}, "backoff_min"),
+    ({"session": {"backoff_min": 6.0, "backoff_max": 5.0}}, "backoff_min"),
     ({"limits": {"max_link_queue": 0}}, "max_link_queue"),
 ])
 def test_bad_config_is_one_clear_error(change: dict, words: str) -> None:
