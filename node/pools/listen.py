@@ -19,6 +19,7 @@ from node.rpc import pubsub_pb2
 log = logging.getLogger("node.pools")
 
 Handler = Callable[[pubsub_pb2.Delivery], Awaitable[None]]
+RETRY = 1.0                 # seconds before reading the subscription again after the spool failed
 
 
 class Listener:
@@ -41,7 +42,14 @@ class Listener:
 
     async def _run(self) -> None:
         while True:
-            events = await self.broker.events(self._sub, self._stream)
+            try:
+                events = await self.broker.events(self._sub, self._stream)
+            except asyncio.CancelledError:
+                raise
+            except Exception:                   # the spool could not be read now: the deliveries wait there
+                log.exception("%s: pools: reading subscription %s failed", self.broker.me, self.start_msg.name)
+                await asyncio.sleep(RETRY)
+                continue
             if not events:
                 return                          # the stream was ended (the node is stopping)
             for ev in events:
