@@ -45,6 +45,7 @@ class Listener:
         while True:
             try:
                 if broken:      # attach again: what was sent and not acknowledged comes again
+                    self.broker.detach(self._sub, self._stream)
                     self._sub, self._stream = await self.broker.subscribe(self.start_msg, "", True)
                     broken = False
                 if await self._serve():
