@@ -319,8 +319,9 @@ def test_a_transform_that_objects_inside_the_transaction_refuses_the_event_whole
     _a, b = instances
     spool = net.nodes["n1"].cfg.spool_path
     with sqlite3.connect(spool, timeout=10) as c:
-        c.execute("UPDATE pool_seq SET seq = seq + 5 WHERE consumer='c1' AND app='B'")
-        moved = c.execute("SELECT seq FROM pool_seq WHERE consumer='c1' AND app='B'").fetchone()[0]
+        row = c.execute("SELECT seq FROM pool_seq WHERE consumer='c1' AND app='B'").fetchone()
+        moved = (row[0] if row else 0) + 5
+        c.execute("INSERT OR REPLACE INTO pool_seq VALUES ('c1', 'B', ?)", (moved,))
     published = len(net.records("n1", "publication"))
     ok, _pid, why = publish_event(net, "n1", "ev.t2.src1")
     assert not ok and "sequence of c1/B is" in why
