@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .headline import cell_table, cell_table_display, sentences
+from .layout import RunTimeline
 from .plots import (TOP_LINKS, cdf_plot, delay_plot, link_throughput_plot, save_figure, series_plot,
                     sweep_plot)
 from .sections import SECTIONS, Page
@@ -49,6 +50,12 @@ class ReportTables:
     sections: dict[str, Any] = field(default_factory=dict)
     # the runs' experiment.json (layout.experiment_doc): time_scale and provenance; {} for a lone run
     experiment: dict[str, Any] = field(default_factory=dict)
+    # (cell, rep) -> the run's phases and faults (layout.run_timelines): marked on the time plots
+    timelines: dict[tuple[str, str], RunTimeline] = field(default_factory=dict)
+    # the first run's topology.json, its daemon hosts (None: not known) and which run it is (layout.run_topology)
+    topology: dict[str, Any] = field(default_factory=dict)
+    daemons: set[str] | None = None
+    topology_run: str = ""
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -186,6 +193,13 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
     cdf_html = ""
     if len(t.latency_cdf):
         cdf_html = _img(save_figure(cdf_plot(t.latency_cdf), out, "latency_cdf", formats), "latency CDF")
+    marks_note = ""
+    if any(tl.phases() or tl.faults for tl in t.timelines.values()):
+        marks_note = ("<p>On the time plots the runs' phases are shaded (warm-up, workload, drain: from events.jsonl's "
+                      "<code>workload_end</code>, the workload's wall duration and the drain's seconds in "
+                      "summary.json, the warm-up in scenario.yaml; several runs drawn together share the "
+                      "shading, so it is darkest where they agree) and each fault or link change in "
+                      "events.jsonl is a dotted red line named at the top; all in wall seconds.</p>")
     res_html = ""
     for column, ylabel, title in (("pool_occupancy", "recipient pool occupancy (mean over nodes)",
                                    "Recipient pool occupancy"),
@@ -194,16 +208,17 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
         if column not in t.resources or not t.resources[column].notna().any():
             continue
         png = save_figure(series_plot(t.resources, "t", column, ["run_mode", "cell", "rep"],
-                                      "wall seconds since the run's first sample", ylabel, title),
+                                      "wall seconds since the run's first sample", ylabel, title, t.timelines),
                           out, "pool_occupancy" if column == "pool_occupancy" else "buffer_use", formats)
         res_html += _img(png, title.lower())
     net_html = ""
     if len(t.utilisation):
-        fig, note = link_throughput_plot(t.utilisation)
+        fig, note = link_throughput_plot(t.utilisation, t.timelines)
         png = save_figure(fig, out, "link_throughput", formats)
         net_html = (f"<h3>Link throughput</h3><p>Shown: {html.escape(note)}. Per panel the {TOP_LINKS} links (and "
                     "direction) that carried the most bytes are named, each with its configured rate "
-                    "(topology.json) dashed; the other links are grey.</p>" + _img(png, "link throughput"))
+                    "(topology.json) dashed; the other links are grey.</p>" + marks_note
+                    + _img(png, "link throughput"))
     top_flows = t.flows.sort_values("bytes", ascending=False).head(20) if len(t.flows) else t.flows
     parts = Page(_table, lambda fig, name, alt: _img(save_figure(fig, out, name, formats), alt))
     shown = [(section, section.html(result, parts)) for section, result in built]
@@ -238,7 +253,7 @@ crossed (see the summary table for means with n).</p>
 timing suspect.</p>
 {_table(t.health, "health-table")}{_sub("Refusals by reason", t.refusals, "refusals-table")}"""),
         ("resources", "resources", "" if not res_html and (t.buffer_classes is None or t.buffer_classes.empty) else
-         f"""<h2 id="resources">Resources</h2>{res_html}
+         f"""<h2 id="resources">Resources</h2>{marks_note if res_html else ""}{res_html}
 {_sub("Buffer classes (index = hops made)", t.buffer_classes, "buffer-table")}"""),
         ("network", "network", "" if not net_html and (t.links is None or t.links.empty) else
          f"""<h2 id="network">Network (from the pcaps)</h2>{net_html}
