@@ -23,6 +23,7 @@ from .layout import RunTimeline
 from .plots import (TOP_LINKS, cdf_plot, delay_plot, link_throughput_plot, save_figure, series_plot,
                     sweep_plot)
 from .sections import SECTIONS, Page
+from .topodraw import topology_svg
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +158,20 @@ def provenance_html(experiment: dict[str, Any]) -> str:
             f"{folded}")
 
 
+def topology_html(t: ReportTables, out: Path) -> str:
+    """The topology drawing (also written as topology.svg) with what it shows; "" without topology.json."""
+    svg = topology_svg(t.topology, t.daemons)
+    if not svg:
+        return ""
+    (out / "topology.svg").write_text(svg, encoding="utf-8")
+    ts = t.experiment.get("time_scale")
+    model = (f" (model rate = wall rate × {ts:g}, model delay = wall delay / {ts:g})"
+             if isinstance(ts, (int, float)) and not isinstance(ts, bool) and ts > 0 else "")
+    return (f'<figure id="topology">{svg}<figcaption>Topology of run {html.escape(t.topology_run)} '
+            f"(topology.json): links labelled with their delay and rate as emulated, in wall-clock units"
+            f"{model}, at the end of the run.</figcaption></figure>")
+
+
 def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: pd.DataFrame | None = None,
           delays: pd.DataFrame | None = None, formats: tuple[str, ...] = ("png",)) -> Path:
     """Write the report into `out`; returns the path of report.html."""
@@ -272,10 +287,12 @@ behind neither end or both.</p>
     page = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>wanbed report: {html.escape(source)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0;font-size:90%}}
-td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}img{{max-width:100%}}</style></head><body>
-<h1>wanbed report</h1><p>Source: <code>{html.escape(source)}</code>; {n_runs} runs.</p>
+td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}img{{max-width:100%}}
+.top{{display:flex;flex-wrap:wrap;gap:1em 2em;align-items:flex-start}}.top>div{{flex:1 1 30em}}
+figure{{margin:0}}figcaption{{font-size:85%;max-width:640px}}</style></head><body>
+<h1>wanbed report</h1><div class="top"><div><p>Source: <code>{html.escape(source)}</code>; {n_runs} runs.</p>
 {headline}
-{provenance_html(t.experiment)}
+{provenance_html(t.experiment)}</div>{topology_html(t, out)}</div>
 <h2 id="cells">Headline metrics per cell and mode</h2>{_table(cell_table_display(cells), "headline-table")}
 <p>Each entry is "value [95% CI]" over the repetitions (n per row; [–]: no interval with n &lt; 2).
 Delays and throughputs are strictly positive and skewed, so their interval is Student-t on the logarithms
