@@ -16,10 +16,10 @@ from typing import Any
 import pandas as pd
 import yaml
 from rich.console import Console
-from rich.table import Table
 
 from .headline import cell_table, cell_table_display, sentences
 from .layout import RunTimeline
+from .render import console_table, html_table
 from .plots import (TOP_LINKS, cdf_plot, delay_plot, link_throughput_plot, save_figure, series_plot,
                     sweep_plot)
 from .sections import SECTIONS, Page
@@ -92,12 +92,9 @@ def _fmt_time(v) -> str:
 def _table(df: pd.DataFrame, table_id: str = "") -> str:
     if df is None or df.empty:
         return "<p><em>no data</em></p>"
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
     fmts = [_fmt_time if _is_time_column(c) else _fmt for c in df.columns]
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(f(v))}</td>" for f, v in zip(fmts, row)) + "</tr>"
-                   for row in df.itertuples(index=False))
-    ident = f' id="{table_id}"' if table_id else ""
-    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    rows = [[f(v) for f, v in zip(fmts, row)] for row in df.itertuples(index=False)]
+    return html_table([str(c) for c in df.columns], rows, table_id)
 
 
 def _sub(title: str, df: pd.DataFrame | None, table_id: str) -> str:
@@ -147,15 +144,13 @@ def provenance_html(experiment: dict[str, Any]) -> str:
         rows.append((label, str(v)))
     if not rows:
         return ""
-    body = "".join(f"<tr><th>{html.escape(k)}</th><td style=\"text-align:left\"><code>{html.escape(v)}</code></td></tr>"
-                   for k, v in rows)
     scenario = prov.get("scenario")
     folded = ""
     if isinstance(scenario, dict):
         text = yaml.safe_dump(scenario, sort_keys=False, default_flow_style=False, allow_unicode=True)
         folded = f"<details><summary>resolved scenario</summary><pre>{html.escape(text)}</pre></details>"
-    return (f'<h2 id="provenance">Provenance</h2><table id="provenance-table"><tbody>{body}</tbody></table>'
-            f"{folded}")
+    return (f'<h2 id="provenance">Provenance</h2>'
+            f'{html_table(None, [list(r) for r in rows], "provenance-table", row_heads=True, align="l")}{folded}')
 
 
 def topology_html(t: ReportTables, out: Path) -> str:
@@ -289,7 +284,7 @@ behind neither end or both.</p>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0;font-size:90%}}
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}img{{max-width:100%}}
 .top{{display:flex;flex-wrap:wrap;gap:1em 2em;align-items:flex-start}}.top>div{{flex:1 1 30em}}
-figure{{margin:0}}figcaption{{font-size:85%;max-width:640px}}</style></head><body>
+#provenance-table td{{font-family:monospace}}figure{{margin:0}}figcaption{{font-size:85%;max-width:640px}}</style></head><body>
 <h1>wanbed report</h1><div class="top"><div><p>Source: <code>{html.escape(source)}</code>; {n_runs} runs.</p>
 {headline}
 {provenance_html(t.experiment)}</div>{topology_html(t, out)}</div>
@@ -325,15 +320,6 @@ CONSOLE_LABELS = {"throughput_2plus_per_model_h": "thr2+/h", "throughput_2plus_B
                   "latency_mean": "delay_wall_s"}
 
 
-def plain_columns(head: list[str], rows: list[list[str]], left: int = 0, title: str = "") -> list[str]:
-    """The table as plain lines at full width (off a terminal nothing is folded into 80 columns): the
-    first `left` columns aligned left, the rest right."""
-    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    return ([title] if title else []) + [line(head)] + [line(r) for r in rows]
-
-
 def console_summary(summary: pd.DataFrame, health: pd.DataFrame | None = None, console: Console | None = None,
                     comparison: pd.DataFrame | None = None) -> None:
     """One screen: the headline sentence (as in the report), mean per cell and mode with n, then any
@@ -353,16 +339,7 @@ def console_summary(summary: pd.DataFrame, health: pd.DataFrame | None = None, c
     head = ["cell", "mode", "n", *(CONSOLE_LABELS.get(c, c) for c in cols)]
     rows = [[str(cell), str(mode), str(n[(cell, mode)]), *(_fmt(row.get(c)) for c in cols)]
             for (cell, mode), row in wide.iterrows()]
-    if console.is_terminal:
-        table = Table(title="wanbed: mean over repetitions")
-        for c in head:
-            table.add_column(c, justify="left" if c in ("cell", "mode") else "right", overflow="fold")
-        for r in rows:
-            table.add_row(*r)
-        console.print(table)
-    else:
-        for line in plain_columns(head, rows, left=2, title="wanbed: mean over repetitions"):
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
+    console_table(head, rows, align="llr", title="wanbed: mean over repetitions", console=console)
     if health is not None and len(health) and "problems" in health:
         bad = health[health["problems"].astype(str) != ""]
         for r in bad.head(10).itertuples():
