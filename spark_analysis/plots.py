@@ -147,12 +147,12 @@ PHASE_ALPHA = 0.12
 FAULT_COLOUR = "tab:red"
 
 
-def mark_timelines(ax, shown: list[tuple[RunTimeline, float]], per: float = 1.0) -> int:
+def mark_timelines(ax, shown: list[tuple[RunTimeline, float, float]]) -> int:
     """Shade the phases (warm-up, workload, drain) and draw a dotted line at each fault of the runs on `ax`,
-    one legend entry per phase and per fault kind. `shown`: (timeline, origin) per run drawn, the origin
-    being the wall-clock second at x = 0 of that run's curve; `per`: wall seconds per unit of the x axis
-    (the time_scale for a model-seconds axis). Several runs' spans share the shading, so where they agree it
-    is as dark as one run's. Returns how many marks were drawn."""
+    one legend entry per phase and per fault kind. `shown`: (timeline, origin, per) per run drawn, the origin
+    being the wall-clock second at x = 0 of that run's curve and `per` the wall seconds per unit of the x axis
+    (1 for wall seconds, the time_scale for model seconds). Several runs' spans share the shading, so where
+    they agree it is as dark as one run's. Returns how many marks were drawn."""
     drawn = 0
     labelled: set[str] = set()
 
@@ -163,12 +163,12 @@ def mark_timelines(ax, shown: list[tuple[RunTimeline, float]], per: float = 1.0)
         return text
 
     alpha = PHASE_ALPHA / max(1, len(shown))
-    for timeline, origin in shown:
+    for timeline, origin, per in shown:
         for name, start, end in timeline.phases():
             ax.axvspan((start - origin) / per, (end - origin) / per, color=PHASE_COLOURS[name], alpha=alpha,
                        linewidth=0, label=label(name))
             drawn += 1
-    for timeline, origin in shown:
+    for timeline, origin, per in shown:
         for fault in timeline.faults:
             x = (fault.ts - origin) / per
             ax.axvline(x, color=FAULT_COLOUR, linestyle=":", linewidth=1.0, label=label(f"fault: {fault.kind}"))
@@ -177,6 +177,16 @@ def mark_timelines(ax, shown: list[tuple[RunTimeline, float]], per: float = 1.0)
                         color=FAULT_COLOUR)
             drawn += 1
     return drawn
+
+
+def mark_runs(ax, timelines: dict[tuple[str, str], RunTimeline] | None,
+              clocks: dict[tuple[str, str], tuple[float, float]]) -> int:
+    """mark_timelines for the runs drawn on `ax`: `clocks` maps each one's (cell, rep) to (the wall-clock second
+    at x = 0, wall seconds per x unit); runs without a timeline are left unmarked."""
+    if not timelines:
+        return 0
+    return mark_timelines(ax, [(timelines[k], origin, per) for k, (origin, per) in sorted(clocks.items())
+                               if k in timelines])
 
 
 def _run_key(key) -> tuple[str, str]:
@@ -195,8 +205,7 @@ def series_plot(df: pd.DataFrame, x: str, y: str, group: list[str], xlabel: str,
     marks = 0
     if timelines and {"cell", "rep", "t0"} <= set(df.columns):
         origins = df.groupby(["cell", "rep"], sort=True)["t0"].min()
-        marks = mark_timelines(ax, [(timelines[_run_key(k)], float(t0)) for k, t0 in origins.items()
-                                    if _run_key(k) in timelines and t0 == t0])
+        marks = mark_runs(ax, timelines, {_run_key(k): (float(t0), 1.0) for k, t0 in origins.items() if t0 == t0})
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -263,10 +272,9 @@ def link_throughput_plot(utilisation: pd.DataFrame, timelines: dict[tuple[str, s
             rate = _num(g["rate_bps"].dropna().iloc[0]) if "rate_bps" in g and g["rate_bps"].notna().any() else math.nan
             if not math.isnan(rate):
                 ax.axhline(rate / 1e3, color=colour, linestyle="--", linewidth=0.9)
-        if timelines and (cell, rep) in timelines:
-            mark_timelines(ax, [(timelines[(cell, rep)], origin)])
+        mark_runs(ax, timelines, {(cell, rep): (origin, 1.0)})
         ax.set_title(f"{cell} rep {rep}", fontsize="medium")
-        ax.set_xlabel("seconds since start")
+        ax.set_xlabel("wall seconds since the run's first captured packet")
         ax.set_ylabel("kbit/s (1 s bins)")
         ax.grid(alpha=0.3)
         if busiest or ax.get_legend_handles_labels()[0]:

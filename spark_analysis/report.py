@@ -230,7 +230,7 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
                     "(topology.json) dashed; the other links are grey.</p>" + marks_note
                     + _img(png, "link throughput"))
     top_flows = t.flows.sort_values("bytes", ascending=False).head(20) if len(t.flows) else t.flows
-    parts = Page(_table, lambda fig, name, alt: _img(save_figure(fig, out, name, formats), alt))
+    parts = Page(_table, lambda fig, name, alt: _img(save_figure(fig, out, name, formats), alt), t.timelines)
     shown = [(section, section.html(result, parts)) for section, result in built]
     shown = [(section, fragment) for section, fragment in shown if fragment]     # a section may show nothing
     section_links = "".join(f'<a href="#{s.anchor}">{html.escape(s.link)}</a> · ' for s, _ in shown)

@@ -84,3 +84,25 @@ def test_report_page_explains_the_marks(tmp_path) -> None:
                           timelines=run_timelines(find_runs(tmp_path / "runs")))
     page = write(tmp_path / "out", "src", tables).read_text()
     assert "phases are shaded" in page and (tmp_path / "out" / "buffer_use.png").is_file()
+
+
+def test_section_time_plots_mark_phases_on_their_own_clock(tmp_path) -> None:
+    """The gateway queue (model s from the first metrics line) and the rate figures (the paper's clock)."""
+    from spark_analysis.layout import Fault, RunTimeline
+    from spark_analysis.sections import gateway
+    from spark_analysis.sections.rates import figures
+    from tests.unit.analysis.test_rates_section import tables
+    from tests.unit.analysis.test_report_gateway_section import acc, run
+
+    gt = gateway.build([run(tmp_path, "g", "1", acc(250, 100.0, 0.9, {}))])    # metrics from ts 100, scale 0.1
+    timelines = {("g", "1"): RunTimeline(99.9, 100.0, 100.2, 100.3, (Fault(100.1, "link_down", "gw-o1"),))}
+    fig, _, _ = gateway.figure(gt, timelines)
+    ax = fig.axes[0]
+    assert _spans(ax) == {"warm-up": pytest.approx((-1, 0)), "workload": pytest.approx((0, 2)),
+                          "drain": pytest.approx((2, 3))}
+    assert [ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_label() == "fault: link_down"] == [pytest.approx(1)]
+    rt = tables()
+    rt.clocks = {("with", "1"): (1000.0, 0.5)}          # the paper's 0 at wall 1000, half a wall s per model s
+    for fig, _, _ in figures(rt, {("with", "1"): RunTimeline(1000.0, 1010.0, 1100.0)}):
+        assert _spans(fig.axes[0]) == {"warm-up": pytest.approx((0, 20)), "workload": pytest.approx((20, 200))}
+        plots.pyplot().close(fig)
