@@ -14,6 +14,7 @@ from typing import Any
 WIDTH = 640                 # drawing width, px; the height follows the layout
 MARGIN = 60                 # room for the labels around the outermost hosts
 NODE_R = 13
+HALO = ' stroke="#fff" stroke-width="3" paint-order="stroke"'     # text stays legible where a line crosses it
 
 
 def _hosts_links(topo: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
@@ -96,9 +97,11 @@ def _direction(d: Any) -> str:
 
 
 def link_label(lk: dict[str, Any]) -> str:
-    """The link's delay and rate as emulated; both directions when they differ (a→b first)."""
+    """The link's delay and rate as emulated; both directions, each named by its ends, when they differ (the
+    label may be turned to stay upright, so an arrow alone could point the wrong way)."""
     there, back = _direction(lk.get("a_to_b")), _direction(lk.get("b_to_a"))
-    return there if there == back else f"→ {there} / ← {back}"
+    a, b = lk.get("a"), lk.get("b")
+    return there if there == back else f"{a}→{b} {there}; {b}→{a} {back}"
 
 
 def topology_svg(topo: dict[str, Any], daemons: set[str] | None = None) -> str:
@@ -125,18 +128,24 @@ def topology_svg(topo: dict[str, Any], daemons: set[str] | None = None) -> str:
             angle = math.degrees(math.atan2(y2 - y1, x2 - x1))
             angle = angle - 180 if angle > 90 else angle + 180 if angle < -90 else angle   # never upside down
             mx, my = (x1 + x2) / 2, (y1 + y2) / 2
-            parts.append(f'<text x="{mx:.1f}" y="{my - 4:.1f}" text-anchor="middle" fill="#555" '
+            parts.append(f'<text x="{mx:.1f}" y="{my - 4:.1f}" text-anchor="middle" fill="#555"{HALO} '
                          f'transform="rotate({angle:.1f} {mx:.1f} {my:.1f})">{escape(label)}</text>')
         parts.append("</g>")
+    cx, cy = WIDTH / 2, height / 2
     for h in hosts:
         x, y = pos[h]
+        # the name outside the drawing's centre, off the host's links (below a lone centre host)
+        dx, dy = x - cx, y - cy
+        norm = math.hypot(dx, dy)
+        ux, uy = (dx / norm, dy / norm) if norm > 1 else (0.0, 1.0)
+        lx, ly = x + ux * (NODE_R + 11), y + uy * (NODE_R + 11) + 4
         daemon = daemons is None or h in daemons
         shape = (f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{NODE_R}" fill="#4c78a8"/>' if daemon else
                  f'<rect x="{x - NODE_R:.1f}" y="{y - NODE_R:.1f}" width="{2 * NODE_R}" height="{2 * NODE_R}" '
                  f'fill="#fff" stroke="#555" stroke-width="2"/>')
         kind = "node daemon" if daemon else "no node daemon (plain IP router)"
         parts.append(f'<g class="host" data-host="{escape(h)}"><title>{escape(h)}: {kind}</title>{shape}'
-                     f'<text x="{x:.1f}" y="{y + NODE_R + 13:.1f}" text-anchor="middle" font-weight="bold">'
+                     f'<text x="{lx:.1f}" y="{ly:.1f}" text-anchor="middle" font-weight="bold"{HALO}>'
                      f"{escape(h)}</text></g>")
     key = ('<circle cx="12" cy="{y}" r="6" fill="#4c78a8"/><text x="22" y="{t}">node daemon</text>'
            '<rect x="112" y="{r}" width="12" height="12" fill="#fff" stroke="#555"/>'

@@ -33,7 +33,7 @@ def test_svg_is_valid_and_names_every_host_and_link() -> None:
     assert all(g.find(f"{SVG}text").text == name for name, g in hosts.items())       # each host's visible name
     assert hosts["r1"].find(f"{SVG}rect") is not None and hosts["n1"].find(f"{SVG}circle") is not None
     assert links["n1-n2"].find(f"{SVG}text").text == "10 ms, 8 kbit/s"
-    assert links["n3-n4"].find(f"{SVG}text").text == "→ 10 ms, 8 kbit/s / ← 20 ms, 8 kbit/s"
+    assert links["n3-n4"].find(f"{SVG}text").text == "n3→n4 10 ms, 8 kbit/s; n4→n3 20 ms, 8 kbit/s"
     assert links["n4-n1"].find(f"{SVG}line").get("stroke-dasharray")                  # down at the end
     assert all(name in g.find(f"{SVG}title").text for name, g in links.items())
     assert topology_svg({}) == ""
