@@ -126,6 +126,21 @@ class Check:
             self.fail(path, f"expected a number greater than zero, got {value}")
         return float(value)
 
+    def not_negative(self, path: KeyPath, value: Any, what: str = "a number") -> float:
+        out = self.number(path, value)
+        if out < 0:
+            self.fail(path, f"expected {what} not below zero, got {show(value)}")
+        return out
+
+    def share(self, path: KeyPath, value: Any) -> float:
+        """A fraction not below zero, written 0.1 or "10%" (may exceed 1)."""
+        if isinstance(value, str) and value.strip().endswith("%"):
+            try:
+                value = float(value.strip()[:-1]) / 100.0
+            except ValueError:
+                self.fail(path, f'expected a fraction like 0.1 or "10%", got {show(value)}')
+        return self.not_negative(path, value)
+
     def boolean(self, path: KeyPath, value: Any) -> bool:
         if not isinstance(value, bool):
             self.fail(path, f"expected true or false, got {show(value)}")

@@ -40,6 +40,8 @@ from testbed.scenario.sections.base import Scenario, Section
 from testbed.topology import overlay
 from testbed.topology.model import Topology
 
+PER_SECOND = "messages per second"          # what a connector rate or throughput is
+
 ACTIONS = ("deactivate_lb", "throttle", "drop")
 DROP_POLICIES = ("expired", "priority", "random", "newest", "oldest")
 DROP_ORDER = ("expired", "priority", "random", "newest")     # the default order
@@ -128,7 +130,7 @@ def _read(c: Check, raw: Any, s: Scenario) -> None:
                            f"actions are undone once the queue falls below it")
     for key in ("period", "settle", "escalate_after"):
         setattr(out, key, c.unit(p + (key,), m.get(key, getattr(out, key)), units.parse_duration, positive=True))
-    out.escalate = _share(c, p + ("escalate",), m.get("escalate", out.escalate))
+    out.escalate = c.share(p + ("escalate",), m.get("escalate", out.escalate))
     out.actions = _subset(c, p + ("actions",), m.get("actions", out.actions), ACTIONS, "action")
     out.move_queued = c.boolean(p + ("move_queued",), m.get("move_queued", out.move_queued))
     out.drop_order = _subset(c, p + ("drop_order",), m.get("drop_order", out.drop_order), DROP_POLICIES,
@@ -136,7 +138,7 @@ def _read(c: Check, raw: Any, s: Scenario) -> None:
     for name, entry in c.mapping(p + ("outgoing",), m.get("outgoing")).items():
         op = p + ("outgoing", name)
         e = c.mapping(op, entry, ("rate",))
-        out.outgoing[str(name)] = OutgoingSpec(rate=_not_negative(c, op + ("rate",), e.get("rate", 0.0)))
+        out.outgoing[str(name)] = OutgoingSpec(rate=c.not_negative(op + ("rate",), e.get("rate", 0.0), PER_SECOND))
     for name, entry in c.mapping(p + ("incoming",), m.get("incoming")).items():
         out.incoming[str(name)] = _incoming(c, p + ("incoming", name), name, entry)
     for name, entry in c.mapping(p + ("users",), m.get("users")).items():
@@ -158,7 +160,7 @@ def _incoming(c: Check, ip: KeyPath, name: Any, raw: Any) -> IncomingSpec:
     if key == "user" and not is_user_name(out.user):
         c.fail(ip + ("user",), f"{show(out.user)} is not a valid user name ({USER_RULE})")
     if e.get("throughput") is not None:
-        out.throughput = _not_negative(c, ip + ("throughput",), e["throughput"])
+        out.throughput = c.not_negative(ip + ("throughput",), e["throughput"], PER_SECOND)
     return out
 
 
@@ -176,7 +178,7 @@ def _user(c: Check, up: KeyPath, name: Any, raw: Any) -> UserSpec:
     out.deny = _names(c, up + ("deny",), e.get("deny"))
     out.priority = c.integer(up + ("priority",), e.get("priority", out.priority))
     if e.get("throughput") is not None:
-        out.throughput = _not_negative(c, up + ("throughput",), e["throughput"])
+        out.throughput = c.not_negative(up + ("throughput",), e["throughput"], PER_SECOND)
     return out
 
 
@@ -210,26 +212,6 @@ def _subset(c: Check, path: KeyPath, raw: Any, allowed: tuple[str, ...], what: s
         if x in items[:i]:
             c.fail(path + (i,), f"{show(x)} is listed twice")
     return list(items)
-
-
-def _not_negative(c: Check, path: KeyPath, value: Any) -> float:
-    out = c.number(path, value)
-    if out < 0:
-        c.fail(path, f"expected messages per second, zero or more, got {show(value)}")
-    return out
-
-
-def _share(c: Check, path: KeyPath, value: Any) -> float:
-    """A fraction not below zero, written 0.1 or "10%"."""
-    if isinstance(value, str) and value.strip().endswith("%"):
-        try:
-            value = float(value.strip()[:-1]) / 100.0
-        except ValueError:
-            c.fail(path, f'expected a fraction like 0.1 or "10%", got {show(value)}')
-    out = c.number(path, value)
-    if out < 0:
-        c.fail(path, f"expected a fraction not below zero, got {show(value)}")
-    return out
 
 
 def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:

@@ -44,7 +44,7 @@ def _read(c: Check, raw: Any, s: Scenario) -> None:
         spec.cost = _cost(c, path + ("cost",), m.get("cost"))
         spec.damping = _damping(c, path + ("damping",), m.get("damping"))
         if "hysteresis" in m:
-            spec.hysteresis = _share(c, path + ("hysteresis",), m["hysteresis"])
+            spec.hysteresis = c.share(path + ("hysteresis",), m["hysteresis"])
             if spec.hysteresis >= 1.0:
                 c.fail(path + ("hysteresis",), f"expected a fraction below 1 (100%), got {show(m['hysteresis'])}")
         spec.refresh = _seconds(c, path, m, "refresh", spec.refresh, positive=True)
@@ -88,10 +88,10 @@ def _cost(c: Check, path: KeyPath, raw: Any) -> CostConfig:
     m = c.mapping(path, raw, COST_KEYS)
     out = CostConfig()
     for key in ("a", "b", "c", "d"):
-        setattr(out, key, _not_negative(c, path + (key,), m.get(key, getattr(out, key))))
+        setattr(out, key, c.not_negative(path + (key,), m.get(key, getattr(out, key))))
     out.quantum = c.number(path + ("quantum",), m.get("quantum", out.quantum), positive=True)
     if "threshold" in m:
-        out.threshold = _share(c, path + ("threshold",), m["threshold"])
+        out.threshold = c.share(path + ("threshold",), m["threshold"])
     return out
 
 
@@ -115,23 +115,6 @@ def _seconds(c: Check, path: KeyPath, m: dict[str, Any], key: str, default: floa
     if key not in m:
         return default
     return float(c.unit(path + (key,), m[key], units.parse_duration, positive=positive))
-
-
-def _not_negative(c: Check, path: KeyPath, value: Any) -> float:
-    out = c.number(path, value)
-    if out < 0:
-        c.fail(path, f"expected a number not below zero, got {show(value)}")
-    return out
-
-
-def _share(c: Check, path: KeyPath, value: Any) -> float:
-    """A fraction not below zero, written 0.1 or "10%" (may exceed 1)."""
-    if isinstance(value, str) and value.strip().endswith("%"):
-        try:
-            value = float(value.strip()[:-1]) / 100.0
-        except ValueError:
-            c.fail(path, f'expected a fraction like 0.1 or "10%", got {show(value)}')
-    return _not_negative(c, path, value)
 
 
 def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
