@@ -144,7 +144,9 @@ def cdf_plot(cdf: pd.DataFrame):
 
 PHASE_COLOURS = {"warm-up": "tab:olive", "workload": "tab:cyan", "drain": "tab:purple"}
 PHASE_ALPHA = 0.12
-FAULT_COLOUR = "tab:red"
+# one colour per fault kind, in order of first appearance on a plot
+FAULT_COLOURS = ("tab:red", "tab:brown", "black", "tab:pink", "tab:gray", "darkred", "darkgoldenrod")
+MAX_FAULT_NAMES = 12        # faults named on a plot; more would cover it (their lines are all drawn)
 
 
 def mark_timelines(ax, shown: list[tuple[RunTimeline, float, float]]) -> int:
@@ -168,13 +170,21 @@ def mark_timelines(ax, shown: list[tuple[RunTimeline, float, float]]) -> int:
             ax.axvspan((start - origin) / per, (end - origin) / per, color=PHASE_COLOURS[name], alpha=alpha,
                        linewidth=0, label=label(name))
             drawn += 1
+    named: set[tuple[float, str]] = set()
+    colours: dict[str, str] = {}
+    many = sum(len(timeline.faults) for timeline, _, _ in shown) > MAX_FAULT_NAMES
     for timeline, origin, per in shown:
         for fault in timeline.faults:
             x = (fault.ts - origin) / per
-            ax.axvline(x, color=FAULT_COLOUR, linestyle=":", linewidth=1.0, label=label(f"fault: {fault.kind}"))
-            ax.annotate(f"{fault.kind} {fault.target}".strip(), (x, 1.0), xycoords=("data", "axes fraction"),
-                        xytext=(2, -2), textcoords="offset points", rotation=90, va="top", fontsize="xx-small",
-                        color=FAULT_COLOUR)
+            colour = colours.setdefault(fault.kind, FAULT_COLOURS[len(colours) % len(FAULT_COLOURS)])
+            ax.axvline(x, color=colour, linestyle=":", linewidth=1.2, label=label(f"fault: {fault.kind}"))
+            text = f"{fault.kind} {fault.target}".strip()
+            # the same fault of several runs is named once; past MAX_FAULT_NAMES the legend names the kinds
+            if not many and (round(x, 1), text) not in named:
+                named.add((round(x, 1), text))
+                ax.annotate(text, (x, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -2),
+                            textcoords="offset points", rotation=90, va="top", fontsize="xx-small",
+                            color=colour)
             drawn += 1
     return drawn
 

@@ -209,7 +209,8 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
                       "<code>workload_end</code>, the workload's wall duration and the drain's seconds in "
                       "summary.json, the warm-up in scenario.yaml; several runs drawn together share the "
                       "shading, so it is darkest where they agree) and each fault or link change in "
-                      "events.jsonl is a dotted red line named at the top; all in wall seconds.</p>")
+                      "events.jsonl is a dotted line, one colour per kind, named at the top; here in wall "
+                      "seconds.</p>")
     res_html = ""
     for column, ylabel, title in (("pool_occupancy", "recipient pool occupancy (mean over nodes)",
                                    "Recipient pool occupancy"),
