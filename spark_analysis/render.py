@@ -56,9 +56,10 @@ def console_table(head: Sequence[str], rows: Sequence[Sequence[str]], align: str
 
 def html_table(head: Sequence[str] | None, rows: Sequence[Sequence[str]], table_id: str = "",
                row_heads: bool = False, align: str = "") -> str:
-    """An HTML <table> of text cells (escaped here); no <thead> when `head` is None; `row_heads`: each row's
-    first cell is a <th>; `align` as in plain_lines, where 'l' sets a left-aligned cell (the page's style
-    aligns cells right)."""
+    """An HTML <table> of text cells (escaped here) in a <div class="wide"> (a table wider than the window
+    scrolls on its own, not the whole page); no <thead> when `head` is None; `row_heads`: each row's first
+    cell is a <th>; `align` as in plain_lines, where 'l' sets a left-aligned cell (the page's style aligns
+    cells right)."""
     n = max([len(head or [])] + [len(r) for r in rows]) if rows or head else 0
     aligns = _aligns(n, align) if align else "r" * n
 
@@ -69,4 +70,4 @@ def html_table(head: Sequence[str] | None, rows: Sequence[Sequence[str]], table_
     thead = "<thead><tr>" + "".join(f"<th>{html.escape(str(c))}</th>" for c in head) + "</tr></thead>" if head else ""
     body = "".join("<tr>" + "".join(cell(i, v) for i, v in enumerate(r)) + "</tr>" for r in rows)
     ident = f' id="{html.escape(table_id)}"' if table_id else ""
-    return f"<table{ident}>{thead}<tbody>{body}</tbody></table>"
+    return f'<div class="wide"><table{ident}>{thead}<tbody>{body}</tbody></table></div>'
