@@ -19,9 +19,9 @@ from rich.console import Console
 
 from .headline import cell_table, cell_table_display, sentences
 from .layout import RunTimeline
-from .render import console_table, html_table
 from .plots import (TOP_LINKS, cdf_plot, delay_plot, link_throughput_plot, save_figure, series_plot,
                     sweep_plot)
+from .render import console_table, html_table
 from .sections import SECTIONS, Page
 from .topodraw import topology_svg
 

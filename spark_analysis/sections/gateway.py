@@ -196,7 +196,8 @@ def section_html(gt: GatewayTables | None, table: Callable[[pd.DataFrame, str], 
 <p>Per cell and outgoing connector: the largest queue (messages), the model seconds its queue spent above the
 configured threshold ({html.escape(str(gt.threshold))}) and the rate it delivered (messages per model second),
 each the mean over the cell's repetitions with its 95% interval. From summary.json <code>gateway</code>;
-the decisions from <code>nodes/&lt;gateway&gt;/gateway.jsonl</code>.</p>
+the decisions from <code>nodes/&lt;gateway&gt;/gateway.jsonl</code>. On the queue plot (model seconds from
+the first metrics line) the runs' phases are shaded and their faults dotted.</p>
 {table(shown(gt), "gateway-connectors-table")}
 <h3>Throttled, dropped and refused, per run</h3>
 <p>Throttled: submissions refused <code>throttled</code> plus messages a neighbour was told "not now" over its

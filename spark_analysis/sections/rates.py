@@ -311,7 +311,8 @@ on the paper's clock (0 = start of the warm-up); rates are model bit/s of payloa
 ({html.escape(rt.client2)}) is the paper's MQ2; its burst: {burst} (shaded). Its sending rate is what the
 root acknowledged between two reports, smoothed over 10 reports; the root queue is the consumer's mailbox:
 each sample is its time average over T/2 (an instantaneous one would alias against the consumer's removal
-period, also 1 s), and the figure shows the moving average of {MA_WIDTH} samples as in the paper's Fig. 12.</p>
+period, also 1 s), and the figure shows the moving average of {MA_WIDTH} samples as in the paper's Fig. 12.
+The runs' phases (warm-up, workload, drain) are shaded and their faults dotted, on the same clock.</p>
 {f"<ul>{notes}</ul>" if notes else ""}
 <h3>The paper's statements beside ours</h3>
 {table(rt.statements, "rate-statements-table")}
