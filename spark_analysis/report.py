@@ -285,7 +285,8 @@ behind neither end or both.</p>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0;font-size:90%}}
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}img{{max-width:100%}}
 .top{{display:flex;flex-wrap:wrap;gap:1em 2em;align-items:flex-start}}.top>div{{flex:1 1 30em}}
-.wide{{overflow-x:auto;margin:1em 0}}.wide>table{{margin:0}}#provenance-table td{{font-family:monospace}}figure{{margin:0}}figcaption{{font-size:85%;max-width:640px}}</style></head><body>
+.wide{{overflow-x:auto;margin:1em 0}}.wide>table{{margin:0}}#provenance-table td{{font-family:monospace}}
+figure{{margin:0}}figcaption{{font-size:85%;max-width:640px}}</style></head><body>
 <h1>wanbed report</h1><div class="top"><div><p>Source: <code>{html.escape(source)}</code>; {n_runs} runs.</p>
 {headline}
 {provenance_html(t.experiment)}</div>{topology_html(t, out)}</div>
