@@ -11,7 +11,7 @@
             plot.ratio ratio.csv: the two cells' ratio repetition by repetition, with its CI
     statements: each of the file's statements on every repetition it is about, printed beside the paper's
             words and written to statements.csv in the figure folder; one that does not hold makes the
-            status 1
+            status 1. The series they measure over time: NAME-series.csv and NAME-series.png there
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import yaml
 from node.errors import UserError
 from testbed.experiment import runner, sweep
 from testbed.experiment.progress import Progress
-from testbed.reproduce import plot, statements, table
+from testbed.reproduce import plot, statements, table, traces
 from testbed.reproduce.spec import MESSAGE_SIZE, REPO, Reproduction
 
 EXIT_INTERRUPTED = runner.EXIT_INTERRUPTED
@@ -90,6 +90,9 @@ def check_statements(repro: Reproduction, out: Path, figure_dir: Path, stream: T
     for line in statements.lines(repro.statements, results):
         print(line, file=stream)
     print(f"statements: {figure_dir / 'statements.csv'}", file=stream)
+    png = figure_dir / f"{repro.name}-series.png"
+    if traces.write(repro.statements, out, figure_dir / f"{repro.name}-series.csv", png, repro.title):
+        print(f"series: {png}", file=stream)
     return False not in statements.verdicts(repro.statements, results)
 
 

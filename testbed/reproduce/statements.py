@@ -346,7 +346,7 @@ def check(statements: list[Statement], out: Path) -> list[Result]:
                 continue
             for rep in cell.get("reps", []):
                 rep_dir = Path(out) / str(rep.get("dir", ""))
-                scenario = _scenario(rep_dir)
+                scenario = load_scenario(rep_dir)
                 result = Result(statement=i, cell=str(cell.get("id", "")), rep=str(rep.get("rep", "")),
                                 value=None, lo=None, hi=None)
                 if rep.get("status") != "complete" or scenario is None:
@@ -399,7 +399,8 @@ def lines(statements: list[Statement], results: list[Result]) -> list[str]:
     return out
 
 
-def _scenario(rep_dir: Path) -> dict[str, Any] | None:
+def load_scenario(rep_dir: Path) -> dict[str, Any] | None:
+    """The repetition's resolved scenario (scenario.yaml: model seconds, fractions); None when unreadable."""
     try:
         doc = yaml.safe_load((rep_dir / "scenario.yaml").read_text())
     except (OSError, yaml.YAMLError):

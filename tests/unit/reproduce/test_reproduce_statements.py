@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from node.errors import UserError
-from testbed.reproduce import run, spec, statements
+from testbed.reproduce import run, spec, statements, traces
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -129,6 +129,7 @@ def test_reproduce_prints_the_statements_and_fails_on_one_that_does_not_hold(tmp
     assert "statement 2:" in text and "n/a (the workload ends at 600 s)" in text
     rows = list(csv.DictReader(open(tmp_path / "fig" / "statements.csv")))
     assert [r["holds"] for r in rows] == ["yes", ""] and rows[0]["min"] == "0.45"
+    assert (tmp_path / "fig" / "emg-10-series.png").stat().st_size > 0 and "series: " in text
     # a queue twice as fast breaks the slope statement
     out2 = tmp_path / "run2"
     out2.mkdir()
@@ -181,3 +182,23 @@ def test_a_bound_names_a_key_the_scenario_lacks() -> None:
     with pytest.raises(ValueError, match="no number at gateway.nothing"):
         statements.evaluate("gateway.nothing + 1", {"gateway": {"threshold": 50}})
     assert statements.evaluate("-gateway.threshold / 2", {"gateway": {"threshold": 50}}) == -25
+
+
+def test_traces_draw_each_series_over_the_workload(tmp_path: Path) -> None:
+    make_rep(tmp_path, "g0", GAMMA0, growing, sent=lambda t: 3 * t)
+    make_rep(tmp_path, "g1", GAMMA1, held, sent=lambda t: 2 * t)
+    sts = parse([queue_stmt(cells=GAMMA0),
+                 {"paper": "o3", "cells": {"gateway.gamma": 1}, "measure": "rate",
+                  "series": "gw:gateway.outgoing.o3.sent", "max": 2.3}])
+    rows = traces.rows(sts, tmp_path)
+    queue = [r for r in rows if r[0] == "gw:gateway.outgoing.o1.queue"]
+    rate = [r for r in rows if r[0] == "gw:gateway.outgoing.o3.sent"]
+    # the queue of the cell its statement is about, over the workload only (0 .. 600 model s)
+    assert {r[1] for r in queue} == {"g0"} and min(r[3] for r in queue) >= 0 and max(r[3] for r in queue) <= 600
+    assert queue[-1][4] == 300
+    # a counter measured as a rate is drawn as its rate over the window, from one window in
+    assert {r[1] for r in rate} == {"g1"} and rate[0][3] >= traces.WINDOW
+    assert all(r[4] == pytest.approx(2.0) for r in rate)
+    assert traces.write(sts, tmp_path, tmp_path / "f" / "x.csv", tmp_path / "f" / "x.png", "a title")
+    assert (tmp_path / "f" / "x.png").stat().st_size > 0
+    assert not traces.write(sts, tmp_path / "nothing", tmp_path / "g" / "x.csv", tmp_path / "g" / "x.png", "t")
