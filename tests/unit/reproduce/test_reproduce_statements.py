@@ -77,7 +77,8 @@ def test_each_measure_on_a_made_up_run(tmp_path: Path) -> None:
         {"paper": "held near the threshold", "cells": GAMMA1, "measure": "band",
          "series": "gw:gateway.outgoing.o1.queue", "after": "gateway.threshold", "min": "gateway.lower",
          "max": "gateway.threshold * (1 + gateway.escalate)"},
-        {"paper": "o3 slower", "cells": {"gateway.gamma": 1}, "measure": "rate", "series": "gw:gateway.outgoing.o3.sent",
+        {"paper": "o3 slower", "cells": {"gateway.gamma": 1}, "measure": "rate",
+         "series": "gw:gateway.outgoing.o3.sent",
          "after": "gateway.threshold", "after_series": "gw:gateway.outgoing.o1.queue", "max": 2.3},
         {"paper": "o3 at 3 while the queue grows", "measure": "rate", "series": "gw:gateway.outgoing.o3.sent",
          "to": "200s", "min": 2.8},
@@ -171,7 +172,8 @@ def test_bad_statements_are_one_sentence(item: Any, message: str) -> None:
 
 
 def test_statements_must_be_a_list(tmp_path: Path) -> None:
-    text = (spec.REPO / "reproductions" / "emg-11.yaml").read_text().replace("../scenarios", str(spec.REPO / "scenarios"))
+    text = (spec.REPO / "reproductions" / "emg-11.yaml").read_text()
+    text = text.replace("../scenarios", str(spec.REPO / "scenarios"))
     path = tmp_path / "emg-x.yaml"
     path.write_text(text.split("statements:")[0] + "statements: {a: 1}\n")
     with pytest.raises(UserError, match=r"emg-x.yaml: statements: expected a list"):
