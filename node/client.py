@@ -15,7 +15,8 @@ from typing import Iterator
 
 import grpc
 
-from node.rpc import common_pb2, control_pb2, control_pb2_grpc, pubsub_pb2, pubsub_pb2_grpc, submit_pb2, submit_pb2_grpc
+from node.rpc import (common_pb2, control_pb2, control_pb2_grpc, pools_pb2, pools_pb2_grpc, pubsub_pb2, pubsub_pb2_grpc,
+                      submit_pb2, submit_pb2_grpc)
 from node.errors import UserError
 from node.security.tls import TARGET_NAME_OPTION
 
@@ -92,6 +93,7 @@ class NodeClient:
         self.submit = submit_pb2_grpc.SubmitStub(self._channel)
         self.control = control_pb2_grpc.ControlStub(self._channel)
         self.pubsub = pubsub_pb2_grpc.PubSubStub(self._channel)
+        self.pools = pools_pb2_grpc.PoolsStub(self._channel)
 
     @classmethod
     def to(cls, address: str, access: Access, timeout: float = 30.0) -> "NodeClient":
@@ -109,6 +111,7 @@ class NodeClient:
 
     def _call(self, fn, request, **kw):
         kw.setdefault("metadata", self._md)      # the token goes with every call (security.auth needs it on all)
+        missing = kw.pop("missing", "")          # what a node without the service lacks, in a few words
         try:
             return fn(request, timeout=kw.pop("timeout", self.timeout), **kw)
         except grpc.RpcError as exc:
@@ -117,6 +120,8 @@ class NodeClient:
                 raise UserError(f"{problem}.") from None
             if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 raise UserError(f"node at {self.address} is not reachable ({exc.code().name.lower()}).") from None
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED and missing:
+                raise UserError(f"node at {self.address} {missing}.") from None
             if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
                 raise UserError(f"node at {self.address} refused the call: {exc.details()} (a token of the run's "
                                 f"secrets/tokens.json is needed).") from None
@@ -223,6 +228,11 @@ class NodeClient:
     def subscriptions(self, remote: bool = False) -> list[pubsub_pb2.SubscriptionInfo]:
         return list(self._call(self.pubsub.ListSubscriptions,
                                pubsub_pb2.ListSubscriptionsRequest(remote=remote)).subscriptions)
+
+    # -- Pools -------------------------------------------------------------------------------------------
+    def get_pools(self) -> pools_pb2.GetPoolsReply:
+        """The pool controller's view at this node (a replica): leader, term, version and the maps."""
+        return self._call(self.pools.GetPools, pools_pb2.GetPoolsRequest(), missing="runs no pools (pools.enabled)")
 
 
 class Subscription:

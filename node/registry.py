@@ -12,13 +12,14 @@ from typing import Any, Sequence
 from node import config
 from node.broker.subsystem import SUBSYSTEM as BROKER
 from node.config import NodeConfig
+from node.pools.subsystem import SUBSYSTEM as POOLS
 from node.rate.subsystem import SUBSYSTEM as RATE
 from node.routing.subsystem import SUBSYSTEM as ROUTING
 from node.security.subsystem import SUBSYSTEM as SECURITY
 from node.subsystem import Subsystem
 
 # routing first: it gives the engine its router and stops before the sessions close
-SUBSYSTEMS: tuple[type[Subsystem], ...] = (ROUTING, SECURITY, BROKER, RATE)
+SUBSYSTEMS: tuple[type[Subsystem], ...] = (ROUTING, SECURITY, BROKER, RATE, POOLS)
 
 
 def config_sections(subsystems: Sequence[type[Subsystem]] = SUBSYSTEMS) -> dict[str, type]:
