@@ -6,8 +6,9 @@ a subsystem's module overrides only the hooks its subsystem needs. The hooks, in
   sections        the scenario sections it owns. They are listed in testbed/scenario/sections/__init__.py
                   (the scenario sits below this package, so it cannot ask it); `to_wall` converts their
                   model times to wall times (testbed/experiment/timescale.py)
-  node_config     what it writes into one node's config (testbed/experiment/nodeconfig.py); `users`: the
-                  users it needs a mailbox and a token for at a node
+  node_config     what it writes into one node's config (testbed/experiment/nodeconfig.py); `wire`: what
+                  it completes once every node's wiring is made (other nodes' addresses, a per-run secret);
+                  `users`: the users it needs a mailbox and a token for at a node
   clients         the clients it runs during a repetition, from before the warm-up to the teardown
   submits/submit  the planned workload items it sends itself instead of as mail (the workload driver), with
                   `counters`: the driver's counts of their outcomes (events.jsonl's workload_end, summary.json)
@@ -75,6 +76,10 @@ class Subsystem:
     def node_config(self, scenario: Scenario, node: str) -> dict[str, Any]:
         """Its top-level sections of `node`'s config (node/config.py keys); `scenario` is in wall units."""
         return {}
+
+    def wire(self, scenario: Scenario, wirings: dict[str, dict[str, Any]], rep_dir: Path) -> None:
+        """Complete its sections in the nodes' wirings (node -> config mapping before the scenario's settings
+        are laid over it) once every node's is made: what needs other nodes' addresses or a per-run secret."""
 
     def users(self, config: dict[str, Any]) -> set[str]:
         """The users it needs a mailbox (and a token) for at the node whose config this is."""
