@@ -60,6 +60,15 @@ class Clients:
     def stop(self) -> None:
         """Stop them and write their files in the repetition directory."""
 
+    def fault(self, action: str, target: Any) -> dict[str, Any] | None:
+        """Apply one of its fault actions (scenario `faults:`) now; the details for events.jsonl. None: the
+        action is not its own."""
+        return None
+
+    def resolve(self, target: str) -> list[str] | None:
+        """The nodes a symbolic fault target of its own (`pools.leader`) stands for now; None: not its target."""
+        return None
+
 
 class Subsystem:
     """The testbed side of one subsystem (see the module docstring); the defaults add nothing."""
