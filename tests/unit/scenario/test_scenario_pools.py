@@ -2,13 +2,16 @@
 and one-line errors naming the key path."""
 from __future__ import annotations
 
+import re
 import stat
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from node import registry
-from testbed.experiment import nodeconfig, timescale
+from testbed.experiment import nodeconfig, timescale, workload
+from testbed.experiment.faults import Timeline
 from testbed.network import Network
 from testbed.scenario import ScenarioError, dump_resolved, load_text
 from testbed.scenario.spec import Scenario
@@ -115,3 +118,117 @@ def test_bad_sections_are_one_sentence_naming_the_key(text: str, words: str) -> 
     with pytest.raises(ScenarioError) as e:
         load(body)
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+FAULTS = """\
+faults:
+  - {at: 5s, action: pool_join, target: A.a2}
+  - {at: 9s, action: pool_leave, target: A.a2}
+  - {at: 10s, action: pool_kill, target: A.a1}
+  - {at: 11s, action: kill, target: pools.leader}
+  - {at: 12s, action: restart, target: pools.leader}
+  - {at: 13s, action: partition, target: [[pools.leader], [pools.followers]]}
+"""
+
+
+def test_pool_faults_and_symbolic_targets_are_read_and_checked() -> None:
+    s = load(GOOD + FAULTS)
+    assert [(f.action, f.target) for f in s.faults][:3] == [("pool_join", "A.a2"), ("pool_leave", "A.a2"),
+                                                            ("pool_kill", "A.a1")]
+    assert s.faults[5].target == [["pools.leader"], ["pools.followers"]]
+    assert load_text(dump_resolved(s), "again.yaml") == s
+    for text, words in (
+            ("  - {at: 1s, action: pool_join, target: A.a7}\n", 'unknown application instance "A.a7"'),
+            ("  - {at: 1s, action: pool_leave, target: A.a1}\n  - {at: 2s, action: pool_kill, target: A.a1}\n",
+             "faults[1].target: A.a1 has left or was killed already"),
+            ("  - {at: 1s, action: pool_leave, target: A.a2}\n  - {at: 2s, action: pool_join, target: A.a2}\n",
+             "faults[0].at: A.a2 joins only at 2 s")):
+        with pytest.raises(ScenarioError, match=re.escape(words)):
+            load(GOOD + "faults:\n" + text)
+    with pytest.raises(ScenarioError, match='unknown node "pools.leader"'):      # no pools, no leader
+        load("faults:\n  - {at: 1s, action: kill, target: pools.leader}\n")
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+        self.calls: list[tuple] = []
+
+    def record_event(self, event: str, target, **fields) -> None:
+        self.events.append((event, target, fields))
+
+    def partition(self, a, b) -> None:
+        self.calls.append(("partition", a, b))
+
+    def kill(self, node: str) -> dict:
+        self.calls.append(("kill", node))
+        return {"pid": 7}
+
+    restart = pause = resume = kill
+
+
+class LeaderClients:
+    """The pools' clients as the timeline sees them: the leader moves from r1 to r2 once r1 is killed."""
+
+    def __init__(self) -> None:
+        self.leader = "r1"
+        self.faults: list[tuple] = []
+
+    def resolve(self, target: str):
+        if target == "pools.leader":
+            return [self.leader]
+        return [r for r in ("r1", "r2", "r3") if r != self.leader] if target == "pools.followers" else None
+
+    def fault(self, action: str, target):
+        if not action.startswith("pool_"):
+            return None
+        self.faults.append((action, target))
+        return {"host": "h2", "app": "A", "instance": "a2"}
+
+
+def test_the_timeline_resolves_the_leader_when_a_fault_fires() -> None:
+    s = load(GOOD + FAULTS)
+    net, clients = Recorder(), LeaderClients()
+    timeline = Timeline(net, net, s.faults, clients=[clients])
+    timeline.apply(s.faults[0])
+    timeline.apply(s.faults[3])                       # kill pools.leader: r1
+    clients.leader = "r2"
+    timeline.apply(s.faults[4])                       # restart pools.leader: the node the kill took, r1
+    timeline.apply(s.faults[5])                       # the new leader r2 against r1, r3
+    assert timeline.failed == [] and clients.faults == [("pool_join", "A.a2")]
+    assert net.calls == [("kill", "r1"), ("kill", "r1"), ("partition", ["r2"], ["r1", "r3"])]
+    assert net.events[0] == ("pool_join", "A.a2", {"host": "h2", "app": "A", "instance": "a2"})
+    assert net.events[1] == ("kill", "r1", {"pid": 7, "resolved_from": "pools.leader"})
+    assert net.events[3][0] == "resolved" and net.events[3][2]["sides"] == [["r2"], ["r1", "r3"]]
+    alone = Timeline(net, net, s.faults)              # a run without the pools' clients: one failed fault
+    alone.apply(s.faults[3])
+    assert "stands for no node now" in alone.failed[0][1]
+
+
+def test_publish_sources_are_the_consumers_own_and_zipf_skewed() -> None:
+    gen = """\
+duration: 2000s
+workload:
+  generators:
+    - nodes: [c1, c2]
+      interarrival: {dist: exponential, mean: 1s}
+      publish: {topics: ["ev.alarm.{source}"], sources: {count: 50, skew: 1.2}}
+"""
+    s = load(gen)
+    plan = workload.schedule(s, ["c1", "c2"])
+    by_node = {n: Counter(p.topic for p in plan if p.node == n) for n in ("c1", "c2")}
+    assert all(t.startswith(f"ev.alarm.{n}-") for n, c in by_node.items() for t in c)
+    c1 = by_node["c1"]
+    # Zipf 1.2 over 50: source 1 takes 1/H(50, 1.2) ~ 33% of ~2000 draws, source 2 ~ 14%; 4 standard errors
+    share = c1["ev.alarm.c1-1"] / sum(c1.values())
+    assert abs(share - 0.334) < 4 * (0.334 * 0.666 / sum(c1.values())) ** 0.5
+    assert c1["ev.alarm.c1-1"] > 2 * c1["ev.alarm.c1-2"] > 0
+    assert load_text(dump_resolved(s), "again.yaml") == s
+    # the draw has its own random stream: the times stay those of the same generator without sources
+    plain = load(gen.replace('"ev.alarm.{source}"], sources: {count: 50, skew: 1.2}', '"ev.alarm.x"]'))
+    assert [p.at for p in workload.schedule(plain, ["c1", "c2"])] == [p.at for p in plan]
+    for text, words in (('["ev.alarm.{source}"]}', '"{source}" needs publish.sources'),
+                        ('["ev.alarm.x"], sources: {count: 5}}', 'no topic has "{source}"'),
+                        ('["ev.{source}"], sources: {count: 0}}', "sources.count: expected")):
+        with pytest.raises(ScenarioError, match=re.escape(words)):
+            load(gen.replace('["ev.alarm.{source}"], sources: {count: 50, skew: 1.2}}', text))
