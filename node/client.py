@@ -15,8 +15,8 @@ from typing import Iterator
 
 import grpc
 
-from node.rpc import (common_pb2, control_pb2, control_pb2_grpc, pools_pb2, pools_pb2_grpc, pubsub_pb2, pubsub_pb2_grpc,
-                      submit_pb2, submit_pb2_grpc)
+from node.rpc import (common_pb2, control_pb2, control_pb2_grpc, gateway_pb2, gateway_pb2_grpc, pools_pb2,
+                      pools_pb2_grpc, pubsub_pb2, pubsub_pb2_grpc, submit_pb2, submit_pb2_grpc)
 from node.errors import UserError
 from node.security.tls import TARGET_NAME_OPTION
 
@@ -26,6 +26,7 @@ from node.security.tls import TARGET_NAME_OPTION
 # permits pings this often (node/daemon.py).
 KEEPALIVE_OPTIONS = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
                      ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0)]
+NO_GATEWAY = "has no gateway (its node config has no enabled gateway: section)"
 CLOSE_WAIT = 5.0        # seconds Subscription.close() waits for the node to take the last acks
 
 
@@ -93,6 +94,7 @@ class NodeClient:
         self.submit = submit_pb2_grpc.SubmitStub(self._channel)
         self.control = control_pb2_grpc.ControlStub(self._channel)
         self.pubsub = pubsub_pb2_grpc.PubSubStub(self._channel)
+        self.gateway_stub = gateway_pb2_grpc.GatewayStub(self._channel)
         self.pools = pools_pb2_grpc.PoolsStub(self._channel)
 
     @classmethod
@@ -111,7 +113,7 @@ class NodeClient:
 
     def _call(self, fn, request, **kw):
         kw.setdefault("metadata", self._md)      # the token goes with every call (security.auth needs it on all)
-        missing = kw.pop("missing", "")          # what a node without the service lacks, in a few words
+        missing = kw.pop("unimplemented", "")     # what it means when the node does not offer the call
         try:
             return fn(request, timeout=kw.pop("timeout", self.timeout), **kw)
         except grpc.RpcError as exc:
@@ -120,7 +122,7 @@ class NodeClient:
                 raise UserError(f"{problem}.") from None
             if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 raise UserError(f"node at {self.address} is not reachable ({exc.code().name.lower()}).") from None
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED and missing:
+            if missing and exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                 raise UserError(f"node at {self.address} {missing}.") from None
             if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
                 raise UserError(f"node at {self.address} refused the call: {exc.details()} (a token of the run's "
@@ -207,6 +209,23 @@ class NodeClient:
         req = control_pb2.SetRulesRequest(rules_json=json.dumps(rules))
         return self._call(self.control.SetRules, req, metadata=self._md).installed
 
+    # -- Gateway (node/gateway/) -----------------------------------------------------------------------
+    def gateway(self, gamma: float | None = None, threshold: int | None = None, lower: int | None = None) -> dict:
+        """The node's gateway state (its metrics section); with any value given, set those first."""
+        if gamma is None and threshold is None and lower is None:
+            reply = self._call(self.gateway_stub.GetGateway, gateway_pb2.GetGatewayRequest(), unimplemented=NO_GATEWAY)
+        else:
+            req = gateway_pb2.SetGatewayRequest(gamma=gamma, threshold=threshold, lower=lower)
+            reply = self._call(self.gateway_stub.SetGateway, req, unimplemented=NO_GATEWAY)
+        return json.loads(reply.json)
+
+    def gateway_request(self, user: str, throughput: float, guarantee: float, percent: float) -> tuple[bool, str]:
+        """Would the gateway accept `user` asking for `throughput` msg/s at `guarantee` (0..1), `percent` of the
+        time: (accept, why)."""
+        req = gateway_pb2.UserRequest(user=user, throughput=throughput, guarantee=guarantee, percent=percent)
+        reply = self._call(self.gateway_stub.RequestUser, req, unimplemented=NO_GATEWAY)
+        return reply.accept, reply.why
+
     # -- PubSub ------------------------------------------------------------------------------------------
     def publish(self, topic: str, size: int | None = None, payload: bytes | None = None, priority: int = 0,
                 lifetime: float = 0.0, key: str = "", publisher: str = "") -> pubsub_pb2.PublishReply:
@@ -232,7 +251,8 @@ class NodeClient:
     # -- Pools -------------------------------------------------------------------------------------------
     def get_pools(self) -> pools_pb2.GetPoolsReply:
         """The pool controller's view at this node (a replica): leader, term, version and the maps."""
-        return self._call(self.pools.GetPools, pools_pb2.GetPoolsRequest(), missing="runs no pools (pools.enabled)")
+        return self._call(self.pools.GetPools, pools_pb2.GetPoolsRequest(),
+                          unimplemented="runs no pools (pools.enabled)")
 
 
 class Subscription:

@@ -13,13 +13,10 @@ from node.spool import Spool
 
 
 async def expire(e: Any, p: Piece) -> None:
-    """A copy's lifetime ran out here: drop it, everything queued of it, and report it."""
-    e.expired += 1
-    await e.spool.run(Spool.op_drop(p.msg_id, p.dst))
-    for peer in e.peers.values():
-        for x in peer.queue.remove_if(lambda x: x.mkey == p.mkey):
-            e.policy.dropped(x)
-    await e.reporter.report(p, f"lifetime expired at {e.me}")
+    """A copy's lifetime ran out here: drop it and everything queued of it, and report it, in one transaction
+    (Engine.give_up; a spool that cannot store that now keeps the copy, and the next sweep tries again)."""
+    if await e.give_up(p, f"lifetime expired at {e.me}", in_flight_too=True):
+        e.expired += 1
 
 
 async def sweep(e: Any) -> None:

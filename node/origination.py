@@ -13,9 +13,10 @@ import sqlite3
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from node.piece import Piece, split
+from node.policy import Admitted
 from node.refusal import Refusal
 from node.resource_manager import CONGESTED
 from node.spool import MAIL_KINDS, Op, Spool
@@ -55,6 +56,7 @@ class Prepared:
     frags: int
     pieces: list[Piece]
     origin: Op
+    undo: Callable[[], None] | None = None     # the admission policy's, when `origin` is not stored
 
 
 class Origination:
@@ -135,11 +137,17 @@ class Origination:
                 full = self.e.policy.link_full(h)
                 if full:
                     return Refusal(f"{CONGESTED} ({full} at {self.e.me})")
-        reason = self.e.policy.admit_submission(pieces, frags, internal=m.kind != "")
-        if reason:
-            return Refusal(reason)
-        return Prepared(m, msg_id, dsts, now, prio, frags, pieces,
-                        Spool.op_origin(msg_id, m.originator, dsts, n, prio, now, expires))
+        verdict = self.e.policy.admit_submission(pieces, frags, internal=m.kind != "")
+        if isinstance(verdict, str) and verdict:
+            return Refusal(verdict)
+        origin = Spool.op_origin(msg_id, m.originator, dsts, n, prio, now, expires)
+        if not isinstance(verdict, Admitted):
+            return Prepared(m, msg_id, dsts, now, prio, frags, pieces, origin)
+
+        def charged(c) -> None:        # the policy's own change rides in the origin transaction
+            origin(c)
+            verdict.op(c)
+        return Prepared(m, msg_id, dsts, now, prio, frags, pieces, charged, verdict.undo)
 
     async def _originate(self, m: NewMessage) -> tuple[bool, str, str]:
         n = len(m.payload)
@@ -159,6 +167,8 @@ class Origination:
             await self.e.spool.run(op)         # acknowledged only once durable
         except Exception as exc:             # disk full, I/O error: refuse it and keep nothing of it
             self._abandon(msg_id, every)
+            if prep.undo is not None:
+                prep.undo()
             log.error("cannot store submission %s: %s", msg_id, exc)
             return self._refuse_submission(m.originator, m.recipients, n,
                                            f"{CONGESTED}: this node cannot store it now ({exc})")
@@ -179,6 +189,8 @@ class Origination:
                 for done in preps:
                     for p in done.pieces:
                         self.e.policy.dropped(p)
+                    if done.undo is not None:
+                        done.undo()
                 return prep.reason
             preps.append(prep)
         inserts = [Spool.op_insert(prep.pieces) for prep in preps]
@@ -193,6 +205,8 @@ class Origination:
         except Exception as exc:
             for prep in preps:
                 self._abandon(prep.msg_id, prep.pieces)
+                if prep.undo is not None:
+                    prep.undo()
             if not isinstance(exc, (sqlite3.Error, OSError)):
                 raise                         # the subsystem's own objection (its `also` raised): its to handle
             log.error("cannot store %d messages of this node now: %s", len(preps), exc)

@@ -18,13 +18,24 @@ each link's outgoing queue. Two implementations:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from node.config import NodeConfig
 from node.resource_manager import ResourceManager
 from node.piece import Piece
 from node.refusal import Refusal
+from node.spool import Op
 from node.transfer_queue import TransferQueue
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A policy's yes to a submission that comes with a spool change of its own (a user's credit charged):
+    `op` runs in the transaction that stores the submission's `origin` row, so both are durable or neither;
+    `undo` is called when that transaction does not happen (refused later, the spool failed)."""
+    op: Op
+    undo: Callable[[], None]
 
 
 class AdmissionPolicy(Protocol):
@@ -32,7 +43,8 @@ class AdmissionPolicy(Protocol):
 
     def make_queue(self, peer: str, wake: Callable[[], None]) -> TransferQueue: ...
     def is_stream(self, p: Piece) -> bool: ...
-    def admit_submission(self, pieces: list[Piece], fragments: int, internal: bool) -> str | None: ...
+    def admit_submission(self, pieces: list[Piece], fragments: int,
+                         internal: bool) -> "str | Admitted | None": ...   # str: refused, why
     def admit(self, peer: str, p: Piece) -> Refusal | None: ...
     def link_full(self, hop: str) -> str | None: ...
     def stored(self, peer: str, p: Piece, fresh: bool) -> None: ...
@@ -122,4 +134,4 @@ def make_policy(cfg: NodeConfig, wake: Callable[[str], None]) -> AdmissionPolicy
     return ResourceManager(cfg, wake) if cfg.resources.enabled else PassThrough(cfg.limits.max_link_queue)
 
 
-__all__ = ["PassThrough", "AdmissionPolicy", "make_policy"]
+__all__ = ["Admitted", "PassThrough", "AdmissionPolicy", "make_policy"]

@@ -44,27 +44,41 @@ class Reporter:
     async def report(self, p: Piece, reason: str, event: str = "ndr_made") -> None:
         """Record why the copy `p` is not delivered and, when that is final (not an orphan), tell its originator
         (once per copy per node)."""
-        note = (p.msg_id, p.dst, event, reason)
-        if note in self._noted:          # many pieces of one copy: one record and one log line
+        if not self.note(p, reason, event):
             return
+        report = self.message(p, reason) if event != ORPHAN else None
+        if report is None:
+            return
+        if not await self.spool.run(Spool.op_ndr_once(p.msg_id, p.dst, p.expires_ts)):
+            return
+        self.made += 1
+        ok, _mid, why = await self._originate(report)
+        if not ok:
+            self.log.error("cannot send a non-delivery report for %s to %s: %s", p.msg_id, p.src, why)
+
+    def note(self, p: Piece, reason: str, event: str = "ndr_made") -> bool:
+        """The record and log line of a copy not delivered; False when this copy, event and reason were noted
+        already (many pieces of one copy: one record and one log line)."""
+        note = (p.msg_id, p.dst, event, reason)
+        if note in self._noted:
+            return False
         self._noted[note] = None
         if len(self._noted) > NOTED_MAX:
             del self._noted[next(iter(self._noted))]
         self.records.write("report", event=event, msg_id=p.msg_id, dst=p.dst, reason=reason, src=p.src,
                            originator=p.originator)
-        final = event != ORPHAN
-        self.log.warning("message %s for %s %s: %s", p.msg_id, p.dst, "not delivered" if final else "kept as an orphan",
-                         reason)
-        if not final or p.kind != "" or not p.src:   # never a report about a report, nor a subsystem's message
-            return
-        if not await self.spool.run(Spool.op_ndr_once(p.msg_id, p.dst, p.expires_ts)):
-            return
-        self.made += 1
+        self.log.warning("message %s for %s %s: %s", p.msg_id, p.dst,
+                         "not delivered" if event != ORPHAN else "kept as an orphan", reason)
+        return True
+
+    def message(self, p: Piece, reason: str, orphan_ok: bool = False) -> NewMessage | None:
+        """The report message telling the copy's originator, or None: never a report about a report, nor about a
+        subsystem's message (the caller stores it once per copy: Spool.op_ndr_once)."""
+        if p.kind != "" or not p.src:
+            return None
         body = json.dumps({"msg_id": p.msg_id, "dst": p.dst, "reason": reason, "at": self.me}).encode()
-        ok, _mid, why = await self._originate(NewMessage(REPORTER, [(p.src, p.originator)], body, p.prio,
-                                                         self.lifetime, REPORT_KIND, f"ndr.{p.msg_id}.{p.dst}"))
-        if not ok:
-            self.log.error("cannot send a non-delivery report for %s to %s: %s", p.msg_id, p.src, why)
+        return NewMessage(REPORTER, [(p.src, p.originator)], body, p.prio, self.lifetime, REPORT_KIND,
+                          f"ndr.{p.msg_id}.{p.dst}", orphan_ok=orphan_ok)
 
     def delivered(self, m: Piece, now: float) -> None:
         """A report reached its originator here."""

@@ -125,6 +125,19 @@ RECORDS: dict[str, tuple[Field, ...]] = {
     "pool": COMMON + (
         _f("event", str, "'elected', 'map', 'applied', 'fence_sent', 'fence_done', 'refused' or 'load'"),
     ),
+    # nodes/<node>/gateway.jsonl: EMG gateway policies (node/gateway/), one line per decision of its policy
+    # manager or its control service
+    "gateway": COMMON + (
+        _f("event", str, "'queue_high', 'queue_low', 'not_solved', 'escalate', 'reset', 'set' or 'request'"),
+        _f("action", str, "'deactivate_lb', 'activate_lb', 'throttle', 'restore', 'drop', 'accept', 'refuse' "
+           "or 'none'"),
+        _f("connector", str, "the outgoing connector (neighbour) whose queue it is about ('' for set and request)"),
+        _f("gamma", Number, "the selector gamma in force, -1 (utilisation) .. 1 (delivery guarantee)"),
+        _f("queue", int, "messages queued for the connector then"),
+        _f("threshold", Number, "the connector's queue threshold then (raised while escalated)"),
+        _f("maxrate", (int, float, type(None)), "MAXRATE in force, msg/s (null: the original THROUGHPUTs)"),
+        _f("values", dict, "details: phi_out, throughput per incoming connector, dropped message ids, ..."),
+    ),
     # events.jsonl: faults and link changes as applied
     "event": COMMON + (
         _f("event", str, "what happened: link_set, link_down, link_up, partition, heal, kill, restart, pause, "
@@ -169,6 +182,11 @@ OPTIONAL: dict[str, tuple[Field, ...]] = {
         _f("rate", dict, "MQ rate control (node/rate/), present with a rate: role: client {role, weight, "
            "queue_bytes, queue_limit, rate_bps, overflowed, sent_bytes, reports, assignments}; root {role, round, "
            "queue_bytes, queue_messages, deferred, clients{name: {weight, queue_bytes, rate_bps}}}"),
+        _f("gateway", dict, "EMG gateway policies (node/gateway/), present with gateway.enabled: gamma, maxrate "
+           "(null: not throttled), threshold, phi_out, outgoing{connector: {queue, deactivated, threshold, phi, rate, "
+           "sent}}, "
+           "incoming{connector: {throughput (null: unlimited), accepted, deferred (neighbour) or throttled (user)}}, "
+           "users{user: {credits (null: unlimited)}}, refused{throttled, no_credits, locked, not_permitted}, dropped"),
         _f("routing", dict, "routing state, present with routing.mode dynamic (or rules): mode, routes (table size), "
            "changes (table changes so far), seq, adverts, links{neighbour: {latency_ms, sd_ms, jitter_ms, loss, "
            "probes_sent, probes_answered, cost (null: withdrawn), up, suppressed, probed}}, probes_refused{reason: n} "

@@ -602,6 +602,13 @@ class Spool:
         return op
 
     @staticmethod
+    def op_ndr_made(msg_id: str, dst: str) -> Op:
+        """Whether a report for this message copy was made here already."""
+        def op(c: sqlite3.Connection) -> bool:
+            return c.execute("SELECT 1 FROM ndr WHERE msg_id=? AND dst=?", (msg_id, dst)).fetchone() is not None
+        return op
+
+    @staticmethod
     def op_get_setting(key: str) -> Op:
         """A node's small durable state (e.g. its link-state sequence number), or None."""
         def op(c: sqlite3.Connection) -> str | None:

@@ -39,6 +39,7 @@ ASSIGN_TOPIC = "_pools.assign"        # + .<consumer>: durable, from the leader
 HB_TOPIC = "_pools.hb"                # + .<name>: non-durable heartbeats (registration, load, leave)
 LOAD_CHANGE = 0.2                     # a consumer's load is proposed again once it moved by this share ...
 LOAD_FLOOR = 0.5                      # ... or by this many events/s, whichever is more
+CATCH_UP = 1.0                        # seconds a new leader waits to have applied what it knows is committed
 
 
 def assignment_body(state: dict, consumer: str, term: int) -> bytes:
@@ -91,6 +92,14 @@ class ControllerHost:
         self._spawn(self._take_office(term))
 
     async def _take_office(self, term: int) -> None:
+        # a new leader holds every committed command but may not have applied them all yet: its first
+        # assignments must not carry an older map under its newer term
+        deadline = time.monotonic() + CATCH_UP
+        while time.monotonic() < deadline:
+            st = self.controller.status()
+            if st["last_applied"] >= st["commit_index"]:
+                break
+            await asyncio.sleep(0.02)
         state = self.controller.state()
         for app, a in sorted(self.sec.apps.items()):
             have = state["apps"].get(app)

@@ -19,6 +19,7 @@ from node.rpc import pubsub_pb2
 log = logging.getLogger("node.pools")
 
 Handler = Callable[[pubsub_pb2.Delivery], Awaitable[None]]
+RETRY = 1.0                 # seconds before attaching again after the spool failed
 
 
 class Listener:
@@ -40,10 +41,28 @@ class Listener:
         self._task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
+        broken = False
+        while True:
+            try:
+                if broken:      # attach again: what was sent and not acknowledged comes again
+                    self.broker.detach(self._sub, self._stream)
+                    self._sub, self._stream = await self.broker.subscribe(self.start_msg, "", True)
+                    broken = False
+                if await self._serve():
+                    return                      # the stream was ended (the node is stopping)
+            except asyncio.CancelledError:
+                raise
+            except Exception:                   # the spool failed now: the deliveries wait there
+                log.exception("%s: pools: subscription %s failed", self.broker.me, self.start_msg.name)
+                broken = True
+                await asyncio.sleep(RETRY)
+
+    async def _serve(self) -> bool:
+        """Hand deliveries to the handler, acknowledging each after it; True once the stream was ended."""
         while True:
             events = await self.broker.events(self._sub, self._stream)
             if not events:
-                return                          # the stream was ended (the node is stopping)
+                return True
             for ev in events:
                 if not ev.HasField("delivery"):
                     continue

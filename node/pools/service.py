@@ -22,7 +22,7 @@ class ControllerView(Protocol):
 
 
 def reply_from_state(node: str, state: dict, leader: str, is_leader: bool) -> pools_pb2.GetPoolsReply:
-    """The reply for a replicated pool state (the shared contract's dict: apps, consumers, connections, load)."""
+    """The reply for a replicated pool state (the controller's state dict: apps, consumers, connections, load)."""
     out = pools_pb2.GetPoolsReply(node=node, leader=leader, is_leader=is_leader, term=int(state.get("term", 0)),
                                   version=int(state.get("version", 0)))
     load: dict[str, dict[str, float]] = state.get("load", {})

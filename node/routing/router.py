@@ -41,6 +41,10 @@ class NodeRouter:
         self.peers: dict[str, Peer] = {}
         self._refusing: dict[str, float] = {}     # neighbour -> monotonic time it refused last
         self._watchers: list[Callable[[], None]] = []
+        self.deactivated: set[str] = set()        # round-robin members new copies avoid (a gateway's policy)
+        # whether a copy may go to a neighbour (a gateway's per-user permit/deny): a member it may not use is
+        # passed over like an unusable one
+        self.permits: Callable[[Piece, str], bool] | None = None
         if self.dynamic is not None:
             self.dynamic.watch(self._changed)
 
@@ -57,7 +61,9 @@ class NodeRouter:
 
     def next_hop(self, copy: Piece) -> str | None:
         if self.rules:
-            picked = self.rules.pick(copy, self.usable)
+            permits = self.permits
+            allowed = None if permits is None else (lambda h: permits(copy, h))
+            picked = self.rules.pick(copy, self.usable, self.deactivated, allowed)
             if picked is not None:
                 return picked[0]
         return self.hop_for(copy.dst)
@@ -76,6 +82,17 @@ class NodeRouter:
             return False
         since = self._refusing.get(peer)
         return since is None or time.monotonic() - since > REFUSING_FOR
+
+    def deactivate(self, peer: str, move_queued: bool = False) -> None:
+        """Take `peer` out of load balancing for new copies; the copies whose member it is stay with it, unless
+        `move_queued` (they are picked anew, and the engine moves the queued ones)."""
+        self.deactivated.add(peer)
+        if move_queued and self.rules.forget(peer):
+            self._changed()
+
+    def activate(self, peer: str) -> None:
+        """`peer` takes its share of new copies again."""
+        self.deactivated.discard(peer)
 
     def session_changed(self, peer: str, up: bool) -> None:
         if self.dynamic is not None:

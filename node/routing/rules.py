@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from node.errors import UserError
 from node.names import NODE_NAME_RULE, is_node_name, is_user_name
@@ -342,29 +342,45 @@ class RuleSet:
         round-robin or fail-over rule with more than one member looks at `usable`."""
         return any(r.target != "to" and len(r.members) > 1 for r in self.rules)
 
-    def pick(self, copy: Piece, usable: Callable[[str], bool]) -> tuple[str, str] | None:
-        """(next hop, rule name) of the first rule matching `copy`, or None when no rule matches."""
+    def pick(self, copy: Piece, usable: Callable[[str], bool], avoid: Collection[str] = (),
+             allowed: Callable[[str], bool] | None = None) -> tuple[str, str] | None:
+        """(next hop, rule name) of the first rule matching `copy`, or None when no rule matches. `avoid`: round-robin
+        members taken out of load balancing (a gateway's deactivation) for new picks; `allowed`: whether this copy
+        may go to a member at all (a gateway user's permit/deny): a member it may not use is passed over like an
+        unusable one, and only when no member is allowed is the answer one it may not use."""
         for i, rule in enumerate(self.rules):
             if rule.match.matches(copy):
-                return self._member(i, rule, copy, usable), rule.name
+                return self._member(i, rule, copy, usable, avoid, allowed), rule.name
         return None
 
-    def _member(self, i: int, rule: Rule, copy: Piece, usable: Callable[[str], bool]) -> str:
+    def forget(self, hop: str) -> int:
+        """Forget every remembered choice of `hop` (the next re-ask picks those copies' members anew); how many."""
+        gone = [k for k, j in self._chosen.items() if self.rules[k[0]].hops[j] == hop]
+        for k in gone:
+            del self._chosen[k]
+        return len(gone)
+
+    def _member(self, i: int, rule: Rule, copy: Piece, usable: Callable[[str], bool],
+                avoid: Collection[str] = (), allowed: Callable[[str], bool] | None = None) -> str:
         hops = rule.hops
         if rule.target == "to":
             return hops[0]          # usable or not: the copy waits for that neighbour
+        ok = [j for j, h in enumerate(hops) if allowed is None or allowed(h)]
         if rule.target == "failover":
-            return next((h for h in hops if usable(h)), hops[0])
-        up = [j for j, h in enumerate(hops) if usable(h)]
+            return next((hops[j] for j in ok if usable(hops[j])), hops[ok[0] if ok else 0])
+        up = [j for j in ok if usable(hops[j])]
         key = (i, copy.msg_id, copy.dst)
         held = self._chosen.get(key)
         # keep the remembered member while it is usable, or while no member is (then it is as good as any)
-        if held is not None and (held in up or not up):
+        if held is not None and (held in up or (not up and (held in ok or not ok))):
             self._chosen.move_to_end(key)
             return hops[held]
+        candidates = up or ok or list(range(len(hops)))
+        if avoid:       # a deactivated member still takes new copies when it is the only usable one
+            candidates = [j for j in candidates if hops[j] not in avoid] or candidates
         smooth = self._rr[i]
         assert smooth is not None
-        j = smooth.pick(up or range(len(hops)))
+        j = smooth.pick(candidates)
         self._chosen[key] = j
         self._chosen.move_to_end(key)
         if len(self._chosen) > self._memory:

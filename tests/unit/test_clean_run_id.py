@@ -79,7 +79,7 @@ def test_cli_refuses_a_partial_run_id(given: str, fake_machine: dict[str, list[s
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     registry.register("a1b2c3", "test", owner_pid=DEAD_PID)
     with pytest.raises(UserError, match="not a run id: give the whole id"):
-        network_cmd._clean(argparse.Namespace(run_id=given))
+        network_cmd._clean(argparse.Namespace(run_id=given, json=False))
     assert _registry_files() == ["tba1b2c3.json"]
     assert fake_machine["deleted"] == []
 
@@ -90,7 +90,7 @@ def test_cli_cleans_an_exactly_registered_short_id(fake_machine: dict[str, list[
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     for rid in ("a1", "ab", "a"):
         registry.register(rid, "test", owner_pid=DEAD_PID)
-    assert network_cmd._clean(argparse.Namespace(run_id="a")) == 0
+    assert network_cmd._clean(argparse.Namespace(run_id="a", json=False)) == 0
     assert _registry_files() == ["tba1.json", "tbab.json"]
     assert "removed 1 item(s)" in capsys.readouterr().out
 

@@ -4,7 +4,7 @@ harness that sends each generated call and judges the answer. Shared by tests/in
 this folder on sys.path; the bench adds it).
 
 The network: n1 - n2 on loopback (static routes), and n3 alone with dynamic routing (so it runs the link-state
-frame handler and probes its links). n1 and n3 also list a neighbour FAKE ("a0") at an address where nothing
+frame handler and probes its links) and a gateway (node/gateway/: its Gateway service, no actions). n1 and n3 also list a neighbour FAKE ("a0") at an address where nothing
 listens: the name sorts before theirs, so they never dial it and wait for it to dial them; the fuzzer plays that
 neighbour on their data port with a real OPEN and then random and mutated frames. The management services of n1
 and n3 get the other calls; n2 is never fuzzed directly: it is where the mail sent at n1 must arrive.
@@ -48,7 +48,7 @@ from node.registry import config_from_dict as from_dict
 from node.link import GRPC_OPTIONS, VERSION
 from node.names import is_user_name
 from node.reports import REPORTER
-from node.rpc import common_pb2, control_pb2, link_pb2, link_pb2_grpc, pubsub_pb2, submit_pb2
+from node.rpc import common_pb2, control_pb2, gateway_pb2, link_pb2, link_pb2_grpc, pubsub_pb2, submit_pb2
 from node.security.tls import TARGET_NAME_OPTION
 from testbed.localnet import LocalNet
 
@@ -87,6 +87,7 @@ def build_network(workdir: Path) -> LocalNet:
             raw = as_dict(node.cfg)
             raw["neighbours"][FAKE] = fake_addr
             if name == "n3":
+                raw["gateway"] = {"enabled": True, "actions": [], "users": {"alice": {"credits": 1000}}}
                 raw["routing"]["mode"] = "dynamic"
                 raw["routing"]["monitor"] = {"interval": PROBE_INTERVAL, "timeout": PROBE_TIMEOUT}
             node.cfg = from_dict(raw)
@@ -392,6 +393,27 @@ def control_calls(draw) -> Call:
     return Call(node, f"Control/{kind}", req, md)
 
 
+@st.composite
+def gateway_calls(draw) -> Call:
+    """The Gateway service of n3 (n1 has none: UNIMPLEMENTED); NaN, infinities and out-of-range values must be
+    refused INVALID_ARGUMENT with the old policy kept."""
+    node = draw(st.sampled_from(["n3", "n3", "n3", "n1"]))
+    md = draw(control_metadata())
+    kind = draw(st.sampled_from(["GetGateway", "SetGateway", "SetGateway", "RequestUser", "RequestUser"]))
+    if kind == "SetGateway":
+        fields = draw(st.fixed_dictionaries({}, optional={
+            "gamma": mostly(st.floats(-1, 1), doubles()), "threshold": mostly(st.integers(1, 500), uints(32)),
+            "lower": mostly(st.integers(0, 400), uints(32))}))
+        req = gateway_pb2.SetGatewayRequest(**fields)
+    elif kind == "RequestUser":
+        req = gateway_pb2.UserRequest(user=draw(user_names()), throughput=draw(mostly(st.floats(0, 100), doubles())),
+                                      guarantee=draw(mostly(st.floats(0, 1), doubles())),
+                                      percent=draw(mostly(st.floats(0, 100), doubles())))
+    else:
+        req = gateway_pb2.GetGatewayRequest()
+    return Call(node, f"Gateway/{kind}", req, md)
+
+
 def topics() -> st.SearchStrategy[str]:
     return mostly(VALID_TOPIC, st.one_of(odd_text(), st.just("t." * 127 + "t"), st.just("t." * 127 + "tt")), 3)
 
@@ -535,14 +557,18 @@ UNARY = {"Submit/Send": submit_pb2.SendRequest, "Submit/Status": submit_pb2.Stat
          "Control/SetRoutes": control_pb2.SetRoutesRequest, "Control/Health": control_pb2.HealthRequest,
          "Control/GetRoutes": control_pb2.GetRoutesRequest, "Control/SetRules": control_pb2.SetRulesRequest,
          "PubSub/Publish": pubsub_pb2.PublishRequest, "PubSub/Unsubscribe": pubsub_pb2.UnsubscribeRequest,
-         "PubSub/ListSubscriptions": pubsub_pb2.ListSubscriptionsRequest}
+         "PubSub/ListSubscriptions": pubsub_pb2.ListSubscriptionsRequest,
+         "Gateway/GetGateway": gateway_pb2.GetGatewayRequest, "Gateway/SetGateway": gateway_pb2.SetGatewayRequest,
+         "Gateway/RequestUser": gateway_pb2.UserRequest}
 REPLIES = {"Submit/Send": submit_pb2.SendReply, "Submit/Status": submit_pb2.StatusReply,
            "Submit/ListMailbox": submit_pb2.MailboxReply, "Submit/DeleteMail": submit_pb2.DeleteMailReply,
            "Control/Stats": control_pb2.StatsReply, "Control/Drain": control_pb2.DrainReply,
            "Control/SetRoutes": control_pb2.SetRoutesReply, "Control/Health": control_pb2.HealthReply,
            "Control/GetRoutes": control_pb2.GetRoutesReply, "Control/SetRules": control_pb2.SetRulesReply,
            "PubSub/Publish": pubsub_pb2.PublishReply, "PubSub/Unsubscribe": pubsub_pb2.UnsubscribeReply,
-           "PubSub/ListSubscriptions": pubsub_pb2.ListSubscriptionsReply}
+           "PubSub/ListSubscriptions": pubsub_pb2.ListSubscriptionsReply,
+           "Gateway/GetGateway": gateway_pb2.GatewayReply, "Gateway/SetGateway": gateway_pb2.GatewayReply,
+           "Gateway/RequestUser": gateway_pb2.UserReply}
 # a valid request of each method, the seed of the mutations
 SEEDS = {"Submit/Send": submit_pb2.SendRequest(originator="bob", recipients=[common_pb2.Recipient(node="n2", user="x")],
                                                payload=b"hello", priority=1, lifetime=60.0),
@@ -556,7 +582,10 @@ SEEDS = {"Submit/Send": submit_pb2.SendRequest(originator="bob", recipients=[com
          "Control/SetRules": control_pb2.SetRulesRequest(rules_json='[{"to": "n2"}]'),
          "PubSub/Publish": pubsub_pb2.PublishRequest(topic="a.b", payload=b"x", key="k", publisher="bob"),
          "PubSub/Unsubscribe": pubsub_pb2.UnsubscribeRequest(name="nobody"),
-         "PubSub/ListSubscriptions": pubsub_pb2.ListSubscriptionsRequest(remote=True)}
+         "PubSub/ListSubscriptions": pubsub_pb2.ListSubscriptionsRequest(remote=True),
+         "Gateway/GetGateway": gateway_pb2.GetGatewayRequest(),
+         "Gateway/SetGateway": gateway_pb2.SetGatewayRequest(gamma=0.5, threshold=200, lower=150),
+         "Gateway/RequestUser": gateway_pb2.UserRequest(user="alice", throughput=1.0, guarantee=0.5, percent=99.0)}
 
 
 @dataclass
@@ -1150,8 +1179,12 @@ async def drive_call(fz: Fuzzer, call: Call) -> None:
         timeout = 2.0 if drain_long else CALL_TIMEOUT
     code, details, reply = await _unary(fz, call.node, m, req, call.metadata, timeout)
     try:
-        if m.startswith("Control/") and dict(call.metadata).get("authorization") not in (TOKEN, "Bearer " + TOKEN):
+        if m.startswith(("Control/", "Gateway/")) and \
+                dict(call.metadata).get("authorization") not in (TOKEN, "Bearer " + TOKEN):
             fz.verdict(m, code, details, call, expect=grpc.StatusCode.UNAUTHENTICATED)
+            return
+        if m.startswith("Gateway/") and call.node != "n3":
+            fz.verdict(m, code, details, call, expect=grpc.StatusCode.UNIMPLEMENTED)     # no gateway there
             return
         if drain_long and code == grpc.StatusCode.DEADLINE_EXCEEDED:
             fz.verdict(m, grpc.StatusCode.OK, "", call)       # it waits as long as it was asked to
@@ -1161,7 +1194,10 @@ async def drive_call(fz: Fuzzer, call: Call) -> None:
                    "Submit/DeleteMail": (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT),
                    "Control/SetRoutes": (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT),
                    "Control/SetRules": (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT),
-                   "PubSub/Unsubscribe": (grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND)}.get(m, (grpc.StatusCode.OK,))
+                   "PubSub/Unsubscribe": (grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND),
+                   "Gateway/SetGateway": (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT),
+                   "Gateway/RequestUser": (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT),
+                   }.get(m, (grpc.StatusCode.OK,))
         fz.verdict(m, code, details, call, allowed=allowed)
         if code != grpc.StatusCode.OK:
             return
@@ -1184,9 +1220,19 @@ async def drive_call(fz: Fuzzer, call: Call) -> None:
             fz.fail(f"{call.node} answered Health with {reply}")
         elif m == "Control/Stats":
             json.loads(reply.json)
+        elif m in ("Gateway/GetGateway", "Gateway/SetGateway"):
+            _gateway_sane(fz, call, json.loads(reply.json))
     finally:
         if m in ("Control/SetRoutes", "Control/SetRules"):
             await restore_routing(fz, call.node)
+
+
+def _gateway_sane(fz: Fuzzer, call: Any, g: dict) -> None:
+    """What a gateway answers is a policy it can run: a finite gamma in [-1, 1], lower below the threshold."""
+    gamma, threshold = g.get("gamma"), g.get("threshold")
+    if not (isinstance(gamma, (int, float)) and math.isfinite(gamma) and -1 <= gamma <= 1
+            and isinstance(threshold, (int, float)) and threshold >= 1):
+        fz.fail(f"the gateway holds gamma {gamma!r}, threshold {threshold!r}\n  input: {call!r}")
 
 
 def _valid(fz: Fuzzer, node: str, method: str, req: Any) -> bool:
@@ -1564,6 +1610,7 @@ TARGETS: dict[str, tuple[Callable[[], st.SearchStrategy], Callable]] = {
     "submit": (submit_calls, drive_call),
     "control": (lambda: control_calls(), drive_call),
     "pubsub": (pubsub_calls, drive_call),
+    "gateway": (lambda: gateway_calls(), drive_call),
     "subscribe": (lambda: subscribe_scripts(), drive_subscribe),
     "link_open": (link_opens, drive_link_open),
     "link": (lambda: link_scripts(), drive_link),
@@ -1571,5 +1618,5 @@ TARGETS: dict[str, tuple[Callable[[], st.SearchStrategy], Callable]] = {
 }
 
 # examples per target in `make test` (about a minute in all on 2 busy cores); the bench multiplies them
-BASE_EXAMPLES = {"submit": 300, "control": 200, "pubsub": 200, "subscribe": 150, "link_open": 150, "link": 300,
-                 "raw": 250}
+BASE_EXAMPLES = {"submit": 300, "control": 200, "pubsub": 200, "gateway": 60, "subscribe": 150, "link_open": 150,
+                 "link": 300, "raw": 250}

@@ -1,7 +1,8 @@
 """A fuzzer for every gRPC service of the node, against live daemons (structure-aware, with hypothesis).
 
 Link.Session (as a fake neighbour: good OPEN then random and mutated frames; bad first batches), Submit (Send,
-Status, ListMailbox, DeleteMail), Control (Stats, Drain, SetRoutes, Health, GetRoutes, SetRules), PubSub
+Status, ListMailbox, DeleteMail), Control (Stats, Drain, SetRoutes, Health, GetRoutes, SetRules), Gateway
+(GetGateway, SetGateway, RequestUser, at n3), PubSub
 (Publish, Subscribe streams, Unsubscribe, ListSubscriptions), and bytes that do not decode for every method. The
 strategies, the network and the rules every example must keep are in fuzz_strategies.py (shared with
 bench/bench_fuzz.py, which runs the same fuzzing far longer). Then the attacks on the trust defences
@@ -21,6 +22,7 @@ node broken.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import shutil
 import tempfile
@@ -33,7 +35,7 @@ from hypothesis import HealthCheck, example, given, settings
 import fuzz_strategies as fs
 import fuzz_trust as ft
 from node.codec import SEQ_MAX
-from node.rpc import control_pb2, link_pb2, link_pb2_grpc, pubsub_pb2, submit_pb2
+from node.rpc import control_pb2, gateway_pb2, link_pb2, link_pb2_grpc, pubsub_pb2, submit_pb2
 
 pytestmark = pytest.mark.timeout(900)
 SCALE = float(os.environ.get("WANBED_FUZZ_EXAMPLES", "1") or 1)
@@ -93,6 +95,20 @@ def test_control_service(fz: fs.Fuzzer) -> None:
     @example(call=fs.Call("n1", "Control/SetRules", control_pb2.SetRulesRequest(rules_json="[" * 100_000)))
     def run(call: fs.Call) -> None:
         fz.run("control", fs.drive_call(fz, call))
+
+    run()
+    fz.healthy()
+
+
+def test_gateway_service(fz: fs.Fuzzer) -> None:
+    fz.canary("gateway")
+
+    @fuzz_settings("gateway")
+    @given(call=fs.gateway_calls())
+    @example(call=fs.Call("n3", "Gateway/SetGateway", gateway_pb2.SetGatewayRequest(gamma=math.nan)))
+    @example(call=fs.Call("n3", "Gateway/RequestUser", gateway_pb2.UserRequest(user="alice", throughput=math.inf)))
+    def run(call: fs.Call) -> None:
+        fz.run("gateway", fs.drive_call(fz, call))
 
     run()
     fz.healthy()
@@ -226,7 +242,8 @@ def test_a_unary_request_that_does_not_decode_gets_invalid_argument(fz: fs.Fuzze
     async def go() -> list[tuple[str, grpc.StatusCode]]:
         out = []
         for method in sorted(fs.UNARY):
-            code, _details, _ = await fs._unary(fz, "n1", method, b"\xff\xfe", raw=True)
+            node = "n3" if method.startswith("Gateway/") else "n1"      # the gateway is n3's
+            code, _details, _ = await fs._unary(fz, node, method, b"\xff\xfe", raw=True)
             out.append((method, code))
         return out
     got = fz.loop.run_until_complete(go())

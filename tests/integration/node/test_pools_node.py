@@ -309,3 +309,24 @@ def test_calls_cancelled_by_their_deadline_leave_the_numbering_whole(net, instan
     time.sleep(0.5)                           # the hasty calls' stored events arrive meanwhile too
     assert max(b.keys.values()) == 1 and len(b.keys) > before
     assert sorted(b.events().values()) == list(range(1, len(b.keys) + 1))
+
+
+def test_a_transform_that_objects_inside_the_transaction_refuses_the_event_whole(net, instances) -> None:
+    """The spool's number for (c1, B) moved on behind the consumer's back (here: by hand): the event's own
+    transaction finds it and refuses the event, storing nothing of it; the consumer takes the spool's numbers
+    and the next event is numbered after them."""
+    import sqlite3
+    _a, b = instances
+    spool = net.nodes["n1"].cfg.spool_path
+    with sqlite3.connect(spool, timeout=10) as c:
+        row = c.execute("SELECT seq FROM pool_seq WHERE consumer='c1' AND app='B'").fetchone()
+        moved = (row[0] if row else 0) + 5
+        c.execute("INSERT OR REPLACE INTO pool_seq VALUES ('c1', 'B', ?)", (moved,))
+    published = len(net.records("n1", "publication"))
+    ok, _pid, why = publish_event(net, "n1", "ev.t2.src1")
+    assert not ok and "sequence of c1/B is" in why
+    assert len(net.records("n1", "publication")) == published          # nothing of it was stored
+    ok, pid, why = publish_event(net, "n1", "ev.t2.src1")
+    assert ok, why
+    wait_until(lambda: pid in b.events(), SPREAD, what="the next event at i2")
+    assert b.events()[pid] == moved + 1

@@ -1,0 +1,161 @@
+"""The gateway at the admission policy seam: incoming connectors' THROUGHPUT and the users' rules.
+
+`GatewayPolicy` wraps the node's policy (and any layer under it) as node/rate/admission.py's RatePolicy does:
+
+  from a neighbour   a piece of a message (counted once, at offset 0) from a neighbour that is an incoming
+                     connector over its THROUGHPUT is refused "not now", retry_after = the time to its next token
+                     (at most the manager's tick: a rate of 0 never has one); the sender keeps its copy
+  a submission       refused when its user is locked (`locked until <time>`), out of credits (`no credits left`),
+                     over its own or its connector's THROUGHPUT (`throttled`), or when a copy's next hop is a
+                     connector the user may not use (`not permitted on <connector>`); once admitted its credit is
+                     charged in the submission's own spool transaction (node/policy.py Admitted)
+
+Everything else is the inner policy's.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+from node.gateway.config import GatewayConfig
+from node.gateway.connectors import Incoming
+from node.gateway.users import NOT_PERMITTED, THROTTLED, Users
+from node.piece import Piece
+from node.policy import AdmissionPolicy, Admitted
+from node.refusal import Refusal
+from node.transfer_queue import TransferQueue
+
+log = logging.getLogger("node.gateway")
+
+NOT_NOW = "gateway throughput"     # the start of a neighbour's "not now" reason
+
+
+class GatewayPolicy:
+    def __init__(self, gw: GatewayConfig, me: str, inner: AdmissionPolicy,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        self.inner = inner
+        self.managed = inner.managed
+        self.gw = gw
+        self.me = me
+        self._clock = clock
+        self._wall = wall
+        now = clock()
+        self.incoming = {n: Incoming(n, c.throughput, now) for n, c in gw.incoming.items()}
+        self._by_neighbour = {c.neighbour: self.incoming[n] for n, c in gw.incoming.items() if c.neighbour}
+        self._by_user = {c.user: self.incoming[n] for n, c in gw.incoming.items() if c.user}
+        self.users = Users(gw, now)
+        self.refused: dict[str, int] = {"throttled": 0, "no_credits": 0, "locked": 0, "not_permitted": 0}
+        self.next_hop: Callable[[Piece], str | None] | None = None     # the engine's router (attach)
+
+    # -- the gateway's own parts ----------------------------------------------------------------
+    def permits(self, copy: Piece, hop: str) -> bool:
+        """Whether the copy's user may use connector `hop` (the router skips one it may not)."""
+        u = self.users.get(copy.originator)
+        return u is None or u.allows(hop)
+
+    def admit_submission(self, pieces: list[Piece], fragments: int, internal: bool) -> str | Admitted | None:
+        if internal or not pieces:
+            return self.inner.admit_submission(pieces, fragments, internal)
+        user = pieces[0].originator
+        refusal = self.users.refusal(user, self._wall())
+        if refusal is not None:
+            self.refused[refusal[0]] += 1
+            return refusal[1]
+        u = self.users.get(user)
+        if u is not None and self.next_hop is not None:
+            for p in pieces:
+                if p.off != 0 or p.dst == self.me:
+                    continue
+                hop = self.next_hop(p)      # the copy's remembered choice: asking again picks nothing new
+                if hop is not None and not u.allows(hop):
+                    self.refused["not_permitted"] += 1
+                    return f"{NOT_PERMITTED} on {hop}"
+        now = self._clock()
+        limits = [x for x in (self.users.rates.get(user), self._by_user.get(user)) if x is not None]
+        late = [x for x in limits if not x.ready(now)]
+        if late:
+            for x in late:
+                x.refused += 1
+            self.refused["throttled"] += 1
+            return THROTTLED
+        verdict = self.inner.admit_submission(pieces, fragments, internal)
+        if isinstance(verdict, str) and verdict:
+            return verdict
+        for x in limits:
+            x.take()
+        charge = self.users.charge(user)
+        if charge is None:
+            return verdict
+        if isinstance(verdict, Admitted):       # the inner policy's change too, in the same transaction
+            inner_verdict = verdict
+
+            def both(c: Any) -> None:
+                inner_verdict.op(c)
+                charge.op(c)
+
+            def undo() -> None:
+                inner_verdict.undo()
+                charge.undo()
+            return Admitted(both, undo)
+        return charge
+
+    def admit(self, peer: str, p: Piece) -> Refusal | None:
+        conn = self._by_neighbour.get(peer)
+        if conn is None or p.off != 0:
+            return self.inner.admit(peer, p)
+        now = self._clock()
+        if not conn.ready(now):
+            conn.refused += 1
+            return Refusal(f"{NOT_NOW}: {conn.name} over {conn.throughput:g} msg/s at {self.me}",
+                           conn.retry_after(now, self.gw.period))
+        verdict = self.inner.admit(peer, p)
+        if verdict is None:
+            conn.take()
+        return verdict
+
+    def set_throughput(self, name: str, rate: float | None) -> None:
+        self.incoming[name].set_throughput(rate, self._clock())
+
+    # -- the inner policy's, unchanged --------------------------------------------------------
+    def make_queue(self, peer: str, wake: Callable[[], None]) -> TransferQueue:
+        return self.inner.make_queue(peer, wake)
+
+    def stored(self, peer: str, p: Piece, fresh: bool) -> None:
+        self.inner.stored(peer, p, fresh)
+
+    def forwarded(self, p: Piece) -> None:
+        self.inner.forwarded(p)
+
+    def dropped(self, p: Piece) -> None:
+        self.inner.dropped(p)
+
+    def recover(self, p: Piece) -> None:
+        self.inner.recover(p)
+
+    def release_mail(self, msg_id: str) -> None:
+        self.inner.release_mail(msg_id)
+
+    def is_stream(self, p: Piece) -> bool:
+        return self.inner.is_stream(p)
+
+    def link_full(self, hop: str) -> str | None:
+        return self.inner.link_full(hop)
+
+    def session_up(self, peer: str) -> None:
+        self.inner.session_up(peer)
+
+    def take_credits(self, peer: str) -> list[tuple[tuple[str, str], int]]:
+        return self.inner.take_credits(peer)
+
+    def has_credits(self, peer: str) -> bool:
+        return self.inner.has_credits(peer)
+
+    def sweep(self, idle: float, stream_idle: float) -> None:
+        self.inner.sweep(idle, stream_idle)
+
+    def snapshot(self) -> dict:
+        return self.inner.snapshot()
+
+    async def run_background(self) -> None:
+        await self.inner.run_background()
