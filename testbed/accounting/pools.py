@@ -157,11 +157,13 @@ def account(rep_dir: Path, reader: RecordReader | None = None) -> dict[str, Any]
 def _affinity(receipts: dict[tuple[str, str], list[dict[str, Any]]],
               pool_lines: dict[str, list[dict[str, Any]]]) -> tuple[int, int]:
     """(violations, receipts not checked: no fence of theirs on record)."""
-    cuts: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)   # (consumer, app) -> [(after, new)]
+    # (consumer, app) -> [(after seq, term, version, new)]: cuts at one seq (before any event) in map order
+    cuts: dict[tuple[str, str], list[tuple[int, int, int, str]]] = defaultdict(list)
     for lines in pool_lines.values():
         for r in lines:
             if r["event"] == "fence_sent" and isinstance(r.get("seq"), int):
-                cuts[(str(r.get("consumer")), str(r.get("app")))].append((int(r["seq"]), str(r.get("new"))))
+                cuts[(str(r.get("consumer")), str(r.get("app")))].append(
+                    (int(r["seq"]), int(r.get("term", 0)), int(r.get("version", 0)), str(r.get("new"))))
     for v in cuts.values():
         v.sort()
     violations = unchecked = 0
@@ -172,7 +174,7 @@ def _affinity(receipts: dict[tuple[str, str], list[dict[str, Any]]],
             if len(parts) != 5 or not pair or not isinstance(rec.get("seq"), int):
                 unchecked += 1
                 continue
-            target = [new for after, new in pair if rec["seq"] > after]
+            target = [new for after, _term, _version, new in pair if rec["seq"] > after]
             routed_to = parts[2]
             # the subscription it came from is the routed instance's (its own, or its dead predecessor's)
             if not target or target[-1] != routed_to or rec.get("subscription") != f"pool.{app}.{routed_to}":
@@ -203,7 +205,11 @@ def _rebalance(maps: list[dict[str, Any]], pool_lines: dict[str, list[dict[str, 
     for m in maps:
         key = (int(m.get("term", 0)), int(m.get("version", 0)))
         ends = []
-        for consumer in sorted({str(x.get("consumer")) for x in m["moves"]}):
+        # a consumer that left (its connections moved to nobody) applies nothing: the others it moved count
+        moved = {str(x.get("consumer")) for x in m["moves"] if x.get("new") is not None}
+        if not moved:
+            continue
+        for consumer in sorted(moved):
             at = [a["ts"] for a in applied.get(consumer, [])
                   if (int(a.get("term", 0)), int(a.get("version", 0))) >= key and a["ts"] >= m["ts"]]
             if not at:

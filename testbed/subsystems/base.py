@@ -14,7 +14,8 @@ a subsystem's module overrides only the hooks its subsystem needs. The hooks, in
                   `counters`: the driver's counts of their outcomes (events.jsonl's workload_end, summary.json)
   held/activity   its share of what a node's Stats say the node holds / has moved (the drain)
   copy_prefixes   message ids of the stored copies it accounts itself, which the loss checker leaves out
-  account         its keys in summary.json; `problems`: the sentences a researcher must see about them
+  account         its keys in summary.json; `problems`: the sentences a researcher must see about them;
+                  `fails`: whether they fail the repetition in `testbed run`
   console         its lines under the loss checker's verdict on the run's console
   checked         its account in `testbed check` (keys in the JSON), with `check_ok` and `check_lines`
 
@@ -122,6 +123,11 @@ class Subsystem:
     def problems(self, summary: dict[str, Any]) -> list[str]:
         """One sentence per thing a researcher must see in its part of `summary`."""
         return []
+
+    def fails(self, summary: dict[str, Any]) -> bool:
+        """True when its part of `summary` must fail the repetition in `testbed run` (exit status 1), besides
+        the loss checker's verdict."""
+        return False
 
     def console(self, summary: dict[str, Any]) -> list[str]:
         """Its lines under the loss checker's verdict on the console."""

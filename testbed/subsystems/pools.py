@@ -157,6 +157,10 @@ class Pools(Subsystem):
         acc = summary.get(KEY)
         return accounting.problems(acc if isinstance(acc, dict) else None)
 
+    def fails(self, summary: dict[str, Any]) -> bool:
+        acc = summary.get(KEY)
+        return isinstance(acc, dict) and not acc.get("ok", True)
+
     def console(self, summary: dict[str, Any]) -> list[str]:
         acc = summary.get(KEY)
         return [accounting.line(acc)] if isinstance(acc, dict) else []

@@ -56,8 +56,10 @@ def run_dir(tmp_path: Path) -> Path:
         pool("r1", 20.0, "map", version=2, term=1, op="instance_join", algorithm={"A": "round_robin"},
              moves=[{"consumer": "c1", "app": "A", "old": "a1", "new": "a2"}])])
     write(rep / "nodes" / "c1" / "pools.jsonl", "pool", [
+        # two cuts before the first event (seq 0): the later map's instance is the one in force
+        pool("c1", 9.9, "fence_sent", consumer="c1", app="A", old=None, new="a9", seq=0, term=1, version=0),
         pool("c1", 10.25, "applied", consumer="c1", term=1, version=1, connections={"A": "a1"}),
-        pool("c1", 10.3, "fence_sent", consumer="c1", app="A", old=None, new="a1", seq=0, term=1, version=1),
+        pool("c1", 10.3, "fence_sent", consumer="c1", app="A", old="a9", new="a1", seq=0, term=1, version=1),
         pool("c1", 20.5, "applied", consumer="c1", term=1, version=2, connections={"A": "a2"}),
         pool("c1", 20.6, "fence_sent", consumer="c1", app="A", old="a1", new="a2", seq=2, term=1, version=2)])
     for node, inst, state in (("h1", "a1", "active"), ("h2", "a2", "active")):
@@ -80,6 +82,7 @@ def test_a_clean_handover_is_ok_and_timed(tmp_path: Path) -> None:
     assert acc["rebalance_s"] == [0.25, 0.5] and acc["rebalance_p99_s"] == 0.5 and acc["moved"] == 2
     assert acc["balance_max_over_mean"] == 2.0 and acc["fence_pause_max_s"] == 0.125
     assert pools.problems(acc) == [] and SUBSYSTEM.check_ok(SUBSYSTEM.checked(rep))
+    assert not SUBSYSTEM.fails({"pools": acc}) and not SUBSYSTEM.fails({"pools": None})
     # the assignment's own subscription (the node's, not a client's) is not the pub/sub account's to miss
     assert pubsub.account(rep)["total"]["lost_durable"] == 0
 
@@ -95,4 +98,5 @@ def test_a_lost_a_duplicated_and_a_misrouted_event_fail(tmp_path: Path) -> None:
     said = " ".join(pools.problems(acc))
     assert "2 pooled events lost" in said and "1 pooled events duplicated" in said and "affinity" in said
     assert not SUBSYSTEM.check_ok(SUBSYSTEM.checked(rep)) and "FAILED" in pools.line(acc)
+    assert SUBSYSTEM.fails({"pools": acc})                  # testbed run fails the repetition too
     assert pools.account(tmp_path / "nothing") is None
