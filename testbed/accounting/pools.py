@@ -148,7 +148,8 @@ def account(rep_dir: Path, reader: RecordReader | None = None) -> dict[str, Any]
         "affinity_violations": violations, "affinity_unchecked": unchecked, "lost_pairs": lost_pairs,
         "refused": sum(1 for lines in pool_lines.values() for r in lines if r["event"] == "refused"),
         "elections": sum(1 for lines in pool_lines.values() for r in lines if r["event"] == "elected"),
-        "instances": {k: {f: v.get(f) for f in ("node", "state", "received", "duplicates", "refused", "takeovers")}
+        "instances": {k: {f: v.get(f) for f in ("node", "state", "received", "duplicates", "refused", "takeovers",
+                                                  "fence_pauses_s")}
                       for k, v in sorted(instances.items())},
         "ok": lost == 0 and duplicated == 0 and violations == 0,
     }

@@ -271,6 +271,7 @@ class PoolInstance:
     def kill(self) -> None:
         """The client's death as the node sees it: the stream is cut, nothing more is acknowledged or beaten."""
         self.killed = time.time()
+        self.state = "killed"
         self._crashed.set()
         self._stop.set()
         with self._lock:
