@@ -42,6 +42,9 @@ class RunContext:
     reachable: Callable[[str], bool]           # False while the node's daemon is down or paused
     tokens: dict[str, Access]                  # node -> the token (and TLS check) the testbed's clients carry
     client: Callable[[str], NodeClient]        # node -> a short-lived management client (the drain's questions)
+    # (node, user) -> that user's token there (security.auth); None: the run has no user tokens, clients use
+    # `tokens`
+    user_access: Callable[[str, str], Access] | None = None
 
 
 class Clients:

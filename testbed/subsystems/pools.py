@@ -141,7 +141,7 @@ class Pools(Subsystem):
         later = {tuple(f.target.split(".", 1)) for f in scenario.faults if f.action == "pool_join"}
         apps = PoolApps({app: dict(a.instances) for app, a in spec.apps.items()}, later, ctx.rep_dir,
                         address=ctx.address, reachable=ctx.reachable, tokens=ctx.tokens, heartbeat=spec.heartbeat,
-                        crash_timeout=spec.crash_timeout)
+                        crash_timeout=spec.crash_timeout, user_access=ctx.user_access)
         return PoolClients(apps, list(spec.replicas), ctx)
 
     def users(self, config: dict[str, Any]) -> set[str]:
