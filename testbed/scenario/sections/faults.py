@@ -90,7 +90,8 @@ def _fault(c: Check, path: KeyPath, entry: Any, topo: Topology, s: Scenario) -> 
 
 
 def _check_pool_order(c: Check, s: Scenario) -> None:
-    """An instance joins once, before it leaves or is killed, and leaves or is killed at most once."""
+    """An instance joins once, before it leaves or is killed, and leaves or is killed at most once; a restart or
+    resume of the leader follows a kill or pause of it."""
     joined: set[str] = set()
     ended: set[str] = set()
     for i, f in sorted(enumerate(s.faults), key=lambda x: x[1].at):
@@ -105,7 +106,11 @@ def _check_pool_order(c: Check, s: Scenario) -> None:
             if f.target in ended:
                 c.fail(where, f"{f.target} has left or was killed already")
             ended.add(f.target)
+    took = [f.at for f in s.faults if f.action in ("kill", "pause") and f.target == LEADER]
     for i, f in enumerate(s.faults):
+        if f.action in ("restart", "resume") and f.target == LEADER and not any(at < f.at for at in took):
+            c.fail(("faults", i, "target"), f"{f.action} of {LEADER} takes the node a kill or pause of it took "
+                                            f"before; none comes before {f.at:g} s")
         if f.action != "pool_join" and f.action in POOL_ACTIONS and f.target in joined:
             first = min(x.at for x in s.faults if x.action == "pool_join" and x.target == f.target)
             if f.at <= first:

@@ -9,6 +9,7 @@ import yaml
 
 from node import schema
 from testbed.accounting import pools, pubsub
+from testbed.experiment.runner import _fails_check
 from testbed.subsystems.pools import SUBSYSTEM
 
 
@@ -99,4 +100,5 @@ def test_a_lost_a_duplicated_and_a_misrouted_event_fail(tmp_path: Path) -> None:
     assert "2 pooled events lost" in said and "1 pooled events duplicated" in said and "affinity" in said
     assert not SUBSYSTEM.check_ok(SUBSYSTEM.checked(rep)) and "FAILED" in pools.line(acc)
     assert SUBSYSTEM.fails({"pools": acc})                  # testbed run fails the repetition too
+    assert _fails_check({"pools": acc, "accounting": {"ok": True}})
     assert pools.account(tmp_path / "nothing") is None

@@ -142,7 +142,8 @@ def test_pool_faults_and_symbolic_targets_are_read_and_checked() -> None:
             ("  - {at: 1s, action: pool_leave, target: A.a1}\n  - {at: 2s, action: pool_kill, target: A.a1}\n",
              "faults[1].target: A.a1 has left or was killed already"),
             ("  - {at: 1s, action: pool_leave, target: A.a2}\n  - {at: 2s, action: pool_join, target: A.a2}\n",
-             "faults[0].at: A.a2 joins only at 2 s")):
+             "faults[0].at: A.a2 joins only at 2 s"),
+            ("  - {at: 1s, action: restart, target: pools.leader}\n", "none comes before 1 s")):
         with pytest.raises(ScenarioError, match=re.escape(words)):
             load(GOOD + "faults:\n" + text)
     with pytest.raises(ScenarioError, match='unknown node "pools.leader"'):      # no pools, no leader
