@@ -37,6 +37,7 @@ from testbed.experiment.summary import check as summary_problems
 from testbed.experiment.progress import Progress
 from testbed.scenario import loader
 from testbed.scenario.spec import Scenario
+from testbed.subsystems import SUBSYSTEMS
 
 log = logging.getLogger(__name__)
 
@@ -504,6 +505,8 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 def _fails_check(summary: dict[str, Any]) -> bool:
     """The loss checker's verdict stored in the summary (lost, duplicates, or more late than max_late)."""
+    if any(sub.fails(summary) for sub in SUBSYSTEMS):      # a subsystem's own invariant broken
+        return True
     verdict = summary.get("accounting")
     if isinstance(verdict, dict) and isinstance(verdict.get("ok"), bool):
         return not verdict["ok"]
