@@ -15,8 +15,8 @@ from typing import Iterator
 
 import grpc
 
-from node.rpc import (common_pb2, control_pb2, control_pb2_grpc, gateway_pb2, gateway_pb2_grpc, pubsub_pb2,
-                      pubsub_pb2_grpc, submit_pb2, submit_pb2_grpc)
+from node.rpc import (common_pb2, control_pb2, control_pb2_grpc, gateway_pb2, gateway_pb2_grpc, pools_pb2,
+                      pools_pb2_grpc, pubsub_pb2, pubsub_pb2_grpc, submit_pb2, submit_pb2_grpc)
 from node.errors import UserError
 from node.security.tls import TARGET_NAME_OPTION
 
@@ -98,6 +98,7 @@ class NodeClient:
         self.control = control_pb2_grpc.ControlStub(self._channel)
         self.pubsub = pubsub_pb2_grpc.PubSubStub(self._channel)
         self.gateway_stub = gateway_pb2_grpc.GatewayStub(self._channel)
+        self.pools = pools_pb2_grpc.PoolsStub(self._channel)
 
     @classmethod
     def to(cls, address: str, access: Access, timeout: float = 30.0) -> "NodeClient":
@@ -251,6 +252,12 @@ class NodeClient:
     def subscriptions(self, remote: bool = False) -> list[pubsub_pb2.SubscriptionInfo]:
         return list(self._call(self.pubsub.ListSubscriptions,
                                pubsub_pb2.ListSubscriptionsRequest(remote=remote)).subscriptions)
+
+    # -- Pools -------------------------------------------------------------------------------------------
+    def get_pools(self) -> pools_pb2.GetPoolsReply:
+        """The pool controller's view at this node (a replica): leader, term, version and the maps."""
+        return self._call(self.pools.GetPools, pools_pb2.GetPoolsRequest(),
+                          unimplemented="runs no pools (pools.enabled)")
 
 
 class Subscription:

@@ -51,9 +51,12 @@ class EngineHooks:
     on_delivery: list[Callable[[Piece, int], None]] = field(default_factory=list)  # a mail copy delivered here
     on_session: list[Callable[[str, bool], None]] = field(default_factory=list)    # a Link session up / down
     snapshots: dict[str, Callable[[], dict | None]] = field(default_factory=dict)  # metrics record sections
+    # the subsystems taken so far, by name: one that builds on another (pools on the broker) finds it here
+    subsystems: dict[str, Any] = field(default_factory=dict)
 
     def add(self, sub: Any) -> None:
         """Take the hooks of one subsystem (a node.subsystem.Subsystem) that it has its own of."""
+        self.subsystems[sub.name] = sub
         for mk in sub.message_kinds():
             if mk.kind in MAIL_KINDS or mk.kind in self.consumers:
                 raise ValueError(f"{sub.name}: message kind {mk.kind!r} is taken already")

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from node.config import NodeConfig
-from node import expiry
+from node import expiry, giveup
 from node.hooks import EngineHooks, Received
 from node.metrics import engine_snapshot
 from node.origination import NewMessage, Origination, Together
@@ -113,7 +113,7 @@ class Engine:
         self.submitted = 0
         self.refused_submissions = 0
         self.expired = 0
-        self._giving_up: set[tuple[str, str]] = set()     # copies whose give_up transaction is under way
+        self.giving_up: set[tuple[str, str]] = set()      # copies whose give_up transaction is under way
         self._bg: set[asyncio.Task] = set()
         # everything the engine calls into the subsystems (node/hooks.py): deliveries of their message kinds,
         # mail deliveries, session changes, metrics sections
@@ -530,62 +530,9 @@ class Engine:
         await expiry.expire(self, p)
 
     async def give_up(self, p: Piece, reason: str, in_flight_too: bool = False) -> bool:
-        """Stop trying to deliver the copy `p` is a piece of: take every queued piece of it out and, in ONE spool
-        transaction, delete it and store its non-delivery report, so after a crash either the copy or its
-        report is there, never neither (the loss checker's `reported`). A copy not queued whole here (a piece of
-        it in flight to a neighbour, being read for sending, or passed on) is left alone unless `in_flight_too`
-        (its lifetime ended: no hop takes it now). True when given up; False when left as it was (not whole,
-        being given up already, or the spool cannot store it now)."""
-        if p.mkey in self._giving_up or (not in_flight_too and not self._queued_whole(p)):
-            return False
-        self._giving_up.add(p.mkey)
-        try:
-            return await self._give_up(p, reason)
-        finally:
-            self._giving_up.discard(p.mkey)
-
-    async def _give_up(self, p: Piece, reason: str) -> bool:
-        removed = [x for peer in self.peers.values() for x in peer.queue.remove_if(lambda x: x.mkey == p.mkey)]
-        drop = Spool.op_drop(p.msg_id, p.dst)
-        # a report without a route now is kept as an orphan: giving up must not wait for one
-        report = self.reporter.message(p, reason, orphan_ok=True)
-        # the record first: a crash after the commit must not leave a copy gone without its `ndr_made` line (the
-        # loss checker's `reported`); one before it leaves the copy, and a delivery outranks the line
-        self.reporter.note(p, reason)
-        try:
-            if report is not None and await self.spool.read(Spool.op_ndr_made(p.msg_id, p.dst)):
-                report = None     # made when pieces of this copy that came earlier were given up
-            if report is None:
-                await self.spool.run(drop)
-            else:
-                once = Spool.op_ndr_once(p.msg_id, p.dst, p.expires_ts)
-
-                def also(c) -> None:
-                    drop(c)
-                    once(c)
-                why = await self.origination.originate_together([report], also)
-                if why:
-                    raise OSError(why)
-        except Exception as exc:        # nothing was stored: the copy stays, queued as before
-            for x in removed:
-                self._enqueue(x)
-            log.error("cannot give up %s for %s now (%s): %s", p.msg_id, p.dst, reason, exc)
-            return False
-        for x in removed:
-            self.policy.dropped(x)
-        if report is not None:
-            self.reporter.made += 1
-        return True
-
-    def _queued_whole(self, p: Piece) -> bool:
-        """Whether every byte of this copy waits in a link queue here: none sent and unacknowledged, none taken
-        for sending (its bytes being read), none passed on."""
-        for peer in self.peers.values():
-            inflight = getattr(peer.session, "inflight", None) or {}
-            if any(x.mkey == p.mkey for x in inflight.values()):
-                return False
-        have = sum(x.size for peer in self.peers.values() for x in peer.queue.pieces() if x.mkey == p.mkey)
-        return have >= p.total
+        """Stop trying to deliver the copy `p` is a piece of: delete it and store its non-delivery report in ONE
+        spool transaction (node/giveup.py). True when given up; False when left as it was."""
+        return await giveup.give_up(self, p, reason, in_flight_too)
 
     async def sweep(self) -> None:
         """Periodic: expire queued/held/partial copies, abort stalled reassemblies, let stalled streams probe."""

@@ -12,7 +12,7 @@ log = logging.getLogger("node.records")
 FILES = {"submission": "submissions.jsonl", "delivery": "deliveries.jsonl",
          "metrics": "metrics.jsonl", "report": "reports.jsonl",
          "route": "routes.jsonl", "publication": "publications.jsonl",
-         "rate": "rates.jsonl", "gateway": "gateway.jsonl"}
+         "rate": "rates.jsonl", "gateway": "gateway.jsonl", "pool": "pools.jsonl"}
 
 
 class Records:

@@ -13,14 +13,16 @@ from node import config
 from node.broker.subsystem import SUBSYSTEM as BROKER
 from node.config import NodeConfig
 from node.gateway.subsystem import SUBSYSTEM as GATEWAY
+from node.pools.subsystem import SUBSYSTEM as POOLS
 from node.rate.subsystem import SUBSYSTEM as RATE
 from node.routing.subsystem import SUBSYSTEM as ROUTING
 from node.security.subsystem import SUBSYSTEM as SECURITY
 from node.subsystem import Subsystem
 
-# routing first: it gives the engine its router and stops before the sessions close; the gateway last: its
-# admission layer is the outermost (it composes its credit charge with any inner policy's)
-SUBSYSTEMS: tuple[type[Subsystem], ...] = (ROUTING, SECURITY, BROKER, RATE, GATEWAY)
+# routing first: it gives the engine its router and stops before the sessions close; pools after the broker they
+# build on; the gateway last: its admission layer is the outermost (it composes its credit charge with any inner
+# policy's)
+SUBSYSTEMS: tuple[type[Subsystem], ...] = (ROUTING, SECURITY, BROKER, RATE, POOLS, GATEWAY)
 
 
 def config_sections(subsystems: Sequence[type[Subsystem]] = SUBSYSTEMS) -> dict[str, type]:

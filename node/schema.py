@@ -117,6 +117,14 @@ RECORDS: dict[str, tuple[Field, ...]] = {
         _f("rate_bps", Number, "the client's sending rate, bits/s of payload (queue: the root's R)"),
         _f("queue_bytes", int, "client: bytes it holds for the root; root queue: the consumer's mailbox bytes"),
     ),
+    # nodes/<node>/pools.jsonl: pooled event consumption (node/pools/). A controller replica writes "elected"
+    # (it became the leader: `term`), "map" (its leader applied a change: `version`, `term`, `algorithm`, `moves`)
+    # and "load"; a consumer writes "applied" (an assignment is in force: `version`, `term`, `connections`),
+    # "fence_sent" (an application moved: `app`, `old`, `new`, `seq` = the last event the old instance gets),
+    # "fence_done" and "refused" (an assignment or control publication it would not take: `reason`)
+    "pool": COMMON + (
+        _f("event", str, "'elected', 'map', 'applied', 'fence_sent', 'fence_done', 'refused' or 'load'"),
+    ),
     # nodes/<node>/gateway.jsonl: EMG gateway policies (node/gateway/), one line per decision of its policy
     # manager or its control service
     "gateway": COMMON + (
@@ -167,6 +175,10 @@ OPTIONAL: dict[str, tuple[Field, ...]] = {
            "live_out_bytes (bytes of the frames), live_dropped{reason: n}, duplicates, expired, "
            "hop_limit, bad, local, inbox, interest{seq, records, changes, remote_subscriptions}, subscriptions"
            "{name: {durable, pattern, connected, backlog, delivered, dropped}}"),
+        _f("pools", dict, "pooled event consumption (node/pools/), present with pools.enabled: bad (control "
+           "publications refused), consumer{consumer, term, version, applied_term, applied_version, "
+           "connections{app: instance}, seqs{app: n}, sent{app: n}, load{app: events/s}, refused_events, "
+           "fences_unsent}"),
         _f("rate", dict, "MQ rate control (node/rate/), present with a rate: role: client {role, weight, "
            "queue_bytes, queue_limit, rate_bps, overflowed, sent_bytes, reports, assignments}; root {role, round, "
            "queue_bytes, queue_messages, deferred, clients{name: {weight, queue_bytes, rate_bps}}}"),

@@ -89,7 +89,7 @@ def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
     from pyspark.sql import functions as F
 
     from . import compare, pcap_ingest, records, traffic
-    from .layout import experiment_doc
+    from .layout import experiment_doc, run_timelines, run_topology
     from .report import ReportTables
     from .sections import SECTIONS, RunData
 
@@ -128,6 +128,8 @@ def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
                 tt.rtt.write.mode("overwrite").parquet(pcap_ingest.uri(parquet / "rtt"))
     tables.health = compare.health(runs, per_run, tables.refusals, host, tables.links if caps else None)
     tables.experiment = experiment_doc(runs)
+    tables.timelines = run_timelines(runs)
+    tables.topology, tables.daemons, tables.topology_run = run_topology(runs)
     data = RunData(spark, runs, subs, uniq)
     for section in SECTIONS:
         if section.wanted(runs):

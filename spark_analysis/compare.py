@@ -169,7 +169,8 @@ def refusals(subs: DataFrame) -> pd.DataFrame:
 
 def resources_over_time(metrics: DataFrame) -> pd.DataFrame:
     """Mean over nodes, per run and 1 s since the run's first sample: recipient pool occupancy
-    ((used + reserved) / capacity) and buffers in use (all classes)."""
+    ((used + reserved) / capacity) and buffers in use (all classes); `t0` is that first sample's wall clock
+    (the report marks the run's phases and faults from it)."""
     m = metrics.where(F.col("resources").isNotNull())
     start = m.groupBy("cell", "rep").agg(F.min("ts").alias("t0"))
     rec = F.col("resources.recipient")
@@ -182,7 +183,8 @@ def resources_over_time(metrics: DataFrame) -> pd.DataFrame:
                                                  F.lit(0).cast("long"), lambda acc, x: acc + x)))
     return _to_pandas(m.groupBy("cell", "rep", "run_mode", "t")
                       .agg(F.avg("pool_occupancy").alias("pool_occupancy"),
-                           F.avg("buffers_used").alias("buffers_used"), F.max("buffers_used").alias("buffers_used_max"))
+                           F.avg("buffers_used").alias("buffers_used"), F.max("buffers_used").alias("buffers_used_max"),
+                           F.min("t0").alias("t0"))
                       .orderBy("cell", "rep", "t"))
 
 

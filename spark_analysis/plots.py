@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from .compare import BUCKET_ORDER
+from .layout import RunTimeline
 from .stats import LOG_T, RAW_T_FLOOR
 
 MODE_COLOURS = {"fragmenting": "tab:blue", "non-fragmenting": "tab:orange"}
@@ -141,18 +142,90 @@ def cdf_plot(cdf: pd.DataFrame):
     return fig
 
 
-def series_plot(df: pd.DataFrame, x: str, y: str, group: list[str], xlabel: str, ylabel: str, title: str):
+PHASE_COLOURS = {"warm-up": "tab:olive", "workload": "tab:cyan", "drain": "tab:purple"}
+PHASE_ALPHA = 0.12
+# one colour per fault kind, in order of first appearance on a plot
+FAULT_COLOURS = ("tab:red", "tab:brown", "black", "tab:pink", "tab:gray", "darkred", "darkgoldenrod")
+MAX_FAULT_NAMES = 12        # faults named on a plot; more would cover it (their lines are all drawn)
+
+
+def mark_timelines(ax, shown: list[tuple[RunTimeline, float, float]]) -> int:
+    """Shade the phases (warm-up, workload, drain) and draw a dotted line at each fault of the runs on `ax`,
+    one legend entry per phase and per fault kind. `shown`: (timeline, origin, per) per run drawn, the origin
+    being the wall-clock second at x = 0 of that run's curve and `per` the wall seconds per unit of the x axis
+    (1 for wall seconds, the time_scale for model seconds). Several runs' spans share the shading, so where
+    they agree it is as dark as one run's. Returns how many marks were drawn."""
+    drawn = 0
+    labelled: set[str] = set()
+
+    def label(text: str) -> str:
+        if text in labelled:
+            return "_nolegend_"
+        labelled.add(text)
+        return text
+
+    alpha = PHASE_ALPHA / max(1, len(shown))
+    for timeline, origin, per in shown:
+        for name, start, end in timeline.phases():
+            ax.axvspan((start - origin) / per, (end - origin) / per, color=PHASE_COLOURS[name], alpha=alpha,
+                       linewidth=0, label=label(name))
+            drawn += 1
+    named: set[tuple[float, str]] = set()
+    colours: dict[str, str] = {}
+    many = sum(len(timeline.faults) for timeline, _, _ in shown) > MAX_FAULT_NAMES
+    for timeline, origin, per in shown:
+        for fault in timeline.faults:
+            x = (fault.ts - origin) / per
+            colour = colours.setdefault(fault.kind, FAULT_COLOURS[len(colours) % len(FAULT_COLOURS)])
+            ax.axvline(x, color=colour, linestyle=":", linewidth=1.2, label=label(f"fault: {fault.kind}"))
+            text = f"{fault.kind} {fault.target}".strip()
+            # the same fault of several runs is named once; past MAX_FAULT_NAMES the legend names the kinds
+            if not many and (round(x, 1), text) not in named:
+                named.add((round(x, 1), text))
+                ax.annotate(text, (x, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -2),
+                            textcoords="offset points", rotation=90, va="top", fontsize="xx-small",
+                            color=colour)
+            drawn += 1
+    return drawn
+
+
+def mark_runs(ax, timelines: dict[tuple[str, str], RunTimeline] | None,
+              clocks: dict[tuple[str, str], tuple[float, float]]) -> int:
+    """mark_timelines for the runs drawn on `ax`: `clocks` maps each one's (cell, rep) to (the wall-clock second
+    at x = 0, wall seconds per x unit); runs without a timeline are left unmarked."""
+    if not timelines:
+        return 0
+    return mark_timelines(ax, [(timelines[k], origin, per) for k, (origin, per) in sorted(clocks.items())
+                               if k in timelines])
+
+
+def _run_key(key) -> tuple[str, str]:
+    return str(key[0]), str(key[1])
+
+
+def series_plot(df: pd.DataFrame, x: str, y: str, group: list[str], xlabel: str, ylabel: str, title: str,
+                timelines: dict[tuple[str, str], RunTimeline] | None = None):
+    """One line per group over time. With `timelines` and a `t0` column (the wall-clock second of each run's
+    x = 0, x in wall seconds), the runs' phases and faults are marked (mark_timelines)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     for key, g in df.groupby(group, sort=True):
         label = " ".join(str(k) for k in (key if isinstance(key, tuple) else (key,)))
         ax.plot(g[x], g[y], label=label, linewidth=1)
+    marks = 0
+    if timelines and {"cell", "rep", "t0"} <= set(df.columns):
+        origins = df.groupby(["cell", "rep"], sort=True)["t0"].min()
+        marks = mark_runs(ax, timelines, {_run_key(k): (float(t0), 1.0) for k, t0 in origins.items() if t0 == t0})
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if len(df) and df.groupby(group).ngroups <= 12:
         ax.legend(fontsize="x-small")
+    elif marks:     # too many runs to name: the legend says only what the marks are
+        handles = [h for h, lbl in zip(*ax.get_legend_handles_labels()) if lbl in PHASE_COLOURS or
+                   lbl.startswith("fault: ")]
+        ax.legend(handles=handles, fontsize="x-small")
     return fig
 
 
@@ -185,9 +258,10 @@ def _busiest(u: pd.DataFrame, top: int) -> list[tuple[str, str]]:
     return [tuple(k) for k in total.index[:top]]
 
 
-def link_throughput_plot(utilisation: pd.DataFrame):
+def link_throughput_plot(utilisation: pd.DataFrame, timelines: dict[tuple[str, str], RunTimeline] | None = None):
     """One panel per shown run: the busiest links (by bytes) named and coloured, each with its configured
-    rate as a dashed line; the other links thin and grey. Returns (figure, note on the runs shown)."""
+    rate as a dashed line; the other links thin and grey; the run's phases and faults marked when its
+    timeline is given. Returns (figure, note on the runs shown)."""
     plt = pyplot()
     shown, note = link_panel_runs(utilisation)
     cols = 2 if len(shown) > 1 else 1
@@ -195,7 +269,8 @@ def link_throughput_plot(utilisation: pd.DataFrame):
     fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 3.2 * rows), squeeze=False)
     for ax, (cell, rep) in zip(axes.flat, shown):
         u = utilisation[(utilisation["cell"].astype(str) == cell) & (utilisation["rep"].astype(str) == rep)].copy()
-        u["t"] = u["bin"] - u["bin"].min()
+        origin = float(u["bin"].min())
+        u["t"] = u["bin"] - origin
         busiest = _busiest(u, TOP_LINKS)
         for (link, direction), g in u.groupby(["link", "direction"], sort=True):
             if (link, direction) not in busiest:
@@ -207,11 +282,12 @@ def link_throughput_plot(utilisation: pd.DataFrame):
             rate = _num(g["rate_bps"].dropna().iloc[0]) if "rate_bps" in g and g["rate_bps"].notna().any() else math.nan
             if not math.isnan(rate):
                 ax.axhline(rate / 1e3, color=colour, linestyle="--", linewidth=0.9)
+        mark_runs(ax, timelines, {(cell, rep): (origin, 1.0)})
         ax.set_title(f"{cell} rep {rep}", fontsize="medium")
-        ax.set_xlabel("seconds since start")
+        ax.set_xlabel("wall seconds since the run's first captured packet")
         ax.set_ylabel("kbit/s (1 s bins)")
         ax.grid(alpha=0.3)
-        if busiest:
+        if busiest or ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="x-small", title=f"top {len(busiest)} by bytes; dashed: configured rate",
                       title_fontsize="x-small")
     for ax in list(axes.flat)[len(shown):]:

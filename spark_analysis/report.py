@@ -16,12 +16,14 @@ from typing import Any
 import pandas as pd
 import yaml
 from rich.console import Console
-from rich.table import Table
 
 from .headline import cell_table, cell_table_display, sentences
+from .layout import RunTimeline
 from .plots import (TOP_LINKS, cdf_plot, delay_plot, link_throughput_plot, save_figure, series_plot,
                     sweep_plot)
+from .render import console_table, html_table
 from .sections import SECTIONS, Page
+from .topodraw import topology_svg
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,12 @@ class ReportTables:
     sections: dict[str, Any] = field(default_factory=dict)
     # the runs' experiment.json (layout.experiment_doc): time_scale and provenance; {} for a lone run
     experiment: dict[str, Any] = field(default_factory=dict)
+    # (cell, rep) -> the run's phases and faults (layout.run_timelines): marked on the time plots
+    timelines: dict[tuple[str, str], RunTimeline] = field(default_factory=dict)
+    # the first run's topology.json, its daemon hosts (None: not known) and which run it is (layout.run_topology)
+    topology: dict[str, Any] = field(default_factory=dict)
+    daemons: set[str] | None = None
+    topology_run: str = ""
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -84,12 +92,9 @@ def _fmt_time(v) -> str:
 def _table(df: pd.DataFrame, table_id: str = "") -> str:
     if df is None or df.empty:
         return "<p><em>no data</em></p>"
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
     fmts = [_fmt_time if _is_time_column(c) else _fmt for c in df.columns]
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(f(v))}</td>" for f, v in zip(fmts, row)) + "</tr>"
-                   for row in df.itertuples(index=False))
-    ident = f' id="{table_id}"' if table_id else ""
-    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    rows = [[f(v) for f, v in zip(fmts, row)] for row in df.itertuples(index=False)]
+    return html_table([str(c) for c in df.columns], rows, table_id)
 
 
 def _sub(title: str, df: pd.DataFrame | None, table_id: str) -> str:
@@ -139,15 +144,27 @@ def provenance_html(experiment: dict[str, Any]) -> str:
         rows.append((label, str(v)))
     if not rows:
         return ""
-    body = "".join(f"<tr><th>{html.escape(k)}</th><td style=\"text-align:left\"><code>{html.escape(v)}</code></td></tr>"
-                   for k, v in rows)
     scenario = prov.get("scenario")
     folded = ""
     if isinstance(scenario, dict):
         text = yaml.safe_dump(scenario, sort_keys=False, default_flow_style=False, allow_unicode=True)
         folded = f"<details><summary>resolved scenario</summary><pre>{html.escape(text)}</pre></details>"
-    return (f'<h2 id="provenance">Provenance</h2><table id="provenance-table"><tbody>{body}</tbody></table>'
-            f"{folded}")
+    return (f'<h2 id="provenance">Provenance</h2>'
+            f'{html_table(None, [list(r) for r in rows], "provenance-table", row_heads=True, align="l")}{folded}')
+
+
+def topology_html(t: ReportTables, out: Path) -> str:
+    """The topology drawing (also written as topology.svg) with what it shows; "" without topology.json."""
+    svg = topology_svg(t.topology, t.daemons)
+    if not svg:
+        return ""
+    (out / "topology.svg").write_text(svg, encoding="utf-8")
+    ts = t.experiment.get("time_scale")
+    model = (f" (model rate = wall rate × {ts:g}, model delay = wall delay / {ts:g})"
+             if isinstance(ts, (int, float)) and not isinstance(ts, bool) and ts > 0 else "")
+    return (f'<figure id="topology">{svg}<figcaption>Topology of run {html.escape(t.topology_run)} '
+            f"(topology.json): links labelled with their delay and rate as emulated, in wall-clock units"
+            f"{model}, at the end of the run.</figcaption></figure>")
 
 
 def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: pd.DataFrame | None = None,
@@ -186,6 +203,14 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
     cdf_html = ""
     if len(t.latency_cdf):
         cdf_html = _img(save_figure(cdf_plot(t.latency_cdf), out, "latency_cdf", formats), "latency CDF")
+    marks_note = ""
+    if any(tl.phases() or tl.faults for tl in t.timelines.values()):
+        marks_note = ("<p>On the time plots the runs' phases are shaded (warm-up, workload, drain: from events.jsonl's "
+                      "<code>workload_end</code>, the workload's wall duration and the drain's seconds in "
+                      "summary.json, the warm-up in scenario.yaml; several runs drawn together share the "
+                      "shading, so it is darkest where they agree) and each fault or link change in "
+                      "events.jsonl is a dotted line, one colour per kind, named at the top; here in wall "
+                      "seconds.</p>")
     res_html = ""
     for column, ylabel, title in (("pool_occupancy", "recipient pool occupancy (mean over nodes)",
                                    "Recipient pool occupancy"),
@@ -194,18 +219,19 @@ def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: 
         if column not in t.resources or not t.resources[column].notna().any():
             continue
         png = save_figure(series_plot(t.resources, "t", column, ["run_mode", "cell", "rep"],
-                                      "wall seconds since the run's first sample", ylabel, title),
+                                      "wall seconds since the run's first sample", ylabel, title, t.timelines),
                           out, "pool_occupancy" if column == "pool_occupancy" else "buffer_use", formats)
         res_html += _img(png, title.lower())
     net_html = ""
     if len(t.utilisation):
-        fig, note = link_throughput_plot(t.utilisation)
+        fig, note = link_throughput_plot(t.utilisation, t.timelines)
         png = save_figure(fig, out, "link_throughput", formats)
         net_html = (f"<h3>Link throughput</h3><p>Shown: {html.escape(note)}. Per panel the {TOP_LINKS} links (and "
                     "direction) that carried the most bytes are named, each with its configured rate "
-                    "(topology.json) dashed; the other links are grey.</p>" + _img(png, "link throughput"))
+                    "(topology.json) dashed; the other links are grey.</p>" + marks_note
+                    + _img(png, "link throughput"))
     top_flows = t.flows.sort_values("bytes", ascending=False).head(20) if len(t.flows) else t.flows
-    parts = Page(_table, lambda fig, name, alt: _img(save_figure(fig, out, name, formats), alt))
+    parts = Page(_table, lambda fig, name, alt: _img(save_figure(fig, out, name, formats), alt), t.timelines)
     shown = [(section, section.html(result, parts)) for section, result in built]
     shown = [(section, fragment) for section, fragment in shown if fragment]     # a section may show nothing
     section_links = "".join(f'<a href="#{s.anchor}">{html.escape(s.link)}</a> · ' for s, _ in shown)
@@ -238,7 +264,7 @@ crossed (see the summary table for means with n).</p>
 timing suspect.</p>
 {_table(t.health, "health-table")}{_sub("Refusals by reason", t.refusals, "refusals-table")}"""),
         ("resources", "resources", "" if not res_html and (t.buffer_classes is None or t.buffer_classes.empty) else
-         f"""<h2 id="resources">Resources</h2>{res_html}
+         f"""<h2 id="resources">Resources</h2>{marks_note if res_html else ""}{res_html}
 {_sub("Buffer classes (index = hops made)", t.buffer_classes, "buffer-table")}"""),
         ("network", "network", "" if not net_html and (t.links is None or t.links.empty) else
          f"""<h2 id="network">Network (from the pcaps)</h2>{net_html}
@@ -257,10 +283,13 @@ behind neither end or both.</p>
     page = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>wanbed report: {html.escape(source)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0;font-size:90%}}
-td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}img{{max-width:100%}}</style></head><body>
-<h1>wanbed report</h1><p>Source: <code>{html.escape(source)}</code>; {n_runs} runs.</p>
+td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}img{{max-width:100%}}
+.top{{display:flex;flex-wrap:wrap;gap:1em 2em;align-items:flex-start}}.top>div{{flex:1 1 30em}}
+.wide{{overflow-x:auto;margin:1em 0}}.wide>table{{margin:0}}#provenance-table td{{font-family:monospace}}
+figure{{margin:0}}figcaption{{font-size:85%;max-width:640px}}</style></head><body>
+<h1>wanbed report</h1><div class="top"><div><p>Source: <code>{html.escape(source)}</code>; {n_runs} runs.</p>
 {headline}
-{provenance_html(t.experiment)}
+{provenance_html(t.experiment)}</div>{topology_html(t, out)}</div>
 <h2 id="cells">Headline metrics per cell and mode</h2>{_table(cell_table_display(cells), "headline-table")}
 <p>Each entry is "value [95% CI]" over the repetitions (n per row; [–]: no interval with n &lt; 2).
 Delays and throughputs are strictly positive and skewed, so their interval is Student-t on the logarithms
@@ -293,15 +322,6 @@ CONSOLE_LABELS = {"throughput_2plus_per_model_h": "thr2+/h", "throughput_2plus_B
                   "latency_mean": "delay_wall_s"}
 
 
-def plain_columns(head: list[str], rows: list[list[str]], left: int = 0, title: str = "") -> list[str]:
-    """The table as plain lines at full width (off a terminal nothing is folded into 80 columns): the
-    first `left` columns aligned left, the rest right."""
-    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    return ([title] if title else []) + [line(head)] + [line(r) for r in rows]
-
-
 def console_summary(summary: pd.DataFrame, health: pd.DataFrame | None = None, console: Console | None = None,
                     comparison: pd.DataFrame | None = None) -> None:
     """One screen: the headline sentence (as in the report), mean per cell and mode with n, then any
@@ -321,16 +341,7 @@ def console_summary(summary: pd.DataFrame, health: pd.DataFrame | None = None, c
     head = ["cell", "mode", "n", *(CONSOLE_LABELS.get(c, c) for c in cols)]
     rows = [[str(cell), str(mode), str(n[(cell, mode)]), *(_fmt(row.get(c)) for c in cols)]
             for (cell, mode), row in wide.iterrows()]
-    if console.is_terminal:
-        table = Table(title="wanbed: mean over repetitions")
-        for c in head:
-            table.add_column(c, justify="left" if c in ("cell", "mode") else "right", overflow="fold")
-        for r in rows:
-            table.add_row(*r)
-        console.print(table)
-    else:
-        for line in plain_columns(head, rows, left=2, title="wanbed: mean over repetitions"):
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
+    console_table(head, rows, align="llr", title="wanbed: mean over repetitions", console=console)
     if health is not None and len(health) and "problems" in health:
         bad = health[health["problems"].astype(str) != ""]
         for r in bad.head(10).itertuples():

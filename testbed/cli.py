@@ -13,11 +13,11 @@ import os
 import sys
 
 from testbed import __version__
-from testbed.commands import (check, experiment, export, gateway, image, inspect, messaging, network, pubsub,
+from testbed.commands import (check, experiment, export, gateway, image, inspect, messaging, network, pools, pubsub,
                               reproduce, routing)
 from node.errors import UserError
 
-GROUPS = (network, messaging, inspect, routing, gateway, pubsub, experiment, reproduce, check, export, image)
+GROUPS = (network, messaging, inspect, routing, gateway, pools, pubsub, experiment, reproduce, check, export, image)
 
 
 def build_parser() -> argparse.ArgumentParser:

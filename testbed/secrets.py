@@ -5,6 +5,8 @@ Layout in the run directory (docs/run-directory.md):
     secrets/                  0700, and everything in it 0600 (written under a 077 umask)
     secrets/ca.crt            the CA's certificate
     secrets/tokens.json       {"admin": {node: TOKEN}, "users": {node: {user: TOKEN}}}
+    secrets/pools.secret      the pool controller replicas' Raft password (scenario `pools:`; with or without
+                              `security:`: Raft peers unpickle what they receive, the password guards it)
     nodes/<node>/ca.crt       the CA certificate the node trusts
     nodes/<node>/node.crt     the node's certificate: DNS name (and CN) = the node's name
     nodes/<node>/node.key     its private key (0600, owned like the directory: a container's user reads it)
@@ -35,6 +37,7 @@ from node.security.tokens import digest
 
 SECRETS_DIR = "secrets"
 TOKENS_FILE = "tokens.json"
+POOLS_FILE = "pools.secret"
 CERT_FILES = {"cert": "node.crt", "key": "node.key", "ca": "ca.crt"}
 VALID_DAYS = 30          # a run (or a `testbed up` network) lives far shorter
 
@@ -126,6 +129,19 @@ def make(run_dir: Path, users: dict[str, list[str]], tls: bool, auth: bool,
         write_private(sdir / TOKENS_FILE, json.dumps({"tls": tls, "auth": auth, "admin": out.admins,
                                                       "users": out.users}, indent=1).encode())
     return out
+
+
+def pools_password(run_dir: Path) -> str:
+    """The Raft password of a run's pool controller replicas, new for every run (written to secrets/ so the
+    run.s files say what the replicas shared; the replicas' node configs hold it too)."""
+    password = pysecrets.token_urlsafe(32)
+    sdir = Path(run_dir) / SECRETS_DIR
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    with private_umask():
+        sdir.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(sdir, 0o700)
+        write_private(sdir / POOLS_FILE, password.encode())
+    return password
 
 
 def load(run_dir: Path) -> RunSecrets:

@@ -28,6 +28,13 @@ handled for the publication's lifetime (durable: in the spool; live: a
 bounded memory) and a target it handled already is dropped from a later copy,
 unless that copy came back round a routing loop (more broker hops than
 before), which must go on; a publication passes at most `max_hops` brokers.
+
+Topic transforms (`Broker.transform`): the one seam through which another subsystem makes more of what is
+published here. A transform registered for a topic prefix sees each publication published at this node on a
+topic with that prefix before it is stored and may add publications of its own (a topic and key each, the rest
+the original's) and a spool change of its own; the original, the added ones and that change are stored in ONE
+transaction (the engine's `originate_together`), so all of it is durable or none of it (node/pools/sender.py
+turns an event into one publication per application that wants it, with its sequence numbers).
 """
 from __future__ import annotations
 
@@ -38,6 +45,7 @@ import time
 import uuid
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
+from typing import AsyncContextManager, Protocol
 
 from google.protobuf.message import DecodeError
 
@@ -73,6 +81,39 @@ class BrokerError(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class TransformRefused(Exception):
+    """Raised by a transform's own spool change (`Derived.also`) inside the transaction: the publication is
+    refused with this reason and nothing of it is stored."""
+
+
+@dataclass
+class Derived:
+    """What a topic transform adds to one publication published here: `publications` (topic, key) are stored
+    with it (the payload, priority, lifetime and publisher are the original's) and `also` in the same
+    transaction. The broker fills `pub_ids` (theirs, in order) and sets `stored` once that is durable."""
+    publications: list[tuple[str, str]] = field(default_factory=list)
+    also: Op | None = None
+    pub_ids: list[str] = field(default_factory=list)
+    stored: bool = False
+
+
+class TopicTransform(Protocol):
+    def derive(self, pub: link_pb2.Publication) -> AsyncContextManager[Derived | str | None]:
+        """Held while the broker stores `pub`: what to add (a Derived), a reason to refuse it (str), or None for
+        nothing; on leaving, `stored` says whether it was stored."""
+        ...
+
+
+@dataclass
+class _Handling:
+    """One publication to store here: its broker hops and the targets this node is responsible for."""
+    pub: link_pb2.Publication
+    hops: int
+    targets: set[str]
+    route: dict[str, str | None]
+    live: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -133,6 +174,16 @@ class Broker:
         self._tasks: list[asyncio.Task] = []
         self._bg: set[asyncio.Task] = set()
         self._started = False
+        self._transforms: dict[str, TopicTransform] = {}      # topic prefix -> transform
+
+    def transform(self, prefix: str, transform: TopicTransform) -> None:
+        """Register `transform` for publications published here on topics starting with `prefix`."""
+        if any(prefix.startswith(p) or p.startswith(prefix) for p in self._transforms):
+            raise ValueError(f"a topic transform for {prefix!r} overlaps one registered already")
+        self._transforms[prefix] = transform
+
+    def _transform_for(self, topic: str) -> TopicTransform | None:
+        return next((t for p, t in self._transforms.items() if topic.startswith(p)), None)
 
     # -- wiring ---------------------------------------------------------------------------------------
     def frame_handlers(self) -> dict:
@@ -181,24 +232,68 @@ class Broker:
         pub = link_pb2.Publication(pub_id=pub_id, origin=self.me, topic=topic, key=key, priority=priority or 1,
                                    publish_ts=now, expires_ts=now + (lifetime or self.cfg.default_lifetime),
                                    hops=0, payload=payload, publisher=publisher, size=n)
-        matched = self.interest.matching(topic)
-        route: dict[str, str | None] = {}       # target -> next hop: the router is asked once per target
-        durable, live = self._split(pub, matched, big=n > self._live_max(), route=route)
-        if durable:
-            reason = await self._handle(pub, 0, durable, inbox_id=None, route=route)
+        transform = self._transform_for(topic)
+        if transform is None:
+            return await self._publish([pub], None)
+        # shielded: once the transform numbered the publication, it must hear how the store ended, even when the
+        # client's call is cancelled meanwhile (the store itself goes on regardless)
+        return await asyncio.shield(self._publish_transformed(pub, transform))
+
+    async def _publish_transformed(self, pub: link_pb2.Publication,
+                                   transform: TopicTransform) -> pubsub_pb2.PublishReply:
+        async with transform.derive(pub) as derived:
+            if isinstance(derived, str):
+                self.counters.refused += 1
+                return pubsub_pb2.PublishReply(accepted=False, reason=derived)
+            if derived is None:
+                return await self._publish([pub], None)
+            more = []
+            for t, k in derived.publications:
+                extra = link_pb2.Publication()
+                extra.CopyFrom(pub)
+                extra.pub_id, extra.topic, extra.key = f"{self.me}-{uuid.uuid4().hex[:16]}", t, k
+                more.append(extra)
+            derived.pub_ids = [p.pub_id for p in more]
+            reply = await self._publish([pub, *more], derived.also)
+            derived.stored = reply.accepted
+            return reply
+
+    async def _publish(self, pubs: list[link_pb2.Publication], also: Op | None) -> pubsub_pb2.PublishReply:
+        """Store publications made here (the first the client's, the others a transform's) and `also`, in one
+        transaction; then the live copies and the records. The reply is about the first."""
+        items: list[_Handling] = []
+        matches_of: list[dict[str, list[Sub]]] = []
+        for pub in pubs:
+            matched = self.interest.matching(pub.topic)
+            route: dict[str, str | None] = {}       # target -> next hop: the router is asked once per target
+            durable, live = self._split(pub, matched, big=pub.size > self._live_max(), route=route)
+            items.append(_Handling(pub, 0, durable, route, live))
+            matches_of.append(matched)
+        if also is not None or any(it.targets for it in items):
+            try:
+                reason = await self._handle_all([it for it in items if it.targets], None, also)
+            except TransformRefused as exc:
+                reason = str(exc)
             if reason:
                 self.counters.refused += 1
                 return pubsub_pb2.PublishReply(accepted=False, reason=reason)
-        if live:
-            self._live_forward(pub, 0, live, route)
-        self.counters.published += 1
-        expected = sorted(f"{node}/{s.name}" for node, subs in matched.items() for s in subs)
-        expected_durable = sorted(f"{node}/{s.name}" for node, subs in matched.items() for s in subs if s.durable)
-        self.records.write("publication", ts=now, pub_id=pub_id, topic=topic, size=n, key=key,
-                           priority=pub.priority, publisher=publisher, expected=expected,
-                           expected_durable=expected_durable, targets=sorted(matched))
-        return pubsub_pb2.PublishReply(accepted=True, pub_id=pub_id, expected=len(expected),
-                                       expected_durable=len(expected_durable))
+        for it in items:
+            if it.live:
+                self._live_forward(it.pub, 0, it.live, it.route)
+        first = pubs[0]
+        for pub, matched in zip(pubs, matches_of):
+            self.counters.published += 1
+            expected = sorted(f"{node}/{s.name}" for node, subs in matched.items() for s in subs)
+            expected_durable = sorted(f"{node}/{s.name}" for node, subs in matched.items() for s in subs
+                                      if s.durable)
+            extra = {} if pub is first else {"derived_from": first.pub_id}
+            self.records.write("publication", ts=pub.publish_ts, pub_id=pub.pub_id, topic=pub.topic, size=pub.size,
+                               key=pub.key, priority=pub.priority, publisher=pub.publisher, expected=expected,
+                               expected_durable=expected_durable, targets=sorted(matched), **extra)
+            if pub is first:
+                reply = pubsub_pb2.PublishReply(accepted=True, pub_id=pub.pub_id, expected=len(expected),
+                                                expected_durable=len(expected_durable))
+        return reply
 
     def _split(self, pub: link_pb2.Publication, matched: dict[str, list[Sub]], big: bool,
                route: dict[str, str | None]) -> tuple[set[str], set[str]]:
@@ -344,30 +439,46 @@ class Broker:
                       route: dict[str, str | None] | None = None) -> str | None:
         """Store what one publication does here (local durable queues, copies for next hops, the targets handled,
         the inbox row gone) in one transaction, then hand it to local live subscribers. None when done."""
+        return await self._handle_all([_Handling(pub, hops, targets, {} if route is None else route)], inbox_id)
+
+    async def _handle_all(self, items: list[_Handling], inbox_id: str | None, also: Op | None = None) -> str | None:
+        """`_handle` for several publications and `also` (a transform's spool change) in ONE transaction."""
         while True:
-            local = self.me in targets
-            queue_for = [s.name for s in self.durable.values() if local and matches(s.pattern, pub.topic)]
-            body = _stored(pub) if queue_for else b""
-            messages = self._copies(pub, hops, targets - {self.me}, {} if route is None else route)
-            op = store.op_handle(self.me, pub, hops, targets, queue_for, body, inbox_id)
+            ops: list[Op] = [] if also is None else [also]
+            messages: list[NewMessage] = []
+            queued: list[tuple[_Handling, list[str]]] = []
+            for i, it in enumerate(items):
+                local = self.me in it.targets
+                queue_for = [s.name for s in self.durable.values() if local and matches(s.pattern, it.pub.topic)]
+                body = _stored(it.pub) if queue_for else b""
+                messages += self._copies(it.pub, it.hops, it.targets - {self.me}, it.route)
+                ops.append(store.op_handle(self.me, it.pub, it.hops, it.targets, queue_for, body,
+                                           inbox_id if i == 0 else None))
+                queued.append((it, queue_for))
+            if not items and inbox_id is not None:
+                ops.append(store.op_forget_inbox(inbox_id))
+            op = ops[0] if len(ops) == 1 else _all_of(ops)
             try:
                 reason = await self.engine.originate_together(messages, op)
             except store.AlreadySeen as seen:
                 self.counters.duplicates += len(seen.targets)
-                targets = targets - seen.targets
+                if len(items) != 1:       # only a copy from a neighbour can meet this: never several of them
+                    return f"publication handled here already ({seen})"
+                items[0].targets = items[0].targets - seen.targets
                 continue
             if reason:
                 return reason
             break
         self.counters.copies_out += len(messages)
         self.counters.copies_out_bytes += sum(len(m.payload) for m in messages)
-        if local:
-            for name in queue_for:
-                sub = self.durable.get(name)
-                if sub is not None:
-                    sub.backlog += 1
-                    sub.wake()
-            self._to_live_subscribers(pub, hops)
+        for it, queue_for in queued:
+            if self.me in it.targets:
+                for name in queue_for:
+                    sub = self.durable.get(name)
+                    if sub is not None:
+                        sub.backlog += 1
+                        sub.wake()
+                self._to_live_subscribers(it.pub, it.hops)
         return None
 
     def _copies(self, pub: link_pb2.Publication, hops: int, remote: set[str],
@@ -626,6 +737,13 @@ class Broker:
                               "delivered": s.delivered, "dropped": s.dropped} for s in self.live.values()})
         return {**self.counters.snapshot(), "inbox": len(self._unhandled), "interest": self.interest.snapshot(),
                 "subscriptions": subs}
+
+
+def _all_of(ops: list[Op]) -> Op:
+    def op(c) -> None:
+        for one in ops:
+            one(c)
+    return op
 
 
 def _onward(pub: link_pb2.Publication, hops: int, targets: list[str]) -> link_pb2.Publication:

@@ -5,7 +5,7 @@ A new section is one module here exporting a `Section` (see base.py) and one lin
 """
 from __future__ import annotations
 
-from . import accepted, gateway, pubsub, rates, routing
+from . import accepted, gateway, pools, pubsub, rates, routing
 from .base import Page, RunData, Section
 
 SECTIONS: tuple[Section, ...] = (
@@ -14,6 +14,7 @@ SECTIONS: tuple[Section, ...] = (
     pubsub.SECTION,
     rates.SECTION,
     gateway.SECTION,
+    pools.SECTION,
 )
 
 __all__ = ["SECTIONS", "Page", "RunData", "Section"]

@@ -7,12 +7,12 @@ write nothing and show nothing.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pandas as pd
 
-from ..layout import Run
+from ..layout import Run, RunTimeline
 
 
 def empty_table(columns: list[str]) -> pd.DataFrame:
@@ -34,6 +34,8 @@ class Page:
     """How a section renders into report.html, as the rest of the page does."""
     table: Callable[[pd.DataFrame, str], str]       # (table, HTML id) -> <table>
     figure: Callable[[Any, str, str], str]          # (matplotlib figure, file name, alt) -> <img>; saved beside
+    # (cell, rep) -> the run's phases and faults, for a section's time plots (plots.mark_runs)
+    timelines: dict[tuple[str, str], RunTimeline] = field(default_factory=dict)
 
 
 class Section:

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from .. import stats
-from ..layout import Run
+from ..layout import Run, RunTimeline
 from .base import Page, RunData, Section, empty_table
 
 MEASURES = ("max_queue", "above_threshold_s", "delivered_rate")
@@ -41,6 +41,8 @@ class GatewayTables:
     decisions: pd.DataFrame = field(default_factory=lambda: empty_table(DECISION_COLUMNS))
     queue: pd.DataFrame = field(default_factory=lambda: empty_table(QUEUE_COLUMNS))
     threshold: int | None = None
+    # (cell, rep) -> (wall clock of the queue plot's 0, time_scale): where the run's phases go on it
+    clocks: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
 
     def named(self) -> dict[str, pd.DataFrame]:
         return {"gateway_connectors": self.connectors, "gateway_totals": self.totals,
@@ -74,7 +76,8 @@ def _lines(run: Run, node: str, name: str) -> list[dict[str, Any]]:
     return out
 
 
-def _queue_series(run: Run, node: str, connector: str, scale: float) -> pd.DataFrame:
+def _queue_series(run: Run, node: str, connector: str, scale: float) -> tuple[pd.DataFrame, float | None]:
+    """The connector's queue per metrics line, t in model seconds from the first; and that line's wall clock."""
     rows = []
     t0 = None
     for rec in _lines(run, node, "metrics.jsonl"):
@@ -89,7 +92,7 @@ def _queue_series(run: Run, node: str, connector: str, scale: float) -> pd.DataF
         t0 = ts if t0 is None else t0
         rows.append({"cell": run.cell, "rep": run.rep, "connector": connector, "t": (ts - t0) / scale,
                      "queue": int(q)})
-    return pd.DataFrame(rows, columns=QUEUE_COLUMNS)
+    return pd.DataFrame(rows, columns=QUEUE_COLUMNS), t0
 
 
 def build(runs: list[Run]) -> GatewayTables:
@@ -123,7 +126,10 @@ def build(runs: list[Run]) -> GatewayTables:
         for rec in _lines(run, node, "gateway.jsonl"):
             made[str(rec.get("action", "none"))] += 1
         if outgoing:
-            queues.append(_queue_series(run, node, next(iter(outgoing)), scale))
+            series, t0 = _queue_series(run, node, next(iter(outgoing)), scale)
+            queues.append(series)
+            if t0 is not None:
+                gt.clocks[(run.cell, run.rep)] = (float(t0), scale)
     if not gt.present:
         return gt
     rows = []
@@ -152,11 +158,13 @@ def shown(gt: GatewayTables) -> pd.DataFrame:
     return out
 
 
-def figure(gt: GatewayTables) -> tuple[Any, str, str] | None:
-    """The first outgoing connector's queue over time, one line per run, the threshold dashed."""
+def figure(gt: GatewayTables, timelines: dict[tuple[str, str], RunTimeline] | None = None
+           ) -> tuple[Any, str, str] | None:
+    """The first outgoing connector's queue over time, one line per run, the threshold dashed; the runs'
+    phases and faults marked when their timelines are given."""
     if gt.queue.empty:
         return None
-    from ..plots import pyplot
+    from ..plots import mark_runs, pyplot
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -164,6 +172,8 @@ def figure(gt: GatewayTables) -> tuple[Any, str, str] | None:
         ax.plot(g["t"], g["queue"], label=f"{cell}/{rep}", linewidth=1)
     if gt.threshold:
         ax.axhline(float(gt.threshold), color="grey", linestyle="--", linewidth=0.8, label="threshold")
+    drawn = {(str(c), str(r)) for c, r in zip(gt.queue["cell"], gt.queue["rep"])}
+    mark_runs(ax, timelines, {k: v for k, v in gt.clocks.items() if k in drawn})
     connector = str(gt.queue["connector"].iloc[0])
     ax.set_xlabel("time (model s from the first metrics line)")
     ax.set_ylabel("queued messages")
@@ -175,17 +185,19 @@ def figure(gt: GatewayTables) -> tuple[Any, str, str] | None:
 
 
 def section_html(gt: GatewayTables | None, table: Callable[[pd.DataFrame, str], str],
-                 figure_html: Callable[[Any, str, str], str] | None = None) -> str:
+                 figure_html: Callable[[Any, str, str], str] | None = None,
+                 timelines: dict[tuple[str, str], RunTimeline] | None = None) -> str:
     """The section (heading included); "" when no run has a gateway."""
     if gt is None or not gt.present:
         return ""
-    fig = figure(gt) if figure_html is not None else None
+    fig = figure(gt, timelines) if figure_html is not None else None
     img = figure_html(*fig) if fig is not None and figure_html is not None else ""
     return f"""<h2 id="gateway">Gateway policies</h2>
 <p>Per cell and outgoing connector: the largest queue (messages), the model seconds its queue spent above the
 configured threshold ({html.escape(str(gt.threshold))}) and the rate it delivered (messages per model second),
 each the mean over the cell's repetitions with its 95% interval. From summary.json <code>gateway</code>;
-the decisions from <code>nodes/&lt;gateway&gt;/gateway.jsonl</code>.</p>
+the decisions from <code>nodes/&lt;gateway&gt;/gateway.jsonl</code>. On the queue plot (model seconds from
+the first metrics line) the runs' phases are shaded and their faults dotted.</p>
 {table(shown(gt), "gateway-connectors-table")}
 <h3>Throttled, dropped and refused, per run</h3>
 <p>Throttled: submissions refused <code>throttled</code> plus messages a neighbour was told "not now" over its
@@ -213,7 +225,7 @@ class GatewaySection(Section):
         return built.named() if built is not None and built.present else {}
 
     def html(self, built: GatewayTables | None, page: Page) -> str:
-        return section_html(built, page.table, page.figure)
+        return section_html(built, page.table, page.figure, page.timelines)
 
 
 SECTION = GatewaySection()

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import pandas as pd
 import yaml
 
-from ..layout import Run
+from ..layout import Run, RunTimeline
 from .base import Page, RunData, Section, empty_table
 
 MA_WIDTH = 60                    # the paper's moving-average width (root queue, Fig. 12), in samples
@@ -46,6 +46,8 @@ class RateTables:
     statements: pd.DataFrame = field(default_factory=lambda: empty_table(STATEMENT_COLUMNS))
     burst: tuple[float, float] | None = None
     client2: str = ""
+    # (cell, rep) -> (wall clock of the paper's 0, time_scale): where the run's phases go on the figures
+    clocks: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def named(self) -> dict[str, pd.DataFrame]:
@@ -173,6 +175,7 @@ def build(spark, runs: list[Run], submissions) -> RateTables:
             roots.append(pd.DataFrame({"cell": cell, "rep": rep, "control": ctl, "t": q["ts"].map(clk.model).values,
                                        "queue_bytes": q["queue_bytes"].values,
                                        "ma": level.astype(float).rolling(MA_WIDTH, min_periods=1).mean().values}))
+        rt.clocks[(cell, rep)] = (clk.t0, clk.scale)
         rt.burst = rt.burst or clk.burst
         rt.client2 = rt.client2 or (clk.clients[1] if len(clk.clients) > 1 else clk.clients[0])
     rt.series = pd.concat(series, ignore_index=True) if series else rt.series
@@ -244,9 +247,11 @@ def _finish(ax, burst: tuple[float, float] | None, ylabel: str, title: str) -> N
     ax.legend(fontsize="x-small")
 
 
-def figures(rt: RateTables) -> list[tuple[Any, str, str]]:
-    """(figure, name, alt) of the paper's four figures."""
-    from ..plots import pyplot
+def figures(rt: RateTables, timelines: dict[tuple[str, str], RunTimeline] | None = None
+            ) -> list[tuple[Any, str, str]]:
+    """(figure, name, alt) of the paper's four figures; the runs' phases and faults marked on each when their
+    timelines are given."""
+    from ..plots import mark_runs, pyplot
 
     plt = pyplot()
     out = []
@@ -255,6 +260,7 @@ def figures(rt: RateTables) -> list[tuple[Any, str, str]]:
         g = g.sort_values("t")
         ax.step(g["t"], g["n"], where="post", label=f"{client}, {ctl} ({cell}/{rep})",
                 linestyle="-" if ctl == "without control" else "--")
+    mark_runs(ax, timelines, rt.clocks)
     _finish(ax, rt.burst, "overflowed messages (cumulative)", "Fig. 9: overflowed messages per client")
     out.append((fig, "rate_fig9_overflow", "cumulative overflowed messages per client"))
 
@@ -273,12 +279,14 @@ def figures(rt: RateTables) -> list[tuple[Any, str, str]]:
                     ax.plot(g["t"], given.rolling(10, min_periods=1).mean(), linewidth=0.8, linestyle=":",
                             label=f"assigned rate, same smoothing ({cell}/{rep})")
             ax.plot(g["t"], y, label=f"{ctl} ({cell}/{rep})", linewidth=1)
+        mark_runs(ax, timelines, rt.clocks)
         _finish(ax, rt.burst, ylabel, title)
         out.append((fig, name, title))
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for (ctl, cell, rep), g in rt.root.groupby(["control", "cell", "rep"], sort=True):
         ax.plot(g["t"], g["ma"] / 1e3, label=f"{ctl} ({cell}/{rep})", linewidth=1)
+    mark_runs(ax, timelines, rt.clocks)
     _finish(ax, rt.burst, f"root queue, moving average of {MA_WIDTH} samples (kB)",
             "Fig. 12: root queue (moving average)")
     out.append((fig, "rate_fig12_root_queue", "root queue moving average"))
@@ -286,11 +294,12 @@ def figures(rt: RateTables) -> list[tuple[Any, str, str]]:
 
 
 def section_html(rt: RateTables | None, table: Callable[[pd.DataFrame, str], str],
-                 figure: Callable[[Any, str, str], str] | None = None) -> str:
+                 figure: Callable[[Any, str, str], str] | None = None,
+                 timelines: dict[tuple[str, str], RunTimeline] | None = None) -> str:
     """The section (heading included); "" when no run has rate control."""
     if rt is None or not rt.present:
         return ""
-    imgs = "".join(figure(f, n, a) for f, n, a in figures(rt)) if figure is not None else ""
+    imgs = "".join(figure(f, n, a) for f, n, a in figures(rt, timelines)) if figure is not None else ""
     burst = (f"{rt.burst[0]:g}-{rt.burst[1]:g} s" if rt.burst else "none found")
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in rt.notes)
     return f"""<h2 id="rates">MQ rate control</h2>
@@ -302,7 +311,8 @@ on the paper's clock (0 = start of the warm-up); rates are model bit/s of payloa
 ({html.escape(rt.client2)}) is the paper's MQ2; its burst: {burst} (shaded). Its sending rate is what the
 root acknowledged between two reports, smoothed over 10 reports; the root queue is the consumer's mailbox:
 each sample is its time average over T/2 (an instantaneous one would alias against the consumer's removal
-period, also 1 s), and the figure shows the moving average of {MA_WIDTH} samples as in the paper's Fig. 12.</p>
+period, also 1 s), and the figure shows the moving average of {MA_WIDTH} samples as in the paper's Fig. 12.
+The runs' phases (warm-up, workload, drain) are shaded and their faults dotted, on the same clock.</p>
 {f"<ul>{notes}</ul>" if notes else ""}
 <h3>The paper's statements beside ours</h3>
 {table(rt.statements, "rate-statements-table")}
@@ -327,7 +337,7 @@ class RateSection(Section):
         return built.named() if built is not None and built.present else {}
 
     def html(self, built: RateTables | None, page: Page) -> str:
-        return section_html(built, page.table, page.figure)
+        return section_html(built, page.table, page.figure, page.timelines)
 
 
 SECTION = RateSection()

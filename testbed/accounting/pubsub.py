@@ -18,6 +18,9 @@ for publications still on their way. Per topic and per subscription kind:
   missing (non-durable)  not received: allowed (at most once: the client was away, the path was cut)
   unexpected         receipts of pairs no publication record expected (interest that reached the
                      publisher after it published; or a publisher's records cut short by a kill)
+
+Topics starting with '_' are a subsystem's control traffic between nodes (`_pools.assign.<consumer>`, read by
+the node itself, not by a client): they are left out, their subsystem accounts them.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from testbed.accounting.records import RecordReader
 from testbed.accounting.spools import SPOOL_FILE
 
 SUBSCRIBERS = "subscribers"
+CONTROL = "_"               # the first character of a subsystem's control topics
 
 
 def subscriber_dirs(rep_dir: Path) -> list[Path]:
@@ -54,7 +58,8 @@ def account(rep_dir: Path, reader: RecordReader | None = None) -> dict[str, Any]
     reader = reader or RecordReader(rep_dir)
     pubs: list[dict[str, Any]] = []
     for d in node_directories(rep_dir):
-        pubs.extend(reader.records(d / "publications.jsonl", "publication"))
+        pubs.extend(p for p in reader.records(d / "publications.jsonl", "publication")
+                    if not str(p["topic"]).startswith(CONTROL))
     subs = subscriber_dirs(rep_dir)
     if not pubs and not subs:
         return None
@@ -144,6 +149,11 @@ def _json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def held(rep_dir: Path) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """What the teardown left on its way (`_held`), for another account of publications (the pools')."""
+    return _held(rep_dir)
 
 
 def _held(rep_dir: Path) -> tuple[dict[str, set[str]], dict[str, set[str]]]:

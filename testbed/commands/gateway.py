@@ -13,8 +13,9 @@ import math
 from typing import Any
 
 from node.errors import UserError
+from spark_analysis.render import plain_lines
 from testbed.commands.messaging import node_client, resolve_address
-from testbed.commands.routing import one_line, text_table
+from testbed.commands.routing import one_line
 
 ANSWER_TIMEOUT = 5.0       # seconds a node has to answer
 
@@ -29,14 +30,14 @@ def render(node: str, g: dict[str, Any]) -> str:
              f"Phi_out {g.get('phi_out', 0.0):.3g} msg/s, dropped {g['dropped']}"]
     rows = [[c, str(o["queue"]), "off" if o["deactivated"] else "on", f"{o['rate']:g}" if o["rate"] else "-",
              str(o["sent"])] for c, o in g["outgoing"].items()]
-    lines += ["", *text_table(["OUTGOING", "QUEUE", "LB", "RATE", "SENT"], rows)]
+    lines += ["", *plain_lines(["OUTGOING", "QUEUE", "LB", "RATE", "SENT"], rows)]
     if g["incoming"]:
         rows = [[n, _rate(x["throughput"]), str(x["accepted"]), str(x.get("deferred", x.get("throttled", 0)))]
                 for n, x in g["incoming"].items()]
-        lines += ["", *text_table(["INCOMING", "THROUGHPUT", "ACCEPTED", "REFUSED"], rows)]
+        lines += ["", *plain_lines(["INCOMING", "THROUGHPUT", "ACCEPTED", "REFUSED"], rows)]
     if g["users"]:
         rows = [[u, _rate(x["credits"])] for u, x in g["users"].items()]
-        lines += ["", *text_table(["USER", "CREDITS LEFT"], rows)]
+        lines += ["", *plain_lines(["USER", "CREDITS LEFT"], rows)]
     refused = ", ".join(f"{k} {v}" for k, v in g["refused"].items())
     lines += ["", f"submissions refused: {refused}"]
     return "\n".join(lines)

@@ -16,9 +16,10 @@ from typing import Any
 
 from node.errors import UserError
 from node.natural import natural_key
+from spark_analysis.render import plain_lines
 from testbed import live_nodes, netstate
 from testbed.commands.messaging import node_client, resolve_address
-from testbed.commands.routing import one_line, text_table
+from testbed.commands.routing import one_line
 
 ANSWER_TIMEOUT = 10.0      # seconds a node has to answer one ListQueue page or one Status
 
@@ -46,7 +47,7 @@ def render_queue(node: str, rows: list[dict[str, Any]]) -> str:
     table = [[r["msg_id"], r["destination"], r["next_hop"] or "-", r["state"], f"{r['age_s']:.1f}",
               str(r["bytes"]), str(r["pieces"])] for r in rows]
     held = sum(r["bytes"] for r in rows)
-    return "\n".join([*text_table(["Msg id", "Destination", "Next hop", "State", "Age s", "Bytes", "Pieces"], table),
+    return "\n".join([*plain_lines(["Msg id", "Destination", "Next hop", "State", "Age s", "Bytes", "Pieces"], table),
                       f"-- {held} bytes in {len(rows)} message copies"])
 
 
@@ -159,7 +160,7 @@ def render_trace(msg_id: str, rows: list[dict[str, Any]]) -> str:
             parts.append("non-delivery report for " + ", ".join(r["not_delivered"]))
         return ", ".join(parts)
     table = [[r["node"], r["state"], what(r)] for r in rows]
-    return "\n".join([f"message {msg_id}", *text_table(["Node", "State", "Detail"], table)])
+    return "\n".join([f"message {msg_id}", *plain_lines(["Node", "State", "Detail"], table)])
 
 
 def _trace(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from node.errors import UserError
+from spark_analysis.render import console_table
 from testbed import netstate
 from testbed.commands import examples
 from testbed.commands.values import parse_duration, parse_size
@@ -163,10 +164,9 @@ def _mailbox(args: argparse.Namespace) -> int:
     if not items:
         print(f"mailbox of {args.node} is empty")
         return 0
-    print(f"{'MSG_ID':<28} {'USER':<12} {'FROM':<10} {'SIZE':>10} {'HOPS':>4} {'DELAY s':>9} KIND")
-    for i in items:
-        print(f"{i.msg_id:<28} {i.user or '-':<12} {i.src:<10} {i.size:>10} {i.hops:>4} "
-              f"{i.deliver_ts - i.submit_ts:>9.3f} {i.kind or 'mail'}")
+    console_table(["MSG_ID", "USER", "FROM", "SIZE", "HOPS", "DELAY s", "KIND"],
+                  [[i.msg_id, i.user or "-", i.src, str(i.size), str(i.hops), f"{i.deliver_ts - i.submit_ts:.3f}",
+                    i.kind or "mail"] for i in items], align="lllrrrl")
     return 0
 
 

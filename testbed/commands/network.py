@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from spark_analysis.render import console_table
 from testbed import netstate, pycmd, registry
 from testbed.commands import examples
-from testbed.commands.routing import text_table
 from testbed.commands.values import parse_duration, parse_percent, parse_rate
 from testbed.experiment import console
 from testbed.network import Network
@@ -200,7 +200,6 @@ def _print_tables(desc: dict[str, Any], run_dir: Path | None = None) -> None:
     """The hosts and links: rich tables on a terminal; otherwise plain aligned columns at full width (a pipe or
     a log file gets no table folded into 80 columns)."""
     from rich.console import Console
-    from rich.table import Table
 
     out = Console()
     out.print(f"network [bold]{desc['run_id']}[/bold] ({desc['topology']}): runtime {desc['runtime']}, "
@@ -212,16 +211,7 @@ def _print_tables(desc: dict[str, Any], run_dir: Path | None = None) -> None:
     links = [[l["name"], l["state"], _fmt_dir(l["a_to_b"]), _fmt_dir(l["b_to_a"])] for l in desc["links"]]
     for title, head, rows in (("hosts", ["host", "management", "data (loopback)", "interfaces"], hosts),
                               ("links", ["link", "state", "a→b", "b→a"], links)):
-        if out.is_terminal:
-            t = Table(title=title)
-            for col in head:
-                t.add_column(col)
-            for row in rows:
-                t.add_row(*row)
-            out.print(t)
-        else:
-            print(title)
-            print("\n".join(text_table(head, rows)))
+        console_table(head, rows, title=title, console=out)
     if desc.get("partitions"):
         for a, b in desc["partitions"]:
             print(f"partition: {','.join(a)} | {','.join(b)}")

@@ -25,9 +25,10 @@ from typing import Any, Callable, Iterator
 from node.backoff import Backoff
 from node.errors import UserError
 from node.natural import natural_key
+from spark_analysis.render import plain_lines
 from testbed.commands import examples
 from testbed.commands.messaging import node_client, read_body, read_lifetime, resolve_address
-from testbed.commands.routing import one_line, text_table, yes_no
+from testbed.commands.routing import one_line, yes_no
 
 ANSWER_TIMEOUT = 5.0       # seconds a node has to answer Unsubscribe / ListSubscriptions
 PUBLISH_TIMEOUT = 30.0     # a publication goes through the node's spool (fsync), and may be large
@@ -307,7 +308,7 @@ def render_subscriptions(node: str, rows: list[dict[str, Any]], remote: bool) ->
     table = [[r["node"], r["name"], cell(r["owner"]), r["pattern"], yes_no(r["durable"]), *(cell(r[k]) for k in (
         "connected", "backlog", "delivered", "dropped"))] for r in rows]
     return "\n".join([f"subscriptions {where}",
-                      *text_table(["Node", "Name", "Owner", "Pattern", "Durable", "Connected", "Backlog", "Delivered",
+                      *plain_lines(["Node", "Name", "Owner", "Pattern", "Durable", "Connected", "Backlog", "Delivered",
                                    "Dropped"], table)])
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from node.errors import UserError
+from spark_analysis.render import plain_lines
 from testbed.commands import examples
 
 
@@ -39,17 +40,15 @@ def _duration(seconds: float) -> str:
 
 
 def render_listing(rows: list[dict[str, Any]]) -> str:
-    width = max([len(r["name"]) for r in rows] + [4])
-    lines = []
+    table = []
     for r in rows:
         if r["title"] is None:
-            lines.append(f"{r['name']:<{width}}  (broken: {r['error']})")
+            table.append([r["name"], "", f"(broken: {r['error']})"])
         elif r["estimate_s"] is None:
-            lines.append(f"{r['name']:<{width}}  {'?':>12}  {r['title']} (cannot plan: {r['error']})")
+            table.append([r["name"], "?", f"{r['title']} (cannot plan: {r['error']})"])
         else:
-            took = f"{_duration(r['estimate_s'])}"
-            lines.append(f"{r['name']:<{width}}  {took:>12}  {r['title']} ({r['repetitions']} repetitions)")
-    return "\n".join(lines)
+            table.append([r["name"], _duration(r["estimate_s"]), f"{r['title']} ({r['repetitions']} repetitions)"])
+    return "\n".join(plain_lines(["figure", "wall time", "title"], table, align="lrl"))
 
 
 def _reproduce(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ import yaml
 
 from node.errors import UserError
 from node.natural import natural_key
+from spark_analysis.render import plain_lines
 from testbed.commands import examples
 from testbed.commands.messaging import node_client, resolve_address
 
@@ -76,11 +77,6 @@ def reply_plain(reply: Any, node: str = "") -> dict[str, Any]:
             "links": sorted(links, key=lambda l: natural_key(l["neighbour"])), "rules": rules}
 
 
-def text_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in (header, *rows)]
-
-
 def _cost(value: float | None, infinite: bool) -> str:
     """A cost for the table: "inf" for an unreachable route or withdrawn link, "-" for none at all."""
     return f"{value:g}" if value is not None else "inf" if infinite else "-"
@@ -98,9 +94,9 @@ def render(plain: dict[str, Any]) -> str:
     links = [[l["neighbour"], yes_no(l["up"]), *_measured(l), _cost(l["cost"], dynamic), yes_no(l["suppressed"])]
              for l in plain["links"]]
     lines = [f"routes at {plain['node']} ({plain['mode'] or 'unknown mode'})"]
-    lines += text_table(["Destination", "Next hop", "Cost", "Learned"], routes) if routes else ["no routes"]
+    lines += plain_lines(["Destination", "Next hop", "Cost", "Learned"], routes) if routes else ["no routes"]
     lines.append("")
-    lines += (text_table(["Neighbour", "Up", "Latency ms", "Sd", "Jitter", "Loss %", "Probes", "Cost", "Suppressed"],
+    lines += (plain_lines(["Neighbour", "Up", "Latency ms", "Sd", "Jitter", "Loss %", "Probes", "Cost", "Suppressed"],
                      links) if links else ["no neighbours"])
     rules = plain["rules"]
     if rules:

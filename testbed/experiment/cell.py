@@ -189,7 +189,8 @@ class _CellRun:
         self.hostmon.start()
         ctx = RunContext(self.rep_dir, address=lambda n: nodeconfig.mgmt_target(self.network, n),
                          reachable=self.daemons.reachable, tokens=tokens,
-                         client=lambda n: self.daemons.client(n, timeout=5.0))
+                         client=lambda n: self.daemons.client(n, timeout=5.0),
+                         user_access=run_secrets.access if run_secrets.auth else None)
         for sub in SUBSYSTEMS:
             clients = sub.clients(wall, ctx)
             if clients is None:
@@ -207,7 +208,8 @@ class _CellRun:
                                      address=lambda n: nodeconfig.mgmt_target(self.network, n),
                                      reachable=self.daemons.reachable, tokens=tokens,
                                      user_tokens=run_secrets.access if run_secrets.auth else None)
-        self.timeline = Timeline(self.network, self.daemons, wall.faults, on_event=self.progress.event)
+        self.timeline = Timeline(self.network, self.daemons, wall.faults, on_event=self.progress.event,
+                                 clients=self.clients)
         t0 = time.monotonic()
         self.last_delivery = t0
         self.driver.start(t0)

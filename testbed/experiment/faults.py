@@ -2,7 +2,11 @@
 
 Link faults go through the Network (which writes events.jsonl itself); node
 faults go through the daemons (kill -9, restart with the same spool, SIGSTOP,
-SIGCONT) and are recorded here with network.record_event. A fault that fails
+SIGCONT) and are recorded here with network.record_event; a subsystem's own actions (`pool_join`,
+`pool_leave`, `pool_kill`) go to its clients (testbed/subsystems/base.py Clients.fault). A symbolic node target
+(`pools.leader`, `pools.followers` in a partition) is resolved by the subsystem's clients when the fault fires,
+and events.jsonl says what it resolved to (`resolved_from` on the kill or pause line, a `resolved` line before
+a partition). A fault that fails
 is reported and recorded as `fault_failed`; the run goes on, because a drill
 that stops at its first hiccup tells the operator nothing about the rest.
 """
@@ -11,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from testbed.scenario.spec import Fault
 from testbed.topology.model import Direction
@@ -23,9 +27,12 @@ class Timeline:
     """Apply `faults` (times in wall seconds after the workload begins) in a background thread."""
 
     def __init__(self, network: Any, daemons: Any, events: list[Fault],
-                 on_event: Callable[[str], None] | None = None) -> None:
+                 on_event: Callable[[str], None] | None = None, clients: Sequence[Any] = ()) -> None:
+        """`clients`: the subsystems' clients of the repetition (testbed/subsystems/base.py Clients)."""
         self.network = network
         self.daemons = daemons
+        self.clients = clients
+        self.resolved: dict[str, str] = {}         # symbolic target -> the node its last kill or pause took
         self.events = sorted(events, key=lambda f: f.at)
         self.on_event = on_event or (lambda text: None)
         self.applied: list[tuple[float, str]] = []
@@ -79,16 +86,46 @@ class Timeline:
                 # the scenario's spelling (loss_model) -> the link model's fields (gilbert)
                 self.network.set_link(a, b, direction=direction, **Direction.fields_from_scenario(params))
         elif action == "partition":
-            side_a, side_b = target
+            side_a, side_b = ([n for x in side for n in self._nodes(action, x)] for side in target)
+            if [side_a, side_b] != [list(side) for side in target]:
+                self.network.record_event("resolved", _target(fault), action=action, sides=[side_a, side_b])
             self.network.partition(side_a, side_b)
         elif action == "heal":
             self.network.heal()
         elif action in ("kill", "restart", "pause", "resume"):
+            if "." in target and action in ("restart", "resume"):
+                # the node the last kill or pause of that target took (the leader has moved on since)
+                node = self.resolved.get(target, "")
+                if not node:
+                    raise ValueError(f"{action}: no kill or pause of {target} came before")
+            else:
+                nodes = self._nodes(action, target)
+                if len(nodes) != 1:
+                    raise ValueError(f"{action}: {target} stands for {len(nodes)} nodes now, not one")
+                node = nodes[0]
+                self.resolved[target] = node
             detail = {"kill": self.daemons.kill, "restart": self.daemons.restart,
-                      "pause": self.daemons.pause, "resume": self.daemons.resume}[action](target)
-            self.network.record_event(action, target, **(detail or {}))
+                      "pause": self.daemons.pause, "resume": self.daemons.resume}[action](node)
+            if node != target:
+                detail = dict(detail or {}, resolved_from=target)
+            self.network.record_event(action, node, **(detail or {}))
         else:
-            raise ValueError(f"unknown fault action {action!r}")
+            for clients in self.clients:
+                detail = clients.fault(action, target)
+                if detail is not None:
+                    self.network.record_event(action, target, **detail)
+                    return
+            raise ValueError(f"unknown fault action {action!r} (no client of this run takes it)")
+
+    def _nodes(self, action: str, target: str) -> list[str]:
+        """A node name as it is; a symbolic target (with a '.': node names have none) as its clients say now."""
+        if "." not in target:
+            return [target]
+        for clients in self.clients:
+            nodes = clients.resolve(target)
+            if nodes:
+                return list(nodes)
+        raise ValueError(f"{action}: {target} stands for no node now")
 
     def _ends(self, link_name: str) -> tuple[str, str]:
         for link in self.network.topology.links:

@@ -99,7 +99,7 @@ def node_configs(scenario: Scenario, network: Network, rep_dir: Path) -> dict[st
     table = routing.next_hops(mta, routing_policy(scenario), scenario.seed)
     dynamic = dynamic_routing(scenario, network.topology, mta)
     sessions = holdtime.session_settings(scenario, network.topology, mta.node_names())
-    out: dict[str, dict] = {}
+    wirings: dict[str, dict[str, Any]] = {}
     for name in mta.node_names():
         neighbours = {peer: neighbour_address(network, name, peer) for peer in mta.neighbours(name)}
         # A neighbour dials this host on its shared link's address or on its loopback: it listens on those.
@@ -119,8 +119,10 @@ def node_configs(scenario: Scenario, network: Network, rep_dir: Path) -> dict[st
             wiring["session"] = sessions[name]
         for sub in SUBSYSTEMS:           # each subsystem's own config sections (testbed/subsystems/)
             wiring.update(sub.node_config(scenario, name))
-        out[name] = merged_config(scenario, name, wiring)
-    return out
+        wirings[name] = wiring
+    for sub in SUBSYSTEMS:               # what a subsystem needs of other nodes' wiring (their addresses)
+        sub.wire(scenario, wirings, rep_dir)
+    return {name: merged_config(scenario, name, wiring) for name, wiring in wirings.items()}
 
 
 def dynamic_routing(scenario: Scenario, topology: Topology, mta: Topology) -> dict[str, dict[str, Any]]:

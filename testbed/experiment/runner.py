@@ -31,11 +31,13 @@ from typing import Any, Callable, TextIO
 import yaml
 
 from node.errors import UserError
+from spark_analysis.render import console_table
 from testbed.experiment import cell as cell_runner, sweep
 from testbed.experiment.summary import check as summary_problems
 from testbed.experiment.progress import Progress
 from testbed.scenario import loader
 from testbed.scenario.spec import Scenario
+from testbed.subsystems import SUBSYSTEMS
 
 log = logging.getLogger(__name__)
 
@@ -503,6 +505,8 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 def _fails_check(summary: dict[str, Any]) -> bool:
     """The loss checker's verdict stored in the summary (lost, duplicates, or more late than max_late)."""
+    if any(sub.fails(summary) for sub in SUBSYSTEMS):      # a subsystem's own invariant broken
+        return True
     verdict = summary.get("accounting")
     if isinstance(verdict, dict) and isinstance(verdict.get("ok"), bool):
         return not verdict["ok"]
@@ -536,10 +540,8 @@ def print_table(plans: list[RepPlan], stream: TextIO) -> bool:
     """The headline figures of every rep, then the problems summary.check finds; True if any."""
     rows = table_rows(plans)
     cols = list(rows[0]) if rows else []
-    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
-    print("  ".join(c.ljust(widths[c]) for c in cols), file=stream)
-    for r in rows:
-        print("  ".join(r[c].ljust(widths[c]) for c in cols), file=stream)
+    if cols:
+        console_table(cols, [[r[c] for c in cols] for r in rows], stream=stream)
     problems = False
     for p in plans:
         where = f"{p.cell.name}/{p.rep}"

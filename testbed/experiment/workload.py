@@ -13,7 +13,9 @@ other MTAs (never itself).
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import logging
 import math
 import os
@@ -102,8 +104,20 @@ def _publications(scenario: Scenario, gi: int, gen: Generator, node: str, sizes:
     end = scenario.duration if gen.stop is None else min(gen.stop, scenario.duration)
     times = arrival_times(gen.interarrival, gen.start, end, t_rng, limit=MAX_SUBMISSIONS - planned)
     count = len(topics)
-    return [PlannedPublication(at, node, topics[int(k_rng.random() * count)], sizes(s_rng), gen.priority)
+    source = _source_draw(gen.publish.sources, gen.publish.skew, _rng(scenario.seed, gi, node, "sources"))
+    return [PlannedPublication(at, node, topics[int(k_rng.random() * count)].replace("{source}", f"{node}-{source()}"),
+                               sizes(s_rng), gen.priority)
             for at in times]
+
+
+def _source_draw(count: int, skew: float, rng: random.Random) -> Callable[[], int]:
+    """Draws a source 1..count with weight 1 / k**skew (Zipf); its own random stream, so the times, sizes
+    and topics of a plan do not change with the sources."""
+    if count <= 0:
+        return lambda: 0
+    cumulative = list(itertools.accumulate(1.0 / k ** skew for k in range(1, count + 1)))
+    total = cumulative[-1]
+    return lambda: min(bisect.bisect_left(cumulative, rng.random() * total), count - 1) + 1
 
 
 def derive_seed(seed: int, *names: object) -> int:

@@ -93,6 +93,8 @@ class RecipientChoice:
 class PublishSpec:
     """A generator that publishes (node/broker/) instead of sending mail: on which topics."""
     topics: list[str] = field(default_factory=list)   # one drawn uniformly per publication; "{node}" = the publisher
+    sources: int = 0                     # "{source}": one of the publisher's own `sources` (<node>-<k>), ...
+    skew: float = 1.0                    # ... drawn Zipf-skewed: source k with weight 1 / k**skew
 
 
 @dataclass

@@ -5,13 +5,14 @@ loss checker loop over it and name none. A new subsystem adds its module here an
 """
 from __future__ import annotations
 
-from testbed.subsystems import broker, gateway, rate
+from testbed.subsystems import broker, gateway, pools, rate
 from testbed.subsystems.base import Clients, RunContext, Subsystem
 
 SUBSYSTEMS: tuple[Subsystem, ...] = (
     broker.SUBSYSTEM,
     rate.SUBSYSTEM,
     gateway.SUBSYSTEM,
+    pools.SUBSYSTEM,
 )
 
 

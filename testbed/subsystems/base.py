@@ -6,14 +6,16 @@ a subsystem's module overrides only the hooks its subsystem needs. The hooks, in
   sections        the scenario sections it owns. They are listed in testbed/scenario/sections/__init__.py
                   (the scenario sits below this package, so it cannot ask it); `to_wall` converts their
                   model times to wall times (testbed/experiment/timescale.py)
-  node_config     what it writes into one node's config (testbed/experiment/nodeconfig.py); `users`: the
-                  users it needs a mailbox and a token for at a node
+  node_config     what it writes into one node's config (testbed/experiment/nodeconfig.py); `wire`: what
+                  it completes once every node's wiring is made (other nodes' addresses, a per-run secret);
+                  `users`: the users it needs a mailbox and a token for at a node
   clients         the clients it runs during a repetition, from before the warm-up to the teardown
   submits/submit  the planned workload items it sends itself instead of as mail (the workload driver), with
                   `counters`: the driver's counts of their outcomes (events.jsonl's workload_end, summary.json)
   held/activity   its share of what a node's Stats say the node holds / has moved (the drain)
   copy_prefixes   message ids of the stored copies it accounts itself, which the loss checker leaves out
-  account         its keys in summary.json; `problems`: the sentences a researcher must see about them
+  account         its keys in summary.json; `problems`: the sentences a researcher must see about them;
+                  `fails`: whether they fail the repetition in `testbed run`
   console         its lines under the loss checker's verdict on the run's console
   checked         its account in `testbed check` (keys in the JSON), with `check_ok` and `check_lines`
 
@@ -40,6 +42,9 @@ class RunContext:
     reachable: Callable[[str], bool]           # False while the node's daemon is down or paused
     tokens: dict[str, Access]                  # node -> the token (and TLS check) the testbed's clients carry
     client: Callable[[str], NodeClient]        # node -> a short-lived management client (the drain's questions)
+    # (node, user) -> that user's token there (security.auth); None: the run has no user tokens, clients use
+    # `tokens`
+    user_access: Callable[[str, str], Access] | None = None
 
 
 class Clients:
@@ -59,6 +64,15 @@ class Clients:
     def stop(self) -> None:
         """Stop them and write their files in the repetition directory."""
 
+    def fault(self, action: str, target: Any) -> dict[str, Any] | None:
+        """Apply one of its fault actions (scenario `faults:`) now; the details for events.jsonl. None: the
+        action is not its own."""
+        return None
+
+    def resolve(self, target: str) -> list[str] | None:
+        """The nodes a symbolic fault target of its own (`pools.leader`) stands for now; None: not its target."""
+        return None
+
 
 class Subsystem:
     """The testbed side of one subsystem (see the module docstring); the defaults add nothing."""
@@ -75,6 +89,10 @@ class Subsystem:
     def node_config(self, scenario: Scenario, node: str) -> dict[str, Any]:
         """Its top-level sections of `node`'s config (node/config.py keys); `scenario` is in wall units."""
         return {}
+
+    def wire(self, scenario: Scenario, wirings: dict[str, dict[str, Any]], rep_dir: Path) -> None:
+        """Complete its sections in the nodes' wirings (node -> config mapping before the scenario's settings
+        are laid over it) once every node's is made: what needs other nodes' addresses or a per-run secret."""
 
     def users(self, config: dict[str, Any]) -> set[str]:
         """The users it needs a mailbox (and a token) for at the node whose config this is."""
@@ -108,6 +126,11 @@ class Subsystem:
     def problems(self, summary: dict[str, Any]) -> list[str]:
         """One sentence per thing a researcher must see in its part of `summary`."""
         return []
+
+    def fails(self, summary: dict[str, Any]) -> bool:
+        """True when its part of `summary` must fail the repetition in `testbed run` (exit status 1), besides
+        the loss checker's verdict."""
+        return False
 
     def console(self, summary: dict[str, Any]) -> list[str]:
         """Its lines under the loss checker's verdict on the console."""

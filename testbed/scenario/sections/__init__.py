@@ -7,7 +7,7 @@ the section's attribute, with its `default`, from it; neither needs a change.
 """
 from __future__ import annotations
 
-from testbed.scenario.sections import (accounting, capture, faults, gateway, general, links, nodes, quick,
+from testbed.scenario.sections import (accounting, capture, faults, gateway, general, links, nodes, pools, quick,
                                        rate_control, routing, security, subscriptions, sweep, sysctls, topology,
                                        workload)
 from testbed.scenario.sections.base import Section, read_order
@@ -17,7 +17,7 @@ _FILE_SECTIONS: tuple[Section, ...] = (
     topology.TOPOLOGY, links.LINK_DEFAULTS, links.LINKS,
     general.RUNTIME, routing.ROUTING, general.SHAPER,
     capture.CAPTURE, sysctls.SYSCTLS, nodes.NODES, security.SECURITY,
-    subscriptions.SUBSCRIPTIONS, rate_control.RATE_CONTROL, gateway.GATEWAY,
+    subscriptions.SUBSCRIPTIONS, rate_control.RATE_CONTROL, gateway.GATEWAY, pools.POOLS,
     workload.WORKLOAD, faults.FAULTS, accounting.MAX_LATE, sweep.SWEEP,
 )
 SCENARIO_KEYS: tuple[str, ...] = tuple(s.key for s in _FILE_SECTIONS) + ("quick",)

@@ -107,7 +107,7 @@ def check_daemon_references(c: Check, s: Scenario, topo: Topology) -> None:
         if sub.node not in daemons:
             c.fail(("subscriptions", i, "node"), f"a subscription needs a broker, but {_no_daemon(sub.node)}")
     for i, f in enumerate(s.faults):
-        if f.action in NODE_FAULTS and f.target not in daemons:
+        if f.action in NODE_FAULTS and f.target not in daemons and "." not in f.target:   # '.': symbolic
             c.fail(("faults", i, "target"), f"{f.action} acts on a node daemon, but {_no_daemon(f.target)}")
 
 

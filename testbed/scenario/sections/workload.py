@@ -99,16 +99,29 @@ def _generator(c: Check, path: KeyPath, raw: Any, names: list[str]) -> Generator
 
 
 def _publish(c: Check, pp: KeyPath, raw: Any, names: list[str]) -> PublishSpec:
-    """publish: {topics: [...]}; "{node}" in a topic stands for the publishing node."""
-    m = c.mapping(pp, raw, ("topics",))
+    """publish: {topics: [...], sources: {count, skew}}; "{node}" in a topic stands for the publishing node,
+    "{source}" for one of its own `count` sources (<node>-<k>), drawn Zipf-skewed (weight 1 / k**skew)."""
+    m = c.mapping(pp, raw, ("topics", "sources"))
     topics = [c.text(pp + ("topics", i), t) for i, t in enumerate(c.sequence(pp + ("topics",), m.get("topics")))]
     if not topics:
         c.fail(pp + ("topics",), "missing: a publishing generator needs one or more topics")
+    out = PublishSpec(topics=topics)
+    if m.get("sources") is not None:
+        sp = pp + ("sources",)
+        sm = c.mapping(sp, m["sources"], ("count", "skew"))
+        if "count" not in sm:
+            c.fail(sp + ("count",), "missing: sources need a count")
+        out.sources = c.integer(sp + ("count",), sm["count"], low=1, high=1_000_000)
+        out.skew = c.not_negative(sp + ("skew",), sm.get("skew", out.skew))
+        if not any("{source}" in t for t in topics):
+            c.fail(sp, 'no topic has "{source}" to put a source in')
     for i, t in enumerate(topics):
-        why = topic_problem(t.replace("{node}", names[0] if names else "n"))
+        if "{source}" in t and not out.sources:
+            c.fail(pp + ("topics", i), '"{source}" needs publish.sources: {count, skew}')
+        why = topic_problem(t.replace("{node}", names[0] if names else "n").replace("{source}", "n-1"))
         if why:
             c.fail(pp + ("topics", i), why)
-    return PublishSpec(topics=topics)
+    return out
 
 
 def _interarrival(c: Check, ip: KeyPath, raw: Any) -> Interarrival:
@@ -189,7 +202,9 @@ def _recipients(c: Check, rp: KeyPath, raw: Any, names: list[str]) -> RecipientC
 def _generator_plain(g: Generator) -> dict[str, Any]:
     ia = {"dist": g.interarrival.dist, "mean": g.interarrival.mean, "sd": g.interarrival.sd,
           "schedule": copy.deepcopy(g.interarrival.schedule)}
-    what = ({"publish": {"topics": list(g.publish.topics)}} if g.publish is not None else
+    what = ({"publish": {"topics": list(g.publish.topics),
+                         **({"sources": {"count": g.publish.sources, "skew": g.publish.skew}}
+                            if g.publish.sources else {})}} if g.publish is not None else
             {"recipients": {"choice": g.recipients.choice, "nodes": list(g.recipients.nodes),
                             "weights": dict(g.recipients.weights), "user": g.recipients.user}})
     return {"nodes": copy.deepcopy(g.nodes), "interarrival": ia,

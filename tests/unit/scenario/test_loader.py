@@ -285,5 +285,5 @@ def test_every_scenario_key_is_a_section_written_back_in_file_order():
     with pytest.raises(ScenarioError, match=r"<string>:1 colour: unknown key 'colour' \(expected one of: name, seed, "
                                             r"duration, time_scale, topology, link_defaults, links, runtime, routing, "
                                             r"shaper, capture, sysctls, nodes, security, subscriptions, rate_control, "
-                                            r"gateway, workload, faults, max_late, sweep, quick\)"):
+                                            r"gateway, pools, workload, faults, max_late, sweep, quick\)"):
         load_text("colour: red\n")
