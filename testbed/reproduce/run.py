@@ -9,6 +9,9 @@
             replaces the committed figure), and reps.csv there: one row per repetition (its value,
             accepted / delivered / late / lost, stalled, host CPU, saturated, wall time), and with
             plot.ratio ratio.csv: the two cells' ratio repetition by repetition, with its CI
+    statements: each of the file's statements on every repetition it is about, printed beside the paper's
+            words and written to statements.csv in the figure folder; one that does not hold makes the
+            status 1. The series they measure over time: NAME-series.csv and NAME-series.png there
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import yaml
 from node.errors import UserError
 from testbed.experiment import runner, sweep
 from testbed.experiment.progress import Progress
-from testbed.reproduce import plot, table
+from testbed.reproduce import plot, statements, table, traces
 from testbed.reproduce.spec import MESSAGE_SIZE, REPO, Reproduction
 
 EXIT_INTERRUPTED = runner.EXIT_INTERRUPTED
@@ -72,7 +75,25 @@ def reproduce(repro: Reproduction, out: Path, reps: int | None, quick: bool, pro
     print(f"figure: {png_path}\ntable:  {csv_path}", file=stream)
     if repro.paper is not None:
         print("paper:  " + yaml.safe_dump(repro.paper, default_flow_style=True, width=200).strip(), file=stream)
+    if not check_statements(repro, out, figure_dir, stream) and rc == 0:
+        rc = 1
     return rc
+
+
+def check_statements(repro: Reproduction, out: Path, figure_dir: Path, stream: TextIO) -> bool:
+    """The file's statements on the run in `out`: printed, and statements.csv in the figure folder; False
+    when one does not hold (n/a is not a failure: a quick run may not reach the time a statement names)."""
+    if not repro.statements:
+        return True
+    results = statements.check(repro.statements, out)
+    statements.write_csv(repro.statements, results, figure_dir / "statements.csv")
+    for line in statements.lines(repro.statements, results):
+        print(line, file=stream)
+    print(f"statements: {figure_dir / 'statements.csv'}", file=stream)
+    png = figure_dir / f"{repro.name}-series.png"
+    if traces.write(repro.statements, out, figure_dir / f"{repro.name}-series.csv", png, repro.title):
+        print(f"series: {png}", file=stream)
+    return False not in statements.verdicts(repro.statements, results)
 
 
 def write_figure(repro: Reproduction, out: Path, figure_dir: Path) -> tuple[Path, Path]:

@@ -15,6 +15,8 @@
       figure_dir: where the PNG and CSV go, relative to this file
                   (default docs/reproductions/<paper>/<name>, <paper> = the name up to its first "-")
       paper:    free-form: the paper's numbers or shape, printed beside ours
+      statements: the paper's claims as numbers with tolerances, checked on every repetition
+                (testbed/reproduce/statements.py)
 
 Every problem is one UserError sentence naming the file and the key.
 """
@@ -27,11 +29,12 @@ from typing import Any
 import yaml
 
 from node.errors import UserError
+from testbed.reproduce import statements as claims
 from testbed.scenario.loader import plain_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 FOLDER = REPO / "reproductions"
-KEYS = ("title", "scenario", "set", "sweep", "plot", "quick", "figure_dir", "paper")
+KEYS = ("title", "scenario", "set", "sweep", "plot", "quick", "figure_dir", "paper", "statements")
 PLOT_KEYS = ("x", "y", "series", "ratio")
 RATIO_KEYS = ("key", "of", "to")
 SWEEP_KEYS = ("grid", "reps", "exclude", "seeds")
@@ -68,6 +71,7 @@ class Reproduction:
     quick: dict[str, Any]
     figure_dir: Path
     paper: Any = None
+    statements: list[claims.Statement] = field(default_factory=list)
 
 
 def names(folder: Path = FOLDER) -> list[str]:
@@ -115,8 +119,21 @@ def load(path: Path) -> Reproduction:
         figure_dir = (path.parent / _text(where, "figure_dir", top["figure_dir"])).resolve()
     else:
         figure_dir = REPO / "docs" / "reproductions" / path.stem.split("-")[0] / path.stem
+    # a statement names cells by the figure's swept keys, or by the scenario's when the figure has no sweep
+    swept = list(sweep["grid"]) if sweep is not None else _scenario_swept(scenario)
+    statements = claims.parse(where, top.get("statements"), swept)
     return Reproduction(name=path.stem, source=path, title=title, scenario=scenario, sets=sets, sweep=sweep,
-                        plot=plot, quick=quick, figure_dir=figure_dir, paper=top.get("paper"))
+                        plot=plot, quick=quick, figure_dir=figure_dir, paper=top.get("paper"),
+                        statements=statements)
+
+
+def _scenario_swept(scenario: Path) -> list[str]:
+    try:
+        data = yaml.safe_load(scenario.read_text())
+    except (OSError, yaml.YAMLError):
+        return []       # the scenario loader reports it when the figure is planned
+    grid = ((data or {}).get("sweep") or {}).get("grid") if isinstance(data, dict) else None
+    return list(grid) if isinstance(grid, dict) else []
 
 
 def _mapping(where: str, key: str, value: Any, allowed: tuple[str, ...]) -> dict[str, Any]:
