@@ -19,7 +19,7 @@ from tests.e2e.test_testbed_run import REPO, leftovers, only_rep, quick_run_in_t
 
 SCENARIO = REPO / "scenarios" / "pools.yaml"
 QUICK = load(SCENARIO, quick=True)
-RUN_TIMEOUT = 300.0        # wall seconds: 40 s of workload at time_scale 1, set-up, a 30 s drain, teardown
+RUN_TIMEOUT = 300.0        # wall seconds: 34 s of workload at time_scale 1, set-up, a 20 s drain, teardown
 # the changes that move connections: the join, the leave and the instance's crash (a leader's death moves none)
 MOVING_CHANGES = {"pool_join", "pool_leave", "pool_kill"}
 
