@@ -8,7 +8,7 @@ VENV        := .venv
 PY          := $(VENV)/bin/python
 PIP         := $(VENV)/bin/pip
 TESTBED     := $(VENV)/bin/testbed
-# System packages the testbed uses (apt names). Later issues add to this list.
+# System packages the testbed uses (apt names).
 APT_PACKAGES := iproute2 iputils-ping tcpdump iperf3 iptables ethtool procps \
                 openjdk-17-jre-headless tshark debootstrap docker.io
 PROTOS      := $(wildcard proto/*.proto)

@@ -15,8 +15,9 @@ from typing import Any
 from google.protobuf.json_format import MessageToDict
 
 from node.errors import UserError
+from spark_analysis.render import plain_lines
 from testbed.commands.messaging import node_client, resolve_address
-from testbed.commands.routing import one_line, text_table
+from testbed.commands.routing import one_line
 
 ANSWER_TIMEOUT = 5.0       # seconds a node has to answer
 
@@ -32,20 +33,20 @@ def render(p: dict[str, Any]) -> str:
              f"map version {p['version']}"]
     if p["apps"]:
         rows = [[a["name"], a["algorithm"], f"{a['move_share']:g}", ",".join(a["types"])] for a in p["apps"]]
-        lines += ["", *text_table(["APPLICATION", "ALGORITHM", "MOVE SHARE", "TYPES"], rows)]
+        lines += ["", *plain_lines(["APPLICATION", "ALGORITHM", "MOVE SHARE", "TYPES"], rows)]
     if p["instances"]:
         conns: dict[tuple[str, str], int] = {}
         for c in p["connections"]:
             conns[(c["app"], c["instance"])] = conns.get((c["app"], c["instance"]), 0) + 1
         rows = [[i["app"], i["instance"], i["node"], i["state"], f"{i['load']:.3g}",
                  str(conns.get((i["app"], i["instance"]), 0))] for i in p["instances"]]
-        lines += ["", *text_table(["APPLICATION", "INSTANCE", "NODE", "STATE", "LOAD EV/S", "CONNECTIONS"], rows)]
+        lines += ["", *plain_lines(["APPLICATION", "INSTANCE", "NODE", "STATE", "LOAD EV/S", "CONNECTIONS"], rows)]
     if p["consumers"]:
         rows = [[c["name"], c["node"], ",".join(c["types"])] for c in p["consumers"]]
-        lines += ["", *text_table(["CONSUMER", "NODE", "TYPES"], rows)]
+        lines += ["", *plain_lines(["CONSUMER", "NODE", "TYPES"], rows)]
     if p["connections"]:
         rows = [[c["consumer"], c["app"], c["instance"], f"{c['load']:.3g}"] for c in p["connections"]]
-        lines += ["", *text_table(["CONSUMER", "APPLICATION", "INSTANCE", "LOAD EV/S"], rows)]
+        lines += ["", *plain_lines(["CONSUMER", "APPLICATION", "INSTANCE", "LOAD EV/S"], rows)]
     return "\n".join(lines)
 
 
