@@ -157,8 +157,10 @@ def test_an_announced_leave_moves_the_consumer_at_once_and_silence_then_ends_the
         wait_until(lambda: lines(net, "n1", "applied")[-1]["connections"] == {"A": "i3"}, 10 * BEAT + SPREAD,
                    what="the leave applied at c1")
         assert time.monotonic() - announced < 10 * BEAT       # at once, not after a silence
-        fence = lines(net, "n1", "fence_sent")[-1]
-        assert (fence["app"], fence["old"], fence["new"]) == ("A", "i2", "i3")
+        # the fence is recorded once it is stored for both instances, just after the map is applied
+        wait_until(lambda: any((f["app"], f["old"], f["new"]) == ("A", "i2", "i3")
+                               for f in lines(net, "n1", "fence_sent")), 10 * BEAT + SPREAD,
+                   what="the fence from i2 to i3 sent at c1")
         i2.close()                                             # drained: it goes
         lead = leader(net, "r2") or leader(net, "r3")
         wait_until(lambda: any(m["op"] == "instance_gone" for m in lines(net, lead, "map")), 10 * BEAT + SPREAD,
