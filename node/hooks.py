@@ -6,11 +6,16 @@ else of a subsystem.
 """
 from __future__ import annotations
 
+import logging
+import sqlite3
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from node.piece import Piece
 from node.spool import MAIL_KINDS, Op
+from node.states import PieceState
+
+log = logging.getLogger("node.hooks")
 
 Consumer = Callable[[Piece, bytes], None]             # (header piece of the delivered copy, its payload)
 
@@ -71,6 +76,23 @@ class EngineHooks:
         if sub.overrides("snapshot"):
             self.snapshots[sub.name] = sub.snapshot
 
+    def plan_received(self, keep: list[Piece], me: str) -> dict[int, Received]:
+        """Per index into `keep` (pieces arriving in one receive transaction): what the subsystem of a whole
+        copy of its kind plans to do with it inside that transaction."""
+        out: dict[int, Received] = {}
+        for i, p in enumerate(keep):
+            hook = self.on_receive.get(p.kind) if p.state == PieceState.WHOLE else None
+            if hook is None:
+                continue
+            try:
+                r = hook(p, p.data)
+            except Exception:          # a subsystem's bug must not refuse the copy: the inbox path still has it
+                log.exception("%s: receive hook for %s failed", me, p.msg_id)
+                continue
+            if r is not None:
+                out[i] = r
+        return out
+
     def snapshot(self) -> dict:
         """Every subsystem's section of a metrics record that has one now."""
         out = {}
@@ -79,3 +101,36 @@ class EngineHooks:
             if got is not None:
                 out[name] = got
         return out
+
+
+def received_done(r: Received, stored: bool, me: str) -> None:
+    """Tell a subsystem how its planned op ended; its failure must not keep the engine from queueing the rest of
+    the batch it stored."""
+    try:
+        r.done(stored)
+    except Exception:
+        log.exception("%s: a subsystem failed after its receive op (stored: %s)", me, stored)
+
+
+def with_received(receive: Op, planned: dict[int, Received]) -> Op:
+    """`receive` (Spool.op_receive) and then, for each new whole copy among its pieces, its subsystem's planned
+    op, each under a savepoint of its own: one that raises is undone alone and leaves its copy in the inbox.
+    The op returns (op_receive's result, the indices whose planned op ran)."""
+    def op(c: sqlite3.Connection) -> tuple[list, set[int]]:
+        fresh = receive(c)
+        taken: set[int] = set()
+        for i, r in planned.items():
+            if fresh[i] is not True:
+                continue
+            c.execute("SAVEPOINT kind_op")
+            try:
+                r.op(c)
+            except Exception as exc:       # e.g. targets handled already: the inbox path plans it again
+                c.execute("ROLLBACK TO kind_op")
+                c.execute("RELEASE kind_op")
+                log.debug("a subsystem's op for a received copy was undone: %r", exc)
+                continue
+            c.execute("RELEASE kind_op")
+            taken.add(i)
+        return fresh, taken
+    return op

@@ -27,14 +27,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import sqlite3
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from node.config import NodeConfig
-from node import expiry, giveup
-from node.hooks import EngineHooks, Received
+from node import expiry, giveup, recovery
+from node.hooks import EngineHooks, received_done, with_received
 from node.metrics import engine_snapshot
 from node.origination import NewMessage, Origination, Together
 from node.orphans import Orphans
@@ -136,34 +135,8 @@ class Engine:
 
     # -- start-up ------------------------------------------------------------
     async def recover(self) -> None:
-        """Re-queue everything unacknowledged after a crash or restart."""
-        dropped = await self.spool.run(Spool.op_drop_unaccepted(self.me))
-        if dropped:
-            log.warning("%s: dropped %d stored pieces of submissions a crash interrupted before they were "
-                        "accepted (the submitter was not told they were accepted)", self.me, dropped)
-        # without the payloads: each piece's bytes are read when its link sends it (take_loaded), so memory
-        # does not grow with the spool; a body keyword rule needs the first bytes of every copy
-        first = getattr(self.router, "reads_body", False)
-        pieces = await self.spool.run(Spool.op_load_pieces(payloads=False, first_bytes=first))
-        for p in pieces:
-            if p.state in (S.QUEUED, S.HELD, S.PART):
-                self.policy.recover(p)
-            if p.state == S.QUEUED:
-                self._enqueue(p)
-            elif p.state == S.HELD:
-                self._collect(self.held, p)
-            elif p.state == S.PART:
-                self._collect(self.partial, p)
-            elif p.state == S.ORPHAN:
-                self.orphans.add(p)
-        for mkey, pend in list(self.held.items()):
-            if pend.got >= pend.total:
-                await self._release_held(mkey)
-        for mkey, pend in list(self.partial.items()):
-            if pend.got >= pend.total:
-                await self._deliver(mkey)
-        log.info("recovered %d pieces (%d queued, %d partial messages, %d held, %d orphans)", len(pieces),
-                 sum(len(p.queue) for p in self.peers.values()), len(self.partial), len(self.held), len(self.orphans))
+        """Re-queue everything unacknowledged after a crash or restart (node/recovery.py)."""
+        await recovery.recover(self)
 
     # -- origination (node/origination.py) ---------------------------------------------
     async def submit(self, originator: str, recipients: list[tuple[str, str]], payload: bytes | None,
@@ -238,22 +211,22 @@ class Engine:
             return result
         deliver_ts = time.time()
         # a whole copy of a subsystem's kind: its spool changes join this transaction (one commit per hop)
-        planned = self._kind_ops(keep) if self.hooks.on_receive else {}
+        planned = self.hooks.plan_received(keep, self.me) if self.hooks.on_receive else {}
         op = Spool.op_receive(keep, deliver_ts)
         try:
             if planned:
-                fresh, taken = await self.spool.run(_with_kind_ops(op, planned))
+                fresh, taken = await self.spool.run(with_received(op, planned))
             else:
                 fresh, taken = await self.spool.run(op), set()
         except Exception:
             for p in keep:
                 self.policy.stored(peer, p, False)    # nothing was stored: undo the charges, as for duplicates
             for r in planned.values():
-                self._kind_done(r, False)
+                received_done(r, False, self.me)
             raise
         for i, r in planned.items():
             if i not in taken:
-                self._kind_done(r, False)    # a duplicate, or its op failed: a new copy is in the inbox for `consume`
+                received_done(r, False, self.me)    # a duplicate, or its op failed: a new copy is in the inbox for `consume`
         now = time.monotonic()
         st.frags_in += len(keep)
         st.bytes_in += sum(p.size for p in keep)
@@ -269,7 +242,7 @@ class Engine:
                 continue
             if p.state == S.WHOLE:
                 if i in taken:
-                    self._kind_done(planned[i], True)     # its subsystem handled it in the same commit
+                    received_done(planned[i], True, self.me)     # its subsystem handled it in the same commit
                 else:
                     self._delivered(p, p.total, deliver_ts, p.data)
             elif p.state == S.PART:
@@ -288,31 +261,6 @@ class Engine:
             else:
                 self._enqueue(p)
         return result
-
-    def _kind_ops(self, keep: list[Piece]) -> dict[int, Received]:
-        """Per index into `keep`: what the subsystem of a whole copy for this node plans to do with it."""
-        out: dict[int, Received] = {}
-        hooks = self.hooks.on_receive
-        for i, p in enumerate(keep):
-            hook = hooks.get(p.kind) if p.state == S.WHOLE else None
-            if hook is None:
-                continue
-            try:
-                r = hook(p, p.data)
-            except Exception:          # a subsystem's bug must not refuse the copy: the inbox path still has it
-                log.exception("%s: receive hook for %s failed", self.me, p.msg_id)
-                continue
-            if r is not None:
-                out[i] = r
-        return out
-
-    def _kind_done(self, r: Received, stored: bool) -> None:
-        """Tell a subsystem how its planned op ended; its failure must not keep the engine from queueing the
-        rest of the batch it stored."""
-        try:
-            r.done(stored)
-        except Exception:
-            log.exception("%s: a subsystem failed after its receive op (stored: %s)", self.me, stored)
 
     def _collect(self, table: dict[tuple[str, str], Pending], p: Piece) -> Pending:
         pend = table.get(p.mkey)
@@ -566,30 +514,6 @@ class Engine:
         while self._bg:
             await asyncio.gather(*list(self._bg), return_exceptions=True)
         await self.spool.flush()
-
-
-def _with_kind_ops(receive: Op, planned: dict[int, Received]) -> Op:
-    """`receive` (Spool.op_receive) and then, for each new whole copy among its pieces, its subsystem's planned
-    op, each under a savepoint of its own: one that raises is undone alone and leaves its copy in the inbox.
-    The op returns (op_receive's result, the indices whose planned op ran)."""
-    def op(c: sqlite3.Connection) -> tuple[list, set[int]]:
-        fresh = receive(c)
-        taken: set[int] = set()
-        for i, r in planned.items():
-            if fresh[i] is not True:
-                continue
-            c.execute("SAVEPOINT kind_op")
-            try:
-                r.op(c)
-            except Exception as exc:       # e.g. targets handled already: the inbox path plans it again
-                c.execute("ROLLBACK TO kind_op")
-                c.execute("RELEASE kind_op")
-                log.debug("a subsystem's op for a received copy was undone: %r", exc)
-                continue
-            c.execute("RELEASE kind_op")
-            taken.add(i)
-        return fresh, taken
-    return op
 
 
 class FragmentingEngine(Engine):
