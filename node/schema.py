@@ -121,7 +121,9 @@ RECORDS: dict[str, tuple[Field, ...]] = {
     # (it became the leader: `term`), "map" (its leader applied a change: `version`, `term`, `algorithm`, `moves`)
     # and "load"; a consumer writes "applied" (an assignment is in force: `version`, `term`, `connections`),
     # "fence_sent" (an application moved: `app`, `old`, `new`, `seq` = the last event the old instance gets),
-    # "fence_done" and "refused" (an assignment or control publication it would not take: `reason`)
+    # "fence_done" (the new instance released what the fence held: `app`, `old`, `new`, `seq`, `version`, `term`,
+    # `pause_s` from its fence_sent, null when this daemon did not send it) and "refused" (an assignment or
+    # control publication it would not take: `reason`)
     "pool": COMMON + (
         _f("event", str, "'elected', 'map', 'applied', 'fence_sent', 'fence_done', 'refused' or 'load'"),
     ),

@@ -43,6 +43,9 @@ def test_a_moved_consumers_events_wait_for_the_predecessors_acked() -> None:
     out = new.on_delivery(delivery(topic, "a1-x", payload=json.loads(body), publisher="A"))
     assert [r.get("seq") for r in out.receipts] == [None, 3] and out.ack == ["a1-x", "c1-pa23"]
     assert new.received == 1 and len(new.pauses) == 1
+    (topic, body), = out.publish                                         # a2 tells the consumer the pause ended
+    assert topic == "_pools.done.c1" and json.loads(body) == {"consumer": "c1", "app": "A", "seq": 2,
+                                                              "instance": "a2", "version": 3, "term": 1}
     assert new.on_delivery(event("a2", 3)).ack == ["c1-pa23"] and new.duplicates == 1   # again: acked, no line
 
 
