@@ -405,6 +405,8 @@ class PoolInstance:
                     self._write(out.receipts)
                     if self._sub is not None:      # what waited for the drain came on this instance's own stream
                         self._sub.ack(out.ack)
+                for topic, body in out.publish:    # the FenceDone of the pairs the drain released
+                    self._publish(client, topic, body)
                 for peer in self.peers:
                     if peer not in (self.name, dead):
                         body = json.dumps({"app": self.app, "instance": dead}).encode()

@@ -60,6 +60,11 @@ def test_a_successor_skips_what_its_dead_predecessor_recorded(tmp_path: Path) ->
     rec, = out.receipts
     assert (rec["subscription"], rec["node"], rec["instance"], rec["event_id"]) == ("pool.A.a1", "h1", "a2", "c1-e3")
     assert succ.on_backlog(fence("a1", 2, "a1", "a3"), "h1", "a1").ack == ["c1-fa13"]
+    # its own held event above the dead one's fence opens once the backlog is drained: the pause ends
+    succ.on_delivery(fence("a2", 2, "a1", "a2"))
+    assert succ.on_delivery(event("a2", 3, "c1-e4")).ack == []
+    out = succ.drained("a1")
+    assert [r["seq"] for r in out.receipts] == [3] and [t for t, _b in out.publish] == ["_pools.done.c1"]
 
 
 def test_a_fence_from_a_user_and_a_foreign_topic_are_refused() -> None:
