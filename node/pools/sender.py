@@ -88,6 +88,7 @@ class PoolSender:
         self.done_listener = Listener(broker, f"pools.done.{consumer}", f"{DONE_TOPIC}.{consumer}", False,
                                       self._on_done)
         self._fence_sent: dict[tuple[str, int, str, int, int], tuple[float, str | None]] = {}
+        self._done_refused = 0                          # FenceDone publications refused (few of them recorded)
 
     # -- start ----------------------------------------------------------------------------------------
     async def start(self, types: list[str], heartbeat: float) -> None:
@@ -307,8 +308,11 @@ class PoolSender:
                 raise messages.BadMessage(f"fence done: of application {done.app!r} from user {d.publisher!r}")
         except messages.BadMessage as exc:
             self.bad += 1
-            self.records.write("pool", event="refused", consumer=self.consumer, reason=str(exc), pub_id=d.pub_id)
-            log.warning("%s: pools: fence done %s refused: %s", self.me, d.pub_id, exc)
+            self._done_refused += 1
+            if self._done_refused <= 10 or self._done_refused % 1000 == 0:    # anyone may publish: few lines
+                self.records.write("pool", event="refused", consumer=self.consumer, reason=str(exc),
+                                   pub_id=d.pub_id, refused=self._done_refused)
+                log.warning("%s: pools: fence done %s refused: %s", self.me, d.pub_id, exc)
             return
         self.fence_done(done)
 
