@@ -9,6 +9,13 @@ rebalance   one application with --instances instances and --consumers consumers
             joins, the next one crashes, ...); the time from submit at the leader to `on_applied` at all 3
             replicas, p50 and p99; bound 1 s. The assignment is node.pools.assign.apply when present, else a
             round-robin stand-in.
+--e2e       instead: real daemons on loopback (testbed/localnet.py): replicas r1-r3, consumers c1-c3 publishing
+            events (--rate each), --e2e-instances instance clients of one application (the testbed's own,
+            testbed/experiment/pool_apps.py, as threads of this process), then --changes changes (a new
+            instance joins, the oldest leaves, in turn). Re-balance per change from the nodes' pools.jsonl, as
+            summary.json's pools account counts it: from the leader's `map` line to the last `applied` at the
+            consumers it moved; and from the bench's action (the client started, the leave announced: the
+            registration's heartbeat included) to that `applied`. p50 and p99; bound 1 s.
 
 Prints `name: measured / bound = ratio` lines (ratio <= 1 meets the bound).
 """
@@ -16,12 +23,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import socket
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -168,6 +177,119 @@ def quantile(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
+def e2e(n_instances: int, changes: int, rate: float) -> tuple[list[float], list[float], int]:
+    """(map to applied, action to applied, changes not applied everywhere) over `changes` joins and leaves."""
+    import threading
+
+    from node.client import Access
+    from testbed.accounting.pools import _maps, _rebalance
+    from testbed.experiment.pool_apps import Dead, PoolInstance
+    from testbed.localnet import LocalNet, free_port
+
+    beat = 0.2
+    names = ["r1", "r2", "r3", "c1", "c2", "c3"]
+    consumers = names[3:]
+    edges = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    taken: set[int] = set()
+    instances = {f"i{k}": consumers[k % 3] for k in range(n_instances + changes)}
+    pools = {"enabled": True, "replicas": {r: f"127.0.0.1:{free_port(taken)}" for r in names[:3]},
+             "password": "b" * 16, "heartbeat": beat, "crash_timeout": 5 * beat,
+             "apps": {"A": {"types": ["t1"], "instances": instances}}}
+    fast = {"session": {"keepalive": 0.3, "hold_time": 1.5, "backoff_min": 0.05, "backoff_max": 0.5},
+            "metrics_interval": 0.5}
+    work = Path(tempfile.mkdtemp(prefix="wanbed-bench-pools-"))
+    net = LocalNet.build(work, names, edges, **fast, pools=pools,
+                         per_node={c: {"pools": {**pools, "consumer": {"name": c, "types": ["t1"]}}}
+                                   for c in consumers})
+    stop = threading.Event()
+    clients: dict[str, PoolInstance] = {}
+    try:
+        net.start()
+        tokens = {n: Access(token=net.secrets.access(n).token or net.nodes[n].cfg.control_token) for n in names}
+        dead = Dead()
+
+        def start(name: str) -> None:
+            clients[name] = PoolInstance("A", name, instances, lambda n: net.nodes[n].mgmt, work / "run",
+                                         lambda n: True, tokens, beat, 5 * beat, dead)
+            clients[name].start()
+
+        def publish(consumer: str) -> None:
+            k = 0
+            with net.client(consumer) as c:
+                while not stop.wait(1.0 / rate):
+                    k += 1
+                    try:
+                        c.publish(f"ev.t1.s{k % 10}", size=100)    # "not now" before the first assignment
+                    except Exception:
+                        pass
+
+        def lines() -> dict[str, list[dict]]:
+            return {n: net.records(n, "pool") for n in names}
+
+        def new_map(version: int, at: float) -> dict | None:
+            """The leader's first map line since `at` of a version above `version` (moves or not; a leave's
+            second map, once the instance fell silent, may come late: never taken for a later change's)."""
+            found = [r for n in names[:3] for r in net.records(n, "pool")
+                     if r["event"] == "map" and int(r.get("version", 0)) > version and r["ts"] >= at]
+            return min(found, key=lambda r: (int(r["version"]), r["ts"])) if found else None
+
+        def wait(what: Callable[[], bool], timeout: float) -> bool:
+            end = time.monotonic() + timeout
+            while time.monotonic() < end:
+                if what():
+                    return True
+                time.sleep(0.05)
+            return False
+
+        t0 = time.time()
+        for k in range(n_instances):
+            start(f"i{k}")
+        threads = [threading.Thread(target=publish, args=(c,), daemon=True) for c in consumers]
+        for t in threads:
+            t.start()
+        wait(lambda: all(any(r["event"] == "applied" and r["ts"] >= t0 for r in net.records(c, "pool"))
+                         for c in consumers), 30.0)
+        time.sleep(2.0)
+        actions: list[float] = []
+        from_action: list[float] = []
+        active = [f"i{k}" for k in range(n_instances)]
+        version = max([int(r.get("version", 0)) for n in names[:3] for r in net.records(n, "pool")
+                       if r["event"] == "map"] or [0])
+        for k in range(changes):
+            at = time.time()
+            if k % 2 == 0:
+                name = f"i{n_instances + k}"
+                start(name)
+                active.append(name)
+            else:
+                clients[active.pop(0)].leave()
+            actions.append(at)
+            m: dict | None = None
+            if wait(lambda: new_map(version, at) is not None, 5.0):
+                m = new_map(version, at)
+                version = int(m["version"])
+            if m is not None and any(x.get("new") is not None for x in m.get("moves") or []):
+                took: list[float] = []
+
+                def applied() -> bool:
+                    took[:] = _rebalance([m], lines())[0]
+                    return bool(took)
+                if wait(applied, 5.0):
+                    from_action.append(round(m["ts"] + took[0] - at, 6))
+            time.sleep(0.3)
+        wait(lambda: not _rebalance([m for m in _maps(lines()) if m["ts"] >= actions[0]], lines())[1], 3.0)
+        stop.set()
+        ls = lines()
+        from_map, unfinished = _rebalance([m for m in _maps(ls) if m["ts"] >= actions[0]], ls)
+        return from_map, from_action, unfinished
+    finally:
+        stop.set()
+        for c in clients.values():
+            c.stop(timeout=2.0)
+        net.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kills", type=int, default=10)
@@ -175,7 +297,24 @@ async def main() -> None:
     ap.add_argument("--instances", type=int, default=100)
     ap.add_argument("--consumers", type=int, default=300)
     ap.add_argument("--changes", type=int, default=20)
+    ap.add_argument("--e2e", action="store_true", help="real daemons on loopback instead (see above)")
+    ap.add_argument("--e2e-instances", type=int, default=10)
+    ap.add_argument("--rate", type=float, default=4.0, help="--e2e: events/s each consumer publishes")
     args = ap.parse_args()
+
+    if args.e2e:
+        from_map, from_action, unfinished = e2e(args.e2e_instances, args.changes, args.rate)
+        head = (f"re-balance end to end, 3 replicas, 3 consumers, {args.e2e_instances} instances, "
+                f"{args.changes} changes ({len(from_map)} maps applied, {unfinished} not everywhere)")
+        for label, t in (("map to applied", from_map), ("action to applied", from_action)):
+            for name, q in (("p50", 0.5), ("p99", 0.99)):
+                if not t:
+                    print(f"{head}, {label} {name}: no measurement")
+                    continue
+                v = quantile(t, q)
+                print(f"{head}, {label} {name}: measured {v:.3f} s / bound {REBALANCE_BOUND:.3f} s = "
+                      f"ratio {v / REBALANCE_BOUND:.2f}")
+        return
 
     for label, timeouts in (("default timeouts", RaftTimeouts()), (f"timeouts x{args.tuned:g}",
                                                                    RaftTimeouts().scaled(args.tuned))):

@@ -121,7 +121,9 @@ RECORDS: dict[str, tuple[Field, ...]] = {
     # (it became the leader: `term`), "map" (its leader applied a change: `version`, `term`, `algorithm`, `moves`)
     # and "load"; a consumer writes "applied" (an assignment is in force: `version`, `term`, `connections`),
     # "fence_sent" (an application moved: `app`, `old`, `new`, `seq` = the last event the old instance gets),
-    # "fence_done" and "refused" (an assignment or control publication it would not take: `reason`)
+    # "fence_done" (the new instance released what the fence held: `app`, `old`, `new`, `seq`, `version`, `term`,
+    # `pause_s` from its fence_sent, null when this daemon did not send it) and "refused" (an assignment or
+    # control publication it would not take: `reason`)
     "pool": COMMON + (
         _f("event", str, "'elected', 'map', 'applied', 'fence_sent', 'fence_done', 'refused' or 'load'"),
     ),
@@ -172,7 +174,8 @@ OPTIONAL: dict[str, tuple[Field, ...]] = {
            "{queued_by_priority, served_by_priority, transfers, ready, waiting_for_credit, waiting_for_timer, streams}"),
         _f("broker", dict, "the publish/subscribe broker (node/broker/): published, refused, copies_in, copies_out, "
            "copies_out_bytes (bytes of the stored copies: publication, header, targets), live_in, live_out, "
-           "live_out_bytes (bytes of the frames), live_dropped{reason: n}, duplicates, expired, "
+           "live_out_bytes (bytes of the frames), control_in, control_out, control_out_bytes, control_local "
+           "(the same for control topics starting with '_'), live_dropped{reason: n}, duplicates, expired, "
            "hop_limit, bad, local, inbox, interest{seq, records, changes, remote_subscriptions}, subscriptions"
            "{name: {durable, pattern, connected, backlog, delivered, dropped}}"),
         _f("pools", dict, "pooled event consumption (node/pools/), present with pools.enabled: bad (control "

@@ -53,7 +53,7 @@ from node.broker import store
 from node.broker.kinds import PUB_KIND, PUB_PREFIX
 from node.broker.interest import CAPABILITY as INTEREST, MAX_SUBSCRIPTIONS, InterestTable, Sub
 from node.broker.subscriptions import DurableSubscription, LiveSubscription, Stream, delivery
-from node.broker.topics import matches, pattern_problem, topic_problem
+from node.broker.topics import is_control, matches, pattern_problem, topic_problem
 from node.config import NodeConfig
 from node.hooks import Received
 from node.mta import Engine
@@ -126,6 +126,12 @@ class Counters:
     live_in: int = 0
     live_out: int = 0
     live_out_bytes: int = 0
+    # non-durable frames on control topics ('_...', a subsystem's heartbeats and the like), apart from the
+    # live_* counters: they never stop, so the testbed's drain must not read them as traffic still moving
+    control_in: int = 0
+    control_out: int = 0
+    control_out_bytes: int = 0
+    control_local: int = 0
     live_dropped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     duplicates: int = 0            # targets dropped because they were handled here already
     expired: int = 0
@@ -137,6 +143,8 @@ class Counters:
         return {"published": self.published, "refused": self.refused, "copies_in": self.copies_in,
                 "copies_out": self.copies_out, "copies_out_bytes": self.copies_out_bytes, "live_in": self.live_in,
                 "live_out": self.live_out, "live_out_bytes": self.live_out_bytes,
+                "control_in": self.control_in, "control_out": self.control_out,
+                "control_out_bytes": self.control_out_bytes, "control_local": self.control_local,
                 "live_dropped": dict(self.live_dropped), "duplicates": self.duplicates, "expired": self.expired,
                 "hop_limit": self.hop_limit, "bad": self.bad, "local": self.local}
 
@@ -516,7 +524,10 @@ class Broker:
             if self.counters.bad <= 3 or self.counters.bad % 1000 == 0:
                 log.warning("%s: ignored a publication frame from %s: %s", self.me, peer.name, why)
             return
-        self.counters.live_in += 1
+        if is_control(pub.topic):
+            self.counters.control_in += 1
+        else:
+            self.counters.live_in += 1
         hops = pub.hops + 1
         if pub.expires_ts < time.time():
             self.counters.expired += 1
@@ -555,8 +566,12 @@ class Broker:
                 continue
             frame = link_pb2.Frame(publication=_onward(pub, hops, ts))
             p.send_control(frame)
-            self.counters.live_out += 1
-            self.counters.live_out_bytes += frame.ByteSize()
+            if is_control(pub.topic):
+                self.counters.control_out += 1
+                self.counters.control_out_bytes += frame.ByteSize()
+            else:
+                self.counters.live_out += 1
+                self.counters.live_out_bytes += frame.ByteSize()
 
     def _to_live_subscribers(self, pub: link_pb2.Publication, hops: int) -> None:
         event = None
@@ -564,7 +579,10 @@ class Broker:
             if matches(sub.pattern, pub.topic):
                 event = event or delivery(pub, hops)
                 sub.offer(event)
-                self.counters.local += 1
+                if is_control(pub.topic):
+                    self.counters.control_local += 1
+                else:
+                    self.counters.local += 1
 
     # -- subscribers ----------------------------------------------------------------------------------
     async def subscribe(self, start: pubsub_pb2.SubscribeStart, user: str,

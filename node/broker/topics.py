@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 TOPIC_MAX = 255
+CONTROL = "_"           # the first character of a subsystem's control topics (`_pools.hb.<name>` and the like)
 _TOKEN = re.compile(r"[A-Za-z0-9_:+@-]+")
 
 
@@ -26,6 +27,11 @@ def topic_problem(topic: object) -> str | None:
                 return f"topic {topic!r} has a wildcard ({tok}); wildcards are for subscriptions"
             return f"topic {topic!r} has an empty or invalid token {tok!r}"
     return None
+
+
+def is_control(topic: str) -> bool:
+    """Whether `topic` is a subsystem's control topic (node-to-node traffic, not a user's publication)."""
+    return topic.startswith(CONTROL)
 
 
 def pattern_problem(pattern: object) -> str | None:

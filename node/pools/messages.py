@@ -10,6 +10,8 @@ dataclass or raises BadMessage with a one-line reason.
   fences                     Fence {"consumer", "app", "seq", "old" (null: a first connection), "new", "version",
                              "term"}, Acked {"consumer", "app", "seq", "instance", "version", "term"},
                              Drained {"app", "instance"} (node/pools/fence.py)
+  _pools.done.<consumer>     FenceDone {"consumer", "app", "seq", "instance" (the new one), "version", "term"}:
+                             the new instance released the events it held for a fence (the pause ended)
   an event's publication key <event id>:<seq>:<map version>
 
 AssignmentGuard keeps the highest (term, version) a consumer or instance has seen and says why an older
@@ -24,7 +26,7 @@ from typing import Any
 
 from node.names import is_message_id, is_node_name
 from node.pools.assign import ACTIVE, LEAVING, NAME_MAX, NUMBER_MAX, is_pool_name
-from node.pools.fence import Acked, Drained, Fence
+from node.pools.fence import Acked, Drained, Fence, FenceDone
 
 BODY_MAX = 65536                # bytes: a control publication is small; anything bigger is refused unread
 _DIGITS = re.compile(r"(0|[1-9][0-9]{0,14})")   # at most 15 digits: below NUMBER_MAX
@@ -128,6 +130,14 @@ def parse_acked(body: bytes | str) -> Acked:
     return Acked(_pool_name(obj, "consumer"), _pool_name(obj, "app"), _count(obj["seq"], "acked: seq"),
                  _pool_name(obj, "instance"), _count(obj["version"], "acked: version"),
                  _count(obj["term"], "acked: term"))
+
+
+def parse_done(body: bytes | str) -> FenceDone:
+    obj = _object(body, "fence done")
+    _only(obj, {"consumer", "app", "seq", "instance", "version", "term"}, set(), "fence done")
+    return FenceDone(_pool_name(obj, "consumer"), _pool_name(obj, "app"), _count(obj["seq"], "fence done: seq"),
+                     _pool_name(obj, "instance"), _count(obj["version"], "fence done: version"),
+                     _count(obj["term"], "fence done: term"))
 
 
 def parse_drained(body: bytes | str) -> Drained:

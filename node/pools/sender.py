@@ -17,7 +17,9 @@ app, s, old, new, version, term; old null for a first connection) is published d
 `pool.<app>.<instance>.<consumer>._fence`, so it waits in their subscriptions beside the events (a `fence_sent`
 line); it is kept in the spool until published, and published again after a crash cut that short (an
 instance acts on a fence once). Once every application of an assignment is in force the consumer writes
-`applied`.
+`applied`. The new instance says when it released the events it held for a fence, non-durably on
+`_pools.done.<consumer>`; the consumer writes `fence_done` with `pause_s`, the seconds since its `fence_sent`
+(the handover's pause, plus that message's trip; none when this daemon did not send the fence).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from node.broker.broker import Broker, Derived
 from node.pools import messages, store
 from node.pools.host import ASSIGN_TOPIC, HB_TOPIC
 from node.pools.listen import Listener
+from node.pools.fence import FenceDone
 from node.pools.messages import Assignment, AssignmentGuard
 from node.records import Records
 from node.rpc import link_pb2, pubsub_pb2
@@ -41,6 +44,8 @@ log = logging.getLogger("node.pools")
 
 EVENT_PREFIX = "ev."
 FENCE_TYPE = "_fence"              # the last token of a fence's topic (event types never start with '_')
+DONE_TOPIC = "_pools.done"         # + .<consumer>: non-durable, a new instance's FenceDone (a measurement)
+FENCES_TIMED = 1024                # fences whose fence_sent time is kept for their fence_done (oldest dropped)
 RETRY = 1.0                        # seconds before fences that could not be published are tried again
 LOAD_ALPHA = 0.5                   # weight of the newest heartbeat period in the load EWMA
 
@@ -79,6 +84,11 @@ class PoolSender:
         self._tasks: set[asyncio.Task] = set()         # every task of ours, cancelled by stop()
         self.listener = Listener(broker, f"pools.assign.{consumer}", f"{ASSIGN_TOPIC}.{consumer}", True,
                                  self._on_assignment)
+        # at most once: a lost FenceDone costs one pause sample, never an event
+        self.done_listener = Listener(broker, f"pools.done.{consumer}", f"{DONE_TOPIC}.{consumer}", False,
+                                      self._on_done)
+        self._fence_sent: dict[tuple[str, int, str, int, int], tuple[float, str | None]] = {}
+        self._done_refused = 0                          # FenceDone publications refused (few of them recorded)
 
     # -- start ----------------------------------------------------------------------------------------
     async def start(self, types: list[str], heartbeat: float) -> None:
@@ -100,6 +110,7 @@ class PoolSender:
         if self.unsent:                      # a crash came between a move and its fences
             self._spawn(self._publish_fences())
         await self.listener.start()
+        await self.done_listener.start()
         self._spawn(self._beat(list(types), heartbeat))
 
     async def stop(self) -> None:
@@ -108,6 +119,7 @@ class PoolSender:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.listener.stop()
+        await self.done_listener.stop()
 
     def _spawn(self, coro: Any) -> asyncio.Task:
         t = asyncio.ensure_future(coro)
@@ -279,8 +291,36 @@ class PoolSender:
                     self.unsent.pop(0)
                     await self._save()
                     self.records.write("pool", event="fence_sent", **fence)
+                    self._fence_sent[_fence_key(fence["app"], fence["seq"], fence["new"], fence["version"],
+                                                fence["term"])] = (time.time(), fence["old"])
+                    while len(self._fence_sent) > FENCES_TIMED:
+                        del self._fence_sent[next(iter(self._fence_sent))]
             if not ok:
                 await asyncio.sleep(RETRY)
+
+    async def _on_done(self, d: pubsub_pb2.Delivery) -> None:
+        """A new instance released what it held for one of this consumer's fences: a `fence_done` line."""
+        try:
+            done = messages.parse_done(d.payload)
+            if done.consumer != self.consumer:
+                raise messages.BadMessage(f"fence done: for consumer {done.consumer!r}, not {self.consumer!r}")
+            if d.publisher and d.publisher != done.app:
+                raise messages.BadMessage(f"fence done: of application {done.app!r} from user {d.publisher!r}")
+        except messages.BadMessage as exc:
+            self.bad += 1
+            self._done_refused += 1
+            if self._done_refused <= 10 or self._done_refused % 1000 == 0:    # anyone may publish: few lines
+                self.records.write("pool", event="refused", consumer=self.consumer, reason=str(exc),
+                                   pub_id=d.pub_id, refused=self._done_refused)
+                log.warning("%s: pools: fence done %s refused: %s", self.me, d.pub_id, exc)
+            return
+        self.fence_done(done)
+
+    def fence_done(self, done: FenceDone) -> None:
+        sent = self._fence_sent.pop(_fence_key(done.app, done.seq, done.instance, done.version, done.term), None)
+        self.records.write("pool", event="fence_done", consumer=self.consumer, app=done.app, seq=done.seq,
+                           old=None if sent is None else sent[1], new=done.instance, version=done.version,
+                           term=done.term, pause_s=None if sent is None else round(time.time() - sent[0], 6))
 
     async def _save(self) -> None:
         wanted = {} if self.wanted is None else {"term": self.wanted.term, "version": self.wanted.version,
@@ -308,3 +348,7 @@ class PoolSender:
                 "seqs": dict(sorted(self.seqs.items())), "sent": dict(sorted(self.sent.items())),
                 "load": {a: round(r, 3) for a, r in sorted(self.rates.items())},
                 "refused_events": self.refused_events, "fences_unsent": len(self.unsent), "bad": self.bad}
+
+
+def _fence_key(app: str, seq: int, new: str, version: int, term: int) -> tuple[str, int, str, int, int]:
+    return (app, seq, new, version, term)

@@ -3,7 +3,7 @@
 Reads (docs/run-directory.md): nodes/<node>/node.yaml (the applications and the event types they want),
 nodes/<node>/publications.jsonl (an event: a publication on `ev.<type>.<source>` at a consumer node; its
 per-application copies have `derived_from` and the key `<event id>:<seq>:<map version>`), nodes/<node>/pools.jsonl
-(`map`, `applied`, `fence_sent`, `elected`, `refused`), subscribers/<node>/pool.<app>.<instance>/ (the application
+(`map`, `applied`, `fence_sent`, `fence_done`, `elected`, `refused`), subscribers/<node>/pool.<app>.<instance>/ (the application
 instances' receipts.jsonl and instance.json, testbed/experiment/pool_apps.py), events.jsonl (the faults), and the
 spools the teardown left (read-only), for copies still on their way.
 
@@ -23,8 +23,9 @@ spools the teardown left (read-only), for copies still on their way.
   moved                connections moved, over all map changes (disruption)
   balance_max_over_mean  at the end, per application the most connections of an active instance over the mean
                        (the largest over the applications)
-  fence_pause_*        seconds an instance held a consumer's events after their fence until the predecessor's
-                       Acked (or a successor's drain)
+  fence_pause_s        per handover (a fence with an old instance): seconds from the consumer's `fence_sent` to
+                       its `fence_done` (the new instance released the events it held: the predecessor's Acked or
+                       a successor's drain came), from the consumer's pools.jsonl; p50/p99/max
   crash_detect_s       per `pool_kill`: seconds to the leader's next `instance_crash` map
   failover_s           per kill of `pools.leader`: seconds to the new term's assignment `applied` at every consumer
 """
@@ -132,15 +133,15 @@ def account(rep_dir: Path, reader: RecordReader | None = None) -> dict[str, Any]
     violations, unchecked = _affinity(receipts, pool_lines)
     maps = _maps(pool_lines)
     rebalance, unfinished = _rebalance(maps, pool_lines)
-    pauses = [float(p) for info in instances.values() for p in info.get("fence_pauses_s") or []]
+    pauses = _pauses(pool_lines)
     faults = _faults(rep_dir, reader)
     return {
         "rebalance_s": rebalance, "rebalance_p50_s": _pct(rebalance, 50), "rebalance_p99_s": _pct(rebalance, 99),
         "rebalance_unfinished": unfinished, "changes": len(maps),
         "moved": sum(len(m.get("moves") or []) for m in maps),
         "balance_max_over_mean": _balance(pool_lines, instances),
-        "fence_pause_p50_s": _pct(pauses, 50), "fence_pause_p99_s": _pct(pauses, 99),
-        "fence_pause_max_s": round(max(pauses), 6) if pauses else None, "fences": len(pauses),
+        "fence_pause_s": pauses, "fence_pause_p50_s": _pct(pauses, 50), "fence_pause_p99_s": _pct(pauses, 99),
+        "fence_pause_max_s": max(pauses) if pauses else None, "fences": len(pauses),
         "crash_detect_s": _after(faults, "pool_kill", maps, "instance_crash"),
         "failover_s": _failover(faults, pool_lines),
         "events_published": published, "events_expected": expected, "events_received": received,
@@ -153,6 +154,14 @@ def account(rep_dir: Path, reader: RecordReader | None = None) -> dict[str, Any]
                       for k, v in sorted(instances.items())},
         "ok": lost == 0 and duplicated == 0 and violations == 0,
     }
+
+
+def _pauses(pool_lines: dict[str, list[dict[str, Any]]]) -> list[float]:
+    """The handovers' pauses, in the order the consumers recorded them (first connections have no predecessor
+    to wait for: left out)."""
+    out = [(float(r["ts"]), round(float(r["pause_s"]), 6)) for lines in pool_lines.values() for r in lines
+           if r["event"] == "fence_done" and r.get("old") and isinstance(r.get("pause_s"), (int, float))]
+    return [p for _ts, p in sorted(out)]
 
 
 def _affinity(receipts: dict[tuple[str, str], list[dict[str, Any]]],

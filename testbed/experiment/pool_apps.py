@@ -7,6 +7,8 @@ arrives on it:
   pool.<app>.<me>.<consumer>._fence      a fence from the consumer node (publisher "" only)
   pool.<app>.<me>.<consumer>._acked      the predecessor's Acked: it processed the pair's events up to the fence
   pool.<app>.<me>.<dead>._drained        a successor drained the dead instance's backlog
+Once it releases the events a fence held (fence.py FenceDone) it says so on `_pools.done.<consumer>`, where the
+consumer's node records the handover's pause (`fence_done`).
 The fence state machine (node/pools/fence.py InstanceFence) says which events to process and when; an event is
 processed by writing its receipt line (the subscribers' record, docs/run-directory.md, with `app`,
 `instance`, `consumer`, `seq` and `event_id`) BEFORE it is acknowledged, and an event whose id is already on
@@ -41,6 +43,7 @@ from node.client import Access, NodeClient, Subscription
 from node.errors import UserError
 from node.pools.fence import Acked, Drained, Fence, FenceDone, InstanceFence, Step
 from node.pools.messages import BadMessage, parse_acked, parse_drained, parse_event_key, parse_fence
+from node.pools.sender import DONE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +197,10 @@ class InstanceLogic:
                 began = self.waiting.pop((msg.consumer, msg.term, msg.version), None)
                 if began is not None:
                     self.pauses.append(self.clock() - began)
+                # the consumer's node times the handover from its fence_sent (its fence_done line)
+                body = {"consumer": msg.consumer, "app": msg.app, "seq": msg.seq, "instance": msg.instance,
+                        "version": msg.version, "term": msg.term}
+                out.publish.append((f"{DONE_TOPIC}.{msg.consumer}", json.dumps(body, sort_keys=True).encode()))
         return out
 
     def _refuse(self, d: Any, why: str) -> Outcome:
@@ -398,6 +405,8 @@ class PoolInstance:
                     self._write(out.receipts)
                     if self._sub is not None:      # what waited for the drain came on this instance's own stream
                         self._sub.ack(out.ack)
+                for topic, body in out.publish:    # the FenceDone of the pairs the drain released
+                    self._publish(client, topic, body)
                 for peer in self.peers:
                     if peer not in (self.name, dead):
                         body = json.dumps({"app": self.app, "instance": dead}).encode()

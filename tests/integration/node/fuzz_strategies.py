@@ -8,6 +8,9 @@ frame handler and probes its links) and a gateway (node/gateway/: its Gateway se
 listens: the name sorts before theirs, so they never dial it and wait for it to dial them; the fuzzer plays that
 neighbour on their data port with a real OPEN and then random and mutated frames. The management services of n1
 and n3 get the other calls; n2 is never fuzzed directly: it is where the mail sent at n1 must arrive.
+Pools (node/pools/): n1 is a consumer and n3 one of three controller replicas whose two others never run (no
+leader is ever elected, so nothing but the fuzzer changes the maps): GetPools and malformed control
+publications (`_pools.*`) at both.
 The network runs with `security: {tls: true, auth: true}`, as a deployment does: mTLS between neighbours (the
 run's CA issues a0's certificate with the nodes'; a0 is never started), the management port over TLS, a token on
 every call (the fuzzer's calls carry the legacy control_token, which is an admin token with auth on) and users
@@ -47,8 +50,10 @@ from node.config import as_dict, dump
 from node.registry import config_from_dict as from_dict
 from node.link import GRPC_OPTIONS, VERSION
 from node.names import is_user_name
+from node.pools import messages as pool_messages
+from node.pools.config import raft_address
 from node.reports import REPORTER
-from node.rpc import common_pb2, control_pb2, gateway_pb2, link_pb2, link_pb2_grpc, pubsub_pb2, submit_pb2
+from node.rpc import common_pb2, control_pb2, gateway_pb2, link_pb2, link_pb2_grpc, pools_pb2, pubsub_pb2, submit_pb2
 from node.security.tls import TARGET_NAME_OPTION
 from testbed.localnet import LocalNet
 
@@ -68,6 +73,10 @@ SETTINGS = {"session": {"keepalive": 0.3, "hold_time": HOLD, "backoff_min": 0.05
 # this long, so a forged answer to it has the whole example to be (wrongly) taken
 PROBE_INTERVAL = 0.1
 PROBE_TIMEOUT = 10.0
+
+# pool names longer than the 8 characters of the fuzzed topics' tokens: no fuzzed publication is an event or
+# reaches a pools subscription unless a pools target means it to
+POOL_CONSUMER, POOL_TYPE, POOL_APP, POOL_INSTANCE = "fuzzconsumer", "fuzzpooltype", "fuzzpoolapp", "fuzzinstance"
 
 CALL_TIMEOUT = 10.0               # gRPC deadline of one call: far above any answer a healthy node gives
 EXAMPLE_TIMEOUT = 30.0            # one whole example (several calls)
@@ -90,6 +99,7 @@ def build_network(workdir: Path) -> LocalNet:
                 raw["gateway"] = {"enabled": True, "actions": [], "users": {"alice": {"credits": 1000}}}
                 raw["routing"]["mode"] = "dynamic"
                 raw["routing"]["monitor"] = {"interval": PROBE_INTERVAL, "timeout": PROBE_TIMEOUT}
+            raw["pools"] = pools_section(net, name)
             node.cfg = from_dict(raw)
             node.cfg_path.write_text(dump(node.cfg))
         net.start(wait=False)       # LocalNet.wait_sessions would wait for FAKE, which never comes by itself
@@ -107,6 +117,20 @@ def build_network(workdir: Path) -> LocalNet:
         net.close()
         raise
     return net
+
+
+def pools_section(net: LocalNet, node: str) -> dict:
+    """n1 a consumer, n3 a replica; the other two replicas' Raft addresses are n1's and n2's data ports + 100,
+    where nothing listens."""
+    replicas = {"n3": raft_address(net.nodes["n3"].cfg.data_listen), "r8": raft_address(net.nodes["n1"].cfg.data_listen),
+                "r9": raft_address(net.nodes["n2"].cfg.data_listen)}
+    out = {"enabled": True, "replicas": replicas, "heartbeat": 0.5, "crash_timeout": 2.0,
+           "apps": {POOL_APP: {"types": [POOL_TYPE], "instances": {POOL_INSTANCE: "n3"}}}}
+    if node == "n1":
+        out["consumer"] = {"name": POOL_CONSUMER, "types": [POOL_TYPE]}
+    else:
+        out["password"] = "fuzz-raft-secret-0123456789"
+    return out
 
 
 # -- primitives -----------------------------------------------------------------------------------------------
@@ -559,7 +583,7 @@ UNARY = {"Submit/Send": submit_pb2.SendRequest, "Submit/Status": submit_pb2.Stat
          "PubSub/Publish": pubsub_pb2.PublishRequest, "PubSub/Unsubscribe": pubsub_pb2.UnsubscribeRequest,
          "PubSub/ListSubscriptions": pubsub_pb2.ListSubscriptionsRequest,
          "Gateway/GetGateway": gateway_pb2.GetGatewayRequest, "Gateway/SetGateway": gateway_pb2.SetGatewayRequest,
-         "Gateway/RequestUser": gateway_pb2.UserRequest}
+         "Gateway/RequestUser": gateway_pb2.UserRequest, "Pools/GetPools": pools_pb2.GetPoolsRequest}
 REPLIES = {"Submit/Send": submit_pb2.SendReply, "Submit/Status": submit_pb2.StatusReply,
            "Submit/ListMailbox": submit_pb2.MailboxReply, "Submit/DeleteMail": submit_pb2.DeleteMailReply,
            "Control/Stats": control_pb2.StatsReply, "Control/Drain": control_pb2.DrainReply,
@@ -568,7 +592,7 @@ REPLIES = {"Submit/Send": submit_pb2.SendReply, "Submit/Status": submit_pb2.Stat
            "PubSub/Publish": pubsub_pb2.PublishReply, "PubSub/Unsubscribe": pubsub_pb2.UnsubscribeReply,
            "PubSub/ListSubscriptions": pubsub_pb2.ListSubscriptionsReply,
            "Gateway/GetGateway": gateway_pb2.GatewayReply, "Gateway/SetGateway": gateway_pb2.GatewayReply,
-           "Gateway/RequestUser": gateway_pb2.UserReply}
+           "Gateway/RequestUser": gateway_pb2.UserReply, "Pools/GetPools": pools_pb2.GetPoolsReply}
 # a valid request of each method, the seed of the mutations
 SEEDS = {"Submit/Send": submit_pb2.SendRequest(originator="bob", recipients=[common_pb2.Recipient(node="n2", user="x")],
                                                payload=b"hello", priority=1, lifetime=60.0),
@@ -585,7 +609,8 @@ SEEDS = {"Submit/Send": submit_pb2.SendRequest(originator="bob", recipients=[com
          "PubSub/ListSubscriptions": pubsub_pb2.ListSubscriptionsRequest(remote=True),
          "Gateway/GetGateway": gateway_pb2.GetGatewayRequest(),
          "Gateway/SetGateway": gateway_pb2.SetGatewayRequest(gamma=0.5, threshold=200, lower=150),
-         "Gateway/RequestUser": gateway_pb2.UserRequest(user="alice", throughput=1.0, guarantee=0.5, percent=99.0)}
+         "Gateway/RequestUser": gateway_pb2.UserRequest(user="alice", throughput=1.0, guarantee=0.5, percent=99.0),
+         "Pools/GetPools": pools_pb2.GetPoolsRequest()}
 
 
 @dataclass
@@ -1605,6 +1630,117 @@ async def _drain_stream(call) -> tuple[grpc.StatusCode, str]:
         return _seen(exc.code(), exc.details() or "")
 
 
+# -- pools: GetPools and the control publications -------------------------------------------------------------
+@dataclass
+class PoolsCall:
+    """GetPools at `node` as `user` ("" the admin, "?" a token nobody has)."""
+    node: str
+    user: str
+
+
+def pools_calls() -> st.SearchStrategy[PoolsCall]:
+    return st.builds(PoolsCall, st.sampled_from(["n1", "n3"]), st.sampled_from(["", "", "alice", "bob", "?"]))
+
+
+async def drive_pools_call(fz: Fuzzer, pc: PoolsCall) -> None:
+    """The admin gets the view at the replica n3 and FAILED_PRECONDITION at n1 (no replica); a user token
+    PERMISSION_DENIED, a wrong one UNAUTHENTICATED; n3's view names no leader (its peers never run)."""
+    token = {"": TOKEN, "?": TOKEN + "?"}.get(pc.user) or fz.net.secrets.token(pc.node, pc.user)
+    code, details, reply = await _unary(fz, pc.node, "Pools/GetPools", pools_pb2.GetPoolsRequest(),
+                                        (("authorization", token),))
+    want = {"?": grpc.StatusCode.UNAUTHENTICATED, "": grpc.StatusCode.OK if pc.node == "n3" else
+            grpc.StatusCode.FAILED_PRECONDITION}.get(pc.user, grpc.StatusCode.PERMISSION_DENIED)
+    fz.verdict("Pools/GetPools", code, details, pc, expect=want)
+    if code == grpc.StatusCode.OK and (reply.node != "n3" or reply.leader or reply.version or
+                                       [a.name for a in reply.apps] not in ([], [POOL_APP])):
+        fz.fail(f"n3's pools view changed: {reply}\n  input: {pc!r}")
+
+
+# where each control topic is read, and the parser whose refusal the node records
+POOL_TOPICS = {"assign": ("n1", f"_pools.assign.{POOL_CONSUMER}", pool_messages.parse_assignment),
+               "done": ("n1", f"_pools.done.{POOL_CONSUMER}", pool_messages.parse_done),
+               "hb": ("n3", "_pools.hb.fuzzer", pool_messages.parse_heartbeat)}
+POOL_BODIES = {
+    "assign": {"term": 1, "version": 1, "connections": {POOL_APP: POOL_INSTANCE}, "fences": {}},
+    "done": {"consumer": POOL_CONSUMER, "app": POOL_APP, "seq": 1, "instance": POOL_INSTANCE, "version": 1,
+             "term": 1},
+    "hb": {"role": "instance", "name": POOL_INSTANCE, "app": POOL_APP, "node": "n3", "state": "active",
+           "backlog": 0}}
+
+
+@dataclass
+class PoolPublication:
+    """A malformed body published on a pools control topic at the node that reads it, as `user` ("": admin)."""
+    kind: str
+    body: bytes
+    user: str
+
+    _repr_pretty_ = _pretty
+
+    def __repr__(self) -> str:
+        return f"PoolPublication({self.kind}, {shown(self.body)}, user={self.user!r})"
+
+
+def _refused(kind: str, body: bytes) -> bool:
+    try:
+        POOL_TOPICS[kind][2](body)
+    except pool_messages.BadMessage:
+        return True
+    return False
+
+
+@st.composite
+def pool_publications(draw) -> PoolPublication:
+    """Bytes, or the valid body with fields replaced, dropped or added: only those its parser refuses (a valid
+    one from the admin would be obeyed, which is no fuzzing)."""
+    kind = draw(st.sampled_from(sorted(POOL_TOPICS)))
+    body = dict(POOL_BODIES[kind])
+    for key in draw(st.lists(st.sampled_from([*body, "x"]), min_size=1, max_size=3)):
+        if draw(st.booleans()):
+            body[key] = draw(json_values())
+        else:
+            body.pop(key, None)
+    raw = draw(st.one_of(st.just(json.dumps(body).encode()), st.binary(max_size=64),
+                         st.just(b"[" * 100_000), st.just(b'{"term": 1e999}')))
+    if not _refused(kind, raw):
+        raw = b"{" + raw
+    user = draw(st.sampled_from(["", "", "alice"]))
+    return PoolPublication(kind, raw, user)
+
+
+async def drive_pool_publication(fz: Fuzzer, pp: PoolPublication) -> None:
+    """Published it must be (the broker does not read bodies) or refused with a reason; the node reading it
+    refuses it (counted by pools_refusals) and keeps its map (checked by pools_unchanged)."""
+    node, topic, _parse = POOL_TOPICS[pp.kind]
+    token = TOKEN if not pp.user else fz.net.secrets.token(node, pp.user)
+    req = pubsub_pb2.PublishRequest(topic=topic, payload=pp.body, priority=1)
+    code, details, reply = await _unary(fz, node, "PubSub/Publish", req, (("authorization", token),))
+    fz.verdict("PubSub/Publish", code, details, pp, expect=grpc.StatusCode.OK)
+    if not reply.accepted and not reply.reason:
+        fz.fail(f"a pools control publication refused without a reason\n  input: {pp!r}")
+    if reply.accepted:
+        fz.stats[f"pools {node} published"] += 1
+
+
+def pools_refusals(fz: Fuzzer) -> dict[str, int]:
+    """Control publications the pools roles refused so far: n1's consumer (`bad`), n3's host (`refused`)."""
+    with fz.net.client("n1") as c:
+        n1 = int(c.stats()["pools"]["consumer"]["bad"])
+    with fz.net.client("n3") as c:
+        n3 = int(c.stats()["pools"]["controller"]["refused"])
+    return {"n1": n1, "n3": n3}
+
+
+def pools_maps(fz: Fuzzer) -> tuple:
+    """What must not change: n1's assignment state, and n3's replicated view."""
+    with fz.net.client("n1") as c:
+        cons = c.stats()["pools"]["consumer"]
+    with fz.net.client("n3") as c:
+        ctl = c.stats()["pools"]["controller"]
+    return ({k: cons[k] for k in ("term", "version", "applied_term", "applied_version", "connections")},
+            {k: ctl.get(k) for k in ("term", "version", "leader")})
+
+
 # name -> (strategy, driver): what the test module and the bench run
 TARGETS: dict[str, tuple[Callable[[], st.SearchStrategy], Callable]] = {
     "submit": (submit_calls, drive_call),
@@ -1615,8 +1751,10 @@ TARGETS: dict[str, tuple[Callable[[], st.SearchStrategy], Callable]] = {
     "link_open": (link_opens, drive_link_open),
     "link": (lambda: link_scripts(), drive_link),
     "raw": (lambda: raw_calls(), drive_raw),
+    "pools_get": (pools_calls, drive_pools_call),
+    "pools_control": (lambda: pool_publications(), drive_pool_publication),
 }
 
 # examples per target in `make test` (about a minute in all on 2 busy cores); the bench multiplies them
 BASE_EXAMPLES = {"submit": 300, "control": 200, "pubsub": 200, "gateway": 60, "subscribe": 150, "link_open": 150,
-                 "link": 300, "raw": 250}
+                 "link": 300, "raw": 250, "pools_get": 20, "pools_control": 60}

@@ -3,7 +3,8 @@
 Link.Session (as a fake neighbour: good OPEN then random and mutated frames; bad first batches), Submit (Send,
 Status, ListMailbox, DeleteMail), Control (Stats, Drain, SetRoutes, Health, GetRoutes, SetRules), Gateway
 (GetGateway, SetGateway, RequestUser, at n3), PubSub
-(Publish, Subscribe streams, Unsubscribe, ListSubscriptions), and bytes that do not decode for every method. The
+(Publish, Subscribe streams, Unsubscribe, ListSubscriptions), Pools (GetPools; malformed `_pools.*` control
+publications at the consumer n1 and the replica n3), and bytes that do not decode for every method. The
 strategies, the network and the rules every example must keep are in fuzz_strategies.py (shared with
 bench/bench_fuzz.py, which runs the same fuzzing far longer). Then the attacks on the trust defences
 (fuzz_trust.py): subscription takeover and listing by another user, plaintext to the TLS ports, certificates a
@@ -26,6 +27,7 @@ import math
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import grpc
@@ -177,6 +179,38 @@ def test_bytes_that_are_no_request(fz: fs.Fuzzer) -> None:
         fz.run("raw", fs.drive_raw(fz, rc))
 
     run()
+    fz.healthy()
+
+
+def test_get_pools(fz: fs.Fuzzer) -> None:
+    @fuzz_settings("pools_get")
+    @given(pc=fs.pools_calls())
+    def run(pc: fs.PoolsCall) -> None:
+        fz.run("pools_get", fs.drive_pools_call(fz, pc))
+
+    run()
+    fz.healthy()
+
+
+def test_malformed_pools_control_publications(fz: fs.Fuzzer) -> None:
+    """Each one the node reading it (n1's consumer, n3's controller replica) refuses and counts, and its map
+    stays as it was."""
+    before, maps = fs.pools_refusals(fz), fs.pools_maps(fz)
+    published = {n: fz.stats[f"pools {n} published"] for n in ("n1", "n3")}
+
+    @fuzz_settings("pools_control")
+    @given(pp=fs.pool_publications())
+    def run(pp: fs.PoolPublication) -> None:
+        fz.run("pools_control", fs.drive_pool_publication(fz, pp))
+
+    run()
+    want = {n: before[n] + fz.stats[f"pools {n} published"] - published[n] for n in before}
+    assert all(want[n] > before[n] for n in want), want
+    deadline = time.monotonic() + 10
+    while fs.pools_refusals(fz) != want and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert fs.pools_refusals(fz) == want
+    assert fs.pools_maps(fz) == maps
     fz.healthy()
 
 

@@ -237,6 +237,27 @@ def test_a_ring_delivers_once_and_carries_one_copy_per_link(net, durable: bool) 
     assert sum(after[n]["duplicates"] - before[n]["duplicates"] for n in NAMES) == 0
 
 
+def test_control_topics_count_apart_from_live_traffic(net) -> None:
+    """Non-durable publications on '_' topics (a subsystem's heartbeats) go to the control_* counters, which
+    the testbed's drain leaves out, and never to live_*/local."""
+    N = 5
+    r = Receiver(net, "n2", "_ctl.>")
+    try:
+        wait_until(lambda: any(s[:3] == ("n2", r.name, "_ctl.>") for s in remote_subs(net, "n1")), SPREAD,
+                   what="n2's control subscription known at n1")
+        before = {n: broker(net, n) for n in ("n1", "n2")}
+        publish(net, "n1", "_ctl.hb", N)
+        wait_until(lambda: len(r.unique()) == N, 30, what=f"{N} control publications at n2")
+        after = {n: broker(net, n) for n in ("n1", "n2")}
+    finally:
+        r.close()
+    moved = {n: {k: after[n][k] - before[n][k] for k in after[n] if isinstance(after[n][k], int)}
+             for n in after}
+    assert (moved["n1"]["control_out"], moved["n2"]["control_in"], moved["n2"]["control_local"]) == (N, N, N)
+    assert moved["n1"]["control_out_bytes"] > 0
+    assert all(moved[n][k] == 0 for n in moved for k in ("live_in", "live_out", "live_out_bytes", "local")), moved
+
+
 class SlowClient:
     """A non-durable subscriber that reads nothing after its first event, on a channel whose HTTP/2 window stays
     at its 64 kB default (no BDP probing): the node's writes to it block once that window is full."""

@@ -43,6 +43,9 @@ def test_a_moved_consumers_events_wait_for_the_predecessors_acked() -> None:
     out = new.on_delivery(delivery(topic, "a1-x", payload=json.loads(body), publisher="A"))
     assert [r.get("seq") for r in out.receipts] == [None, 3] and out.ack == ["a1-x", "c1-pa23"]
     assert new.received == 1 and len(new.pauses) == 1
+    (topic, body), = out.publish                                         # a2 tells the consumer the pause ended
+    assert topic == "_pools.done.c1" and json.loads(body) == {"consumer": "c1", "app": "A", "seq": 2,
+                                                              "instance": "a2", "version": 3, "term": 1}
     assert new.on_delivery(event("a2", 3)).ack == ["c1-pa23"] and new.duplicates == 1   # again: acked, no line
 
 
@@ -57,6 +60,11 @@ def test_a_successor_skips_what_its_dead_predecessor_recorded(tmp_path: Path) ->
     rec, = out.receipts
     assert (rec["subscription"], rec["node"], rec["instance"], rec["event_id"]) == ("pool.A.a1", "h1", "a2", "c1-e3")
     assert succ.on_backlog(fence("a1", 2, "a1", "a3"), "h1", "a1").ack == ["c1-fa13"]
+    # its own held event above the dead one's fence opens once the backlog is drained: the pause ends
+    succ.on_delivery(fence("a2", 2, "a1", "a2"))
+    assert succ.on_delivery(event("a2", 3, "c1-e4")).ack == []
+    out = succ.drained("a1")
+    assert [r["seq"] for r in out.receipts] == [3] and [t for t, _b in out.publish] == ["_pools.done.c1"]
 
 
 def test_a_fence_from_a_user_and_a_foreign_topic_are_refused() -> None:

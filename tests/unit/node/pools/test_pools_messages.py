@@ -7,10 +7,10 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from node.pools.fence import Acked, Drained, Fence
+from node.pools.fence import Acked, Drained, Fence, FenceDone
 from node.pools.messages import (Assignment, AssignmentGuard, BadMessage, ConsumerBeat, EventKey, InstanceBeat,
-                                 parse_acked, parse_assignment, parse_drained, parse_event_key, parse_fence,
-                                 parse_heartbeat)
+                                 parse_acked, parse_assignment, parse_done, parse_drained, parse_event_key,
+                                 parse_fence, parse_heartbeat)
 
 VALID = {
     parse_assignment: ({"term": 2, "version": 7, "connections": {"A": "PR1", "B": "X2"}, "fences": {"A": 41}},
@@ -22,6 +22,8 @@ VALID = {
     parse_acked: ({"consumer": "PS1", "app": "A", "seq": 3, "instance": "PR1", "version": 4, "term": 1},
                   Acked("PS1", "A", 3, "PR1", 4, 1)),
     parse_drained: ({"app": "A", "instance": "PR1"}, Drained("A", "PR1")),
+    parse_done: ({"consumer": "PS1", "app": "A", "seq": 3, "instance": "PR2", "version": 4, "term": 1},
+                 FenceDone("PS1", "A", 3, "PR2", 4, 1)),
 }
 PARSERS = [*VALID, parse_event_key]
 
