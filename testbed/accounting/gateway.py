@@ -5,7 +5,8 @@ section; the queue falls back on neighbours.<peer>.queue_messages where a line h
 nodes/<gw>/gateway.jsonl (one line per decision) and the node's submissions.jsonl lines (their refusal reasons).
 
   node, gamma, threshold, lower, actions   the scenario's settings (threshold and lower: messages)
-  outgoing   per outgoing connector: max_queue, above_threshold_s (model s the queue spent above the configured
+  outgoing   per outgoing connector: max_queue (the highest queue a metrics line or one of the gateway's own
+             decisions saw: a decision fires between two metrics samples), above_threshold_s (model s the queue spent above the configured
              threshold), deactivated_s (model s with load balancing off for it), delivered_rate (messages per
              model second it sent over the run), sent
   throttled  submissions refused "throttled" plus messages deferred ("not now") from neighbours over their rate
@@ -131,10 +132,15 @@ def account(rep_dir: Path, reader: RecordReader, scenario: Scenario,
             if key is not None:
                 refused[key] += 1
     made = decisions(reader, node_dir / DECISIONS_FILE)
+    outgoing = {name: _connector(lines, name, gw.threshold, scale) for name in names}
+    for d in made:
+        c = outgoing.get(str(d.get("connector", "")))
+        if c is not None and isinstance(d.get("queue"), int):
+            c["max_queue"] = max(c["max_queue"], d["queue"])
     return {
         "node": gw.node, "gamma": gw.gamma, "threshold": gw.threshold, "lower": gw.lower,
         "actions": list(gw.actions),
-        "outgoing": {name: _connector(lines, name, gw.threshold, scale) for name in names},
+        "outgoing": outgoing,
         "throttled": refused["throttled"] + deferred,
         "deferred": deferred,
         "dropped": int(last.get("dropped", 0) or 0),

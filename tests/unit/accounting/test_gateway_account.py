@@ -97,3 +97,14 @@ def test_no_gateway_no_account_and_a_silent_gateway_is_a_problem(tmp_path: Path)
     assert acc["outgoing"]["n1"]["max_queue"] == 10 and acc["samples"] == 0 and acc["decisions"] == {"none": 1}
     assert reader.problems == 1 and "gateway.jsonl:2" in reader.samples[0]
     assert "wrote no `gateway` section" in SUBSYSTEM.problems({"gateway": acc})[0]
+
+
+def test_a_decision_between_two_samples_counts_for_the_highest_queue(tmp_path: Path) -> None:
+    """The gateway acts on a queue the metrics lines (one a second) may never show: its decisions' queue counts."""
+    scenario = load_text(SCENARIO, "emg.yaml")
+    node = tmp_path / "nodes" / "hub"
+    write(node / "metrics.jsonl", [metrics(100.0, 150, False, 0, 5), metrics(100.5, 199, True, 1, 7)], "metrics")
+    write(node / gateway.DECISIONS_FILE, [decision("deactivate_lb")])       # at queue 231, between the samples
+    acc = SUBSYSTEM.account(tmp_path, RecordReader(tmp_path), scenario, [])["gateway"]
+    assert acc["outgoing"]["n1"]["max_queue"] == 231
+    assert acc["outgoing"]["n2"]["max_queue"] == 7
