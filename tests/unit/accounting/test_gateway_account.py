@@ -48,9 +48,9 @@ def refusal(node: str, reason: str, accepted: bool = False) -> dict:
             "reason": reason}
 
 
-def decision(action: str) -> dict:
+def decision(action: str, queue: int = 231) -> dict:
     return {"kind": "gateway", "ts": 100.0, "node": "hub", "event": "queue_high", "action": action,
-            "connector": "n1", "gamma": 1.0, "queue": 231, "threshold": 200, "maxrate": None, "values": {}}
+            "connector": "n1", "gamma": 1.0, "queue": queue, "threshold": 200, "maxrate": None, "values": {}}
 
 
 def test_the_account_from_metrics_decisions_and_refusals(tmp_path: Path) -> None:
@@ -91,7 +91,7 @@ def test_no_gateway_no_account_and_a_silent_gateway_is_a_problem(tmp_path: Path)
     scenario = load_text(SCENARIO, "emg.yaml")
     node = tmp_path / "nodes" / "hub"
     write(node / "metrics.jsonl", [metrics(1.0, 10, False, 0, 0, section=False)], "metrics")
-    (node / gateway.DECISIONS_FILE).write_text(json.dumps(decision("none")) + "\nnot json\n")
+    (node / gateway.DECISIONS_FILE).write_text(json.dumps(decision("none", queue=5)) + "\nnot json\n")
     reader = RecordReader(tmp_path)
     acc = gateway.account(tmp_path, reader, scenario, [])
     assert acc["outgoing"]["n1"]["max_queue"] == 10 and acc["samples"] == 0 and acc["decisions"] == {"none": 1}
