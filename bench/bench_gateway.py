@@ -21,6 +21,7 @@ script; not for the record).
 """
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
 import sys
 import tempfile
@@ -88,7 +89,9 @@ def accepted_rate(gateway: bool, n: int, parallel: int = 64) -> float:
 
 
 def main() -> int:
-    small = "--small" in sys.argv[1:]
+    ap = argparse.ArgumentParser(description="Messages through one gateway node against the same path without one.")
+    ap.add_argument("--small", action="store_true", help="a small N, to check the bench runs (not a result)")
+    small = ap.parse_args().small
     n_routed, n_accepted = (2_000, 1_000) if small else (30_000, 10_000)
     gw, plain = routed_rate(True, n_routed), routed_rate(False, n_routed)
     print(f"gateway routed 1kB durable msgs/s n1->n2(gateway)->n3 (loopback, N={n_routed}): measured {gw:,.0f}/s "
