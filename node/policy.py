@@ -60,6 +60,64 @@ class AdmissionPolicy(Protocol):
     async def run_background(self) -> None: ...
 
 
+class PolicyLayer:
+    """A subsystem's layer over the node's admission policy (`Subsystem.wrap_policy`): every method goes to the
+    policy underneath unless the layer overrides it, so a layer writes only what it changes (rate control's
+    RatePolicy, the gateway's GatewayPolicy)."""
+
+    def __init__(self, inner: AdmissionPolicy) -> None:
+        self.inner = inner
+        self.managed = inner.managed
+
+    def make_queue(self, peer: str, wake: Callable[[], None]) -> TransferQueue:
+        return self.inner.make_queue(peer, wake)
+
+    def is_stream(self, p: Piece) -> bool:
+        return self.inner.is_stream(p)
+
+    def admit_submission(self, pieces: list[Piece], fragments: int, internal: bool) -> "str | Admitted | None":
+        return self.inner.admit_submission(pieces, fragments, internal)
+
+    def admit(self, peer: str, p: Piece) -> Refusal | None:
+        return self.inner.admit(peer, p)
+
+    def link_full(self, hop: str) -> str | None:
+        return self.inner.link_full(hop)
+
+    def stored(self, peer: str, p: Piece, fresh: bool) -> None:
+        self.inner.stored(peer, p, fresh)
+
+    def forwarded(self, p: Piece) -> None:
+        self.inner.forwarded(p)
+
+    def dropped(self, p: Piece) -> None:
+        self.inner.dropped(p)
+
+    def recover(self, p: Piece) -> None:
+        self.inner.recover(p)
+
+    def release_mail(self, msg_id: str) -> None:
+        self.inner.release_mail(msg_id)
+
+    def session_up(self, peer: str) -> None:
+        self.inner.session_up(peer)
+
+    def take_credits(self, peer: str) -> list[tuple[tuple[str, str], int]]:
+        return self.inner.take_credits(peer)
+
+    def has_credits(self, peer: str) -> bool:
+        return self.inner.has_credits(peer)
+
+    def sweep(self, idle: float, stream_idle: float) -> None:
+        self.inner.sweep(idle, stream_idle)
+
+    def snapshot(self) -> dict:
+        return self.inner.snapshot()
+
+    async def run_background(self) -> None:
+        await self.inner.run_background()
+
+
 class PassThrough:
     """Admits everything and keeps no accounts, but a link's queue only up to a byte cap."""
 

@@ -22,20 +22,21 @@ from node.gateway.config import GatewayConfig
 from node.gateway.connectors import Incoming
 from node.gateway.users import NOT_PERMITTED, THROTTLED, Users
 from node.piece import Piece
-from node.policy import AdmissionPolicy, Admitted
+from node.policy import AdmissionPolicy, Admitted, PolicyLayer
 from node.refusal import Refusal
-from node.transfer_queue import TransferQueue
 
 log = logging.getLogger("node.gateway")
 
 NOT_NOW = "gateway throughput"     # the start of a neighbour's "not now" reason
 
 
-class GatewayPolicy:
+class GatewayPolicy(PolicyLayer):
+    """The admission policy of a gateway node: its incoming connectors' and users' rules, then the inner
+    policy (node/policy.py PolicyLayer passes on what it does not change)."""
+
     def __init__(self, gw: GatewayConfig, me: str, inner: AdmissionPolicy,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
-        self.inner = inner
-        self.managed = inner.managed
+        super().__init__(inner)
         self.gw = gw
         self.me = me
         self._clock = clock
@@ -116,46 +117,3 @@ class GatewayPolicy:
 
     def set_throughput(self, name: str, rate: float | None) -> None:
         self.incoming[name].set_throughput(rate, self._clock())
-
-    # -- the inner policy's, unchanged --------------------------------------------------------
-    def make_queue(self, peer: str, wake: Callable[[], None]) -> TransferQueue:
-        return self.inner.make_queue(peer, wake)
-
-    def stored(self, peer: str, p: Piece, fresh: bool) -> None:
-        self.inner.stored(peer, p, fresh)
-
-    def forwarded(self, p: Piece) -> None:
-        self.inner.forwarded(p)
-
-    def dropped(self, p: Piece) -> None:
-        self.inner.dropped(p)
-
-    def recover(self, p: Piece) -> None:
-        self.inner.recover(p)
-
-    def release_mail(self, msg_id: str) -> None:
-        self.inner.release_mail(msg_id)
-
-    def is_stream(self, p: Piece) -> bool:
-        return self.inner.is_stream(p)
-
-    def link_full(self, hop: str) -> str | None:
-        return self.inner.link_full(hop)
-
-    def session_up(self, peer: str) -> None:
-        self.inner.session_up(peer)
-
-    def take_credits(self, peer: str) -> list[tuple[tuple[str, str], int]]:
-        return self.inner.take_credits(peer)
-
-    def has_credits(self, peer: str) -> bool:
-        return self.inner.has_credits(peer)
-
-    def sweep(self, idle: float, stream_idle: float) -> None:
-        self.inner.sweep(idle, stream_idle)
-
-    def snapshot(self) -> dict:
-        return self.inner.snapshot()
-
-    async def run_background(self) -> None:
-        await self.inner.run_background()

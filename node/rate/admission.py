@@ -18,7 +18,7 @@ import time
 from typing import Callable
 
 from node.config import NodeConfig
-from node.policy import AdmissionPolicy
+from node.policy import AdmissionPolicy, PolicyLayer
 from node.rate.bucket import TokenBucket
 from node.rate.pacer import PacedQueue
 from node.rate.weights import decile
@@ -30,12 +30,11 @@ OVERFLOW = "overflow"          # the refusal reason of a full client queue (reas
 ROOT_FULL = "root queue full"  # the root's "not now"
 
 
-class RatePolicy:
+class RatePolicy(PolicyLayer):
     """The admission policy of a rate-controlled node: its role's bounds, then the inner policy."""
 
     def __init__(self, cfg: NodeConfig, inner: AdmissionPolicy) -> None:
-        self.inner = inner
-        self.managed = inner.managed
+        super().__init__(inner)
         self.me = cfg.name
         self.rc = cfg.rate
         self.role = cfg.rate.role
@@ -62,9 +61,6 @@ class RatePolicy:
         self._changed = self._since
 
     # -- the role's own parts --------------------------------------------------------------
-    def make_queue(self, peer: str, wake: Callable[[], None]) -> TransferQueue:
-        return self.inner.make_queue(peer, wake)
-
     def pace(self, peer: str, q: TransferQueue, wake: Callable[[], None]) -> TransferQueue:
         """A client's queue towards its root, paced by the token bucket (the link scheduler layer); others as
         they are."""
@@ -165,28 +161,3 @@ class RatePolicy:
             self.weight = w
             if self.on_weight is not None:
                 self.on_weight(w)
-
-    # -- the inner policy's, unchanged --------------------------------------------------------
-    def is_stream(self, p: Piece) -> bool:
-        return self.inner.is_stream(p)
-
-    def link_full(self, hop: str) -> str | None:
-        return self.inner.link_full(hop)
-
-    def session_up(self, peer: str) -> None:
-        self.inner.session_up(peer)
-
-    def take_credits(self, peer: str) -> list[tuple[tuple[str, str], int]]:
-        return self.inner.take_credits(peer)
-
-    def has_credits(self, peer: str) -> bool:
-        return self.inner.has_credits(peer)
-
-    def sweep(self, idle: float, stream_idle: float) -> None:
-        self.inner.sweep(idle, stream_idle)
-
-    def snapshot(self) -> dict:
-        return self.inner.snapshot()
-
-    async def run_background(self) -> None:
-        await self.inner.run_background()
