@@ -38,17 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from node.backoff import Backoff
 from node.client import Access, NodeClient, Subscription
 from node.errors import UserError
 from node.pools.fence import Acked, Drained, Fence, FenceDone, InstanceFence, Step
 from node.pools.messages import BadMessage, parse_acked, parse_drained, parse_event_key, parse_fence
 from node.pools.sender import DONE_TOPIC
+from testbed.experiment.subscribers import keep_streaming
 
 log = logging.getLogger(__name__)
 
-BACKOFF_MIN = 0.2
-BACKOFF_MAX = 2.0
 FENCE, ACKED, DRAINED = "_fence", "_acked", "_drained"
 
 
@@ -307,17 +305,7 @@ class PoolInstance:
 
     # -- the subscription --------------------------------------------------------------------------------
     def _run(self) -> None:
-        backoff = Backoff(BACKOFF_MIN, BACKOFF_MAX)
-        while not self._stop.is_set():
-            if self._reachable(self.node):
-                try:
-                    self._stream()
-                    backoff.reset()
-                except UserError as exc:
-                    if not self._stop.is_set():
-                        self._note(str(exc))
-            if self._stop.wait(backoff.wait()):
-                return
+        keep_streaming(self._stop, lambda: self._reachable(self.node), self._stream, self._note)
 
     def _stream(self) -> None:
         with NodeClient.to(self.address, self.token) as client:

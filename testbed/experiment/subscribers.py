@@ -28,6 +28,23 @@ BACKOFF_MIN = 0.2
 BACKOFF_MAX = 2.0
 
 
+def keep_streaming(stop: threading.Event, reachable: Callable[[], bool], stream: Callable[[], None],
+                   note: Callable[[str], None]) -> None:
+    """A subscriber client's life: run `stream` while the node is reachable, note why a stream ended, and start
+    again after a backoff (with jitter) until `stop` is set. Shared by the subscribers and the pools' instances."""
+    backoff = Backoff(BACKOFF_MIN, BACKOFF_MAX)
+    while not stop.is_set():
+        if reachable():
+            try:
+                stream()
+                backoff.reset()
+            except UserError as exc:
+                if not stop.is_set():
+                    note(str(exc))
+        if stop.wait(backoff.wait()):
+            return
+
+
 class SubscriberClient:
     def __init__(self, spec: SubscriptionSpec, address: str, directory: Path,
                  reachable: Callable[[str], bool], token: Access = Access()) -> None:
@@ -57,17 +74,7 @@ class SubscriberClient:
         self._thread.start()
 
     def _run(self) -> None:
-        backoff = Backoff(BACKOFF_MIN, BACKOFF_MAX)
-        while not self._stop.is_set():
-            if self._reachable(self.spec.node):
-                try:
-                    self._stream()
-                    backoff.reset()
-                except UserError as exc:
-                    if not self._stop.is_set():
-                        self._note(str(exc))
-            if self._stop.wait(backoff.wait()):
-                return
+        keep_streaming(self._stop, lambda: self._reachable(self.spec.node), self._stream, self._note)
 
     def _stream(self) -> None:
         s = self.spec
