@@ -19,7 +19,7 @@ from node.registry import config_from_dict
 from testbed.localnet import free_port
 
 INTERVAL = 0.05                    # seconds between probes
-QUANTUM = 1.0                      # loopback latency rounds up to one quantum
+QUANTUM = 1.0                      # loopback latency rounds up to one quantum (or a few, under load)
 ROUTING = {"mode": "dynamic", "nodes": ["n1", "n2"], "damping": {"enabled": False}, "cost": {"quantum": QUANTUM},
            # probes left unanswered stay outstanding for the whole test: no loss moves the cost either
            "monitor": {"interval": INTERVAL, "timeout": 60.0}}
@@ -73,7 +73,7 @@ def test_forged_probe_answers_change_no_cost_and_are_counted(tmp_path: Path) -> 
             # n2 answers no more; n1 goes on probing it
             await nodes["n2"].subsystem("routing").node_router.dynamic.monitor.stop()
             await asyncio.sleep(2 * INTERVAL)
-            answered, latency = est.answered, est.latency_ms
+            answered, latency, cost = est.answered, est.latency_ms, monitor.cost("n2")
             forged = 0
             for _ in range(10):
                 for seq, sent in list(est._pending.items()):     # what an observer on the path saw
@@ -83,7 +83,8 @@ def test_forged_probe_answers_change_no_cost_and_are_counted(tmp_path: Path) -> 
                 await asyncio.sleep(INTERVAL)
             await asyncio.sleep(2 * INTERVAL)
             assert forged >= 30
-            assert monitor.cost("n2") == QUANTUM
+            # the cost the real answers gave (one quantum on a quiet loopback, more on a loaded machine) stays
+            assert monitor.cost("n2") == cost >= QUANTUM
             assert est.answered == answered and est.latency_ms == latency
             refused = nodes["n1"].engine.snapshot()["routing"]["probes_refused"]
             assert refused["malformed"] >= 2 * forged // 3 and refused["mac"] >= forged // 3
