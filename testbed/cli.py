@@ -12,7 +12,11 @@ import logging
 import os
 import sys
 
-from testbed import __version__
+# gRPC's own log lines (a refused TLS handshake, say) stay out of the CLI's output: a failure is one line of ours.
+# Set before the command modules import grpc, which reads it when its core starts; a user's value stands.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
+from testbed import __version__  # noqa: E402
 from testbed.commands import (check, experiment, export, gateway, image, inspect, messaging, network, pools, pubsub,
                               reproduce, routing)
 from node.errors import UserError
