@@ -70,8 +70,9 @@ def test_contents_reach_every_section_in_order_and_links_resolve() -> None:
 
 def test_no_page_speaks_of_history_or_of_one_machine() -> None:
     words = ["this machine lacks", "the behaviour before this", "Later issues", "development machine",
-             "as before", "used to be", "not measured yet", "as today", "issue 3", "issue 4"]
+             "as before", "used to be", "not measured yet", "as today"]
+    tracker = re.compile(r"\bissues? #?\d", re.IGNORECASE)      # a user's clone has no issue tracker
     for page in [README, ROOT / "Makefile", *DOCS]:
         body = page.read_text()
-        found = [w for w in words if w.lower() in body.lower()]
+        found = [w for w in words if w.lower() in body.lower()] + tracker.findall(body)
         assert not found, (page.name, found)

@@ -156,7 +156,7 @@ def test_commands_replicate_and_refused_ones_change_nothing(tmp_path: Path) -> N
 
 
 def test_a_new_leader_within_the_election_bound_and_a_late_command_is_refused(tmp_path: Path) -> None:
-    timeouts = RaftTimeouts()      # pysyncobj's defaults: this is the fail-over the target is set for
+    timeouts = RaftTimeouts()      # pysyncobj's defaults: the fail-over the 2 s target is set for
     async def main() -> None:
         group = Replicas(tmp_path, free_addresses(3), timeouts)
         await group.start_all()
