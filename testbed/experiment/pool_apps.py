@@ -64,7 +64,7 @@ from node.pools.sender import DONE_TOPIC
 from testbed import netstate, pycmd, registry
 from testbed.experiment.subscribers import keep_streaming
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("testbed.experiment.pool_apps")     # also when run as __main__
 
 FENCE, ACKED, DRAINED = "_fence", "_acked", "_drained"
 RECEIPTS, INFO, LOG = "receipts.jsonl", "instance.json", "client.log"
