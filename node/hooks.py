@@ -97,15 +97,16 @@ class EngineHooks:
                 parts.setdefault(p.mkey, []).append(i)
         for mkey, idx in parts.items():
             pieces = [keep[i] for i in idx]
-            payload = await _completed(pieces, partial.get(mkey), spool)
-            if payload is None:
-                continue
             pend = partial.get(mkey)
+            got = await _completed(pieces, pend, spool)
+            if got is None:
+                continue
+            payload, at = got
             meta = max(pieces + ([pend.meta] if pend is not None and pend.meta is not None else []),
                        key=lambda x: x.hops)
             r = _ask(self.on_receive[meta.kind], meta, payload, me)
-            if r is not None:        # the op goes with the batch's last piece of the copy
-                out[idx[-1]] = Received(_reassembling(meta, payload, deliver_ts, r.op), r.done)
+            if r is not None:        # the op goes with a piece the transaction stores as new
+                out[idx[at]] = Received(_reassembling(meta, payload, deliver_ts, r.op), r.done)
         return out
 
     def snapshot(self) -> dict:
@@ -133,25 +134,32 @@ def _op_parts(msg_id: str, dst: str) -> Op:
     return op
 
 
-async def _completed(pieces: list[Piece], pend: Any, spool: Any) -> bytes | None:
-    """The whole payload of a copy if `pieces` (one batch's pieces of it) and what earlier transactions stored
-    of it cover it exactly, else None. What was stored before is read (committed) only when the batch can
-    complete the copy by the reassembly table's count."""
+async def _completed(pieces: list[Piece], pend: Any, spool: Any) -> tuple[bytes, int] | None:
+    """(the whole payload, the position in `pieces` of its last new piece) if `pieces` (one batch's pieces of a
+    copy) and what earlier transactions stored of it cover it exactly, else None. What was stored before is
+    read (committed) only when the batch can complete the copy by the reassembly table's count. The planned
+    op goes with a piece stored before neither in the spool nor earlier in the batch: a retransmission is a
+    duplicate, and the op of a piece that is not new does not run."""
     total = pieces[0].total
     have: dict[int, bytes] = {}
     if pend is not None:
         if pend.got + sum(p.size for p in pieces) < total:
             return None
         have = dict(await spool.read(_op_parts(*pieces[0].mkey)))
-    for p in pieces:
-        have[p.off] = bytes(p.data)
+    at = -1
+    for j, p in enumerate(pieces):
+        if p.off not in have:
+            have[p.off] = bytes(p.data)
+            at = j
+    if at < 0:
+        return None              # nothing new here: the copy was complete before (or is being completed)
     pos, chunks = 0, []
     for off in sorted(have):
         if off != pos:
             return None          # a gap or an overlap: the engine's own reassembly takes it
         chunks.append(have[off])
         pos += len(have[off])
-    return b"".join(chunks) if pos == total else None
+    return (b"".join(chunks), at) if pos == total else None
 
 
 class _NotWhole(Exception):
