@@ -145,7 +145,11 @@ async def _completed(pieces: list[Piece], pend: Any, spool: Any) -> tuple[bytes,
     if pend is not None:
         if pend.got + sum(p.size for p in pieces) < total:
             return None
-        have = dict(await spool.read(_op_parts(*pieces[0].mkey)))
+        try:
+            have = dict(await spool.read(_op_parts(*pieces[0].mkey)))
+        except Exception as exc:   # before the receive transaction: the engine's own reassembly still has it
+            log.warning("reading the stored pieces of %s failed: %r", pieces[0].msg_id, exc)
+            return None
     at = -1
     for j, p in enumerate(pieces):
         if p.off not in have:
