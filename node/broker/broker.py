@@ -16,9 +16,10 @@ Two paths, chosen per target by the publisher:
   across link cuts and restarts. The next broker, in the transaction that
   stores the copy (its message kind's receive hook, `received`), queues it for
   its local durable subscriptions, stores the copies for its next hops and
-  remembers the (publication, target) pairs: one commit per hop. A copy that
-  hook leaves alone (in several pieces, a duplicate target, not storable now)
-  goes the longer way: from the spool's inbox (`delivered`), in a second
+  remembers the (publication, target) pairs: one commit per hop (a copy in
+  several pieces: in the transaction of the batch that completes it, which
+  also reassembles it). A copy that hook leaves alone (a duplicate target,
+  not storable now, pieces the engine reassembles itself) goes the longer way: from the spool's inbox (`delivered`), in a second
   transaction that also takes it out of the inbox.
 - live: a target with non-durable subscriptions only. The copy is a Link frame
   (`publication`), never stored: at most once, like NATS core.
