@@ -17,6 +17,8 @@ fit and the first misfit. Prints per topology
     grid at 64 hosts: memory in use measured 3.10 GiB / bound 24.00 GiB = ratio 0.13
     grid at 64 hosts: set-up 25.3 s, teardown 9.1 s (no bound)
 
+and the same figures for the smallest misfit.
+
 Resumable: every probe appends one JSON line to --results (default
 runs/bench-scale/results.jsonl); a probe already there (same topology, size and
 workload) is not run again. Wall time: a probe is about 33 s of emulated time
@@ -182,6 +184,8 @@ def verdict(doc: dict, mem_limit: float) -> str:
         return f"failed ({doc['error'][:200]})"
     if not doc.get("complete"):
         return "incomplete rep"
+    if doc.get("lost"):
+        return f"lost {doc['lost']} messages (a failed run, not a ceiling: look at it)"
     if doc.get("saturated"):
         return "saturated"
     if doc.get("mem_bytes") is not None and doc["mem_bytes"] >= mem_limit:
@@ -252,18 +256,22 @@ def report(topology: str, shapes: list[Shape], good: int | None, bad: int | None
         misfit = " (only the smallest probe ran: a lower bound, not the ceiling)"
     if good is None:
         print(f"{topology} largest unsaturated: none (the smallest probe did not fit){misfit}")
-        return
-    s, d = shapes[good], doc_of(good)
-    print(f"{topology} largest unsaturated: {s.hosts} hosts ({s.label}){misfit}")
+    else:
+        print(f"{topology} largest unsaturated: {shapes[good].hosts} hosts ({shapes[good].label}){misfit}")
+    for i in (good, bad):
+        if i is not None:
+            _figures(f"{topology} at {shapes[i].hosts} hosts{'' if i == good else ' (misfit)'}", doc_of(i), search)
+
+
+def _figures(label: str, d: dict, search: Search) -> None:
     frac = d.get("fraction_above")
     if frac is not None:
-        print(f"{topology} at {s.hosts} hosts: CPU above 90% in measured {frac:.3f} of samples / bound 0.100 = "
-              f"ratio {frac / 0.1:.2f} (mean {d.get('cpu_mean')}%, peak {d.get('cpu_peak')}%, "
-              f"{d.get('samples')} samples)")
+        print(f"{label}: CPU above 90% in measured {frac:.3f} of samples / bound 0.100 = ratio {frac / 0.1:.2f} "
+              f"(mean {d.get('cpu_mean')}%, peak {d.get('cpu_peak')}%, {d.get('samples')} samples)")
     if d.get("mem_bytes") is not None:
-        print(f"{topology} at {s.hosts} hosts: memory in use measured {d['mem_bytes'] / GIB:.2f} GiB / bound "
+        print(f"{label}: memory in use measured {d['mem_bytes'] / GIB:.2f} GiB / bound "
               f"{search.mem_limit / GIB:.2f} GiB = ratio {d['mem_bytes'] / search.mem_limit:.2f}")
-    print(f"{topology} at {s.hosts} hosts: set-up {d.get('setup_s')} s, teardown {d.get('teardown_s')} s "
+    print(f"{label}: set-up {d.get('setup_s')} s, teardown {d.get('teardown_s')} s "
           f"(teardown to the run's exit, the loss check included; no bound)")
 
 
@@ -291,7 +299,11 @@ def main() -> int:
         print(f"bench_scale: need 2 <= --start <= --max-hosts <= {MAX_HOSTS}")
         return 2
     search = Search(args)
-    print(f"load before: {Path('/proc/loadavg').read_text().split()[:3]}; workload: {search.workload}")
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    print(f"load before: {load}; workload: {search.workload}")
+    if float(load[0]) > 1.0:
+        print(f"bench_scale: warning: load average {load[0]} before the first probe; the verdicts count the other "
+              f"processes' CPU too")
     for topology in topologies:
         shapes = SHAPES[topology](args.max_hosts)
         if args.smallest:
