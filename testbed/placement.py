@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from testbed.topology.model import Direction, Topology
+
 DAEMON_LOAD = 1.0
 ROUTER_LOAD = 0.1
 # KL looks at the best few candidates of each side per swap, not every pair: a pass stays O(n^2) at 500 hosts
@@ -48,14 +50,14 @@ class Graph:
         return adj
 
 
-def graph_of(topo, daemons: set[str] | list[str]) -> Graph:
+def graph_of(topo: Topology, daemons: set[str] | list[str]) -> Graph:
     """The placement graph of a Topology (testbed/topology/model.py); `daemons` are the hosts with a daemon."""
     with_daemon = set(daemons)
     rates = [d.rate for link in topo.links for d in (link.a_to_b, link.b_to_a) if d.rate]
     rates += [lan.params.rate for lan in topo.lans if lan.params.rate]
     unlimited = max(rates) if rates else 1.0
 
-    def weight(*dirs) -> float:
+    def weight(*dirs: Direction) -> float:
         limited = [d.rate for d in dirs if d.rate]
         # a direction without a limit is as fast as the fastest link: the link weighs that much
         return unlimited if len(limited) < len(dirs) else float(max(limited))
