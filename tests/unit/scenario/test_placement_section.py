@@ -28,12 +28,15 @@ def test_a_valid_placement_is_refused_in_one_sentence(strategy: str) -> None:
     assert error(MACHINES + strategy) == f"pl.yaml:3 placement: {NOT_BUILT}"
 
 
-def test_validate_exits_2_with_one_line(tmp_path, capsys) -> None:
+@pytest.mark.parametrize("command", [["validate"], ["run", "--out", "OUT"]])
+def test_validate_and_run_exit_2_with_one_line_and_build_nothing(tmp_path, capsys, command: list[str]) -> None:
     path = tmp_path / "pl.yaml"
     path.write_text(BASE + MACHINES)
-    assert cli.main(["validate", str(path)]) == 2
+    out = tmp_path / "out"
+    assert cli.main([command[0], str(path), *[str(out) if a == "OUT" else a for a in command[1:]]]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "multi-machine runs are not built yet" in err
+    assert not out.exists()
 
 
 def test_without_the_section_nothing_changes() -> None:
