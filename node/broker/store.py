@@ -80,9 +80,9 @@ def op_next(name: str, after: int, limit: int) -> Op:
 
 
 def op_ack(name: str, seqs: list[int]) -> Op:
+    """Remove acknowledged rows; returns how many were still there (the backlog count goes down by that)."""
     def op(c: sqlite3.Connection) -> int:
-        c.executemany("DELETE FROM pub_queue WHERE name=? AND seq=?", [(name, s) for s in seqs])
-        return len(seqs)
+        return c.executemany("DELETE FROM pub_queue WHERE name=? AND seq=?", [(name, s) for s in seqs]).rowcount
     return op
 
 
