@@ -1,6 +1,7 @@
 """A durable subscription's backlog count (what ListSubscriptions reports, and what a draining pool instance waits to
 see at 0) against the rows of a real SQLite spool: every acknowledgement that removes rows lowers the count by the
-rows it removed, also when the caller is cancelled while the removal commits, and never for a row already gone."""
+rows it removed, also when the caller is cancelled while the removal commits, and never for a row already gone; a
+publication queued for it counts even when the publishing call is cancelled while it commits."""
 from __future__ import annotations
 
 import asyncio
@@ -11,6 +12,7 @@ from node import registry
 from node.broker import store
 from node.broker.broker import Broker
 from node.broker.subscriptions import DurableSubscription, Stream
+from node.rpc import pubsub_pb2
 from node.spool import Spool
 
 CFG = registry.config_from_dict({"name": "n1", "data_listen": "127.0.0.1:7000", "mgmt_listen": "127.0.0.1:7001"})
@@ -74,6 +76,33 @@ def test_an_ack_for_a_row_already_removed_does_not_count_twice(tmp_path: Path) -
             await broker.ack(sub, new, ["p0"])
             assert rows(spool, "s") == 1
             assert sub.backlog == 1               # was 0 while p1 still waited: a drain would end early
+        finally:
+            spool.close()
+    asyncio.run(main())
+
+
+def test_a_publication_whose_caller_is_cancelled_mid_commit_still_counts(tmp_path: Path) -> None:
+    async def main() -> None:
+        spool = Spool(tmp_path / "spool.db", 0.0)
+        spool.open()
+
+        async def originate_together(messages, also) -> None:
+            await spool.run(also)
+        engine = SimpleNamespace(spool=spool, peers={}, originate_together=originate_together)
+        broker = Broker(CFG, engine, SimpleNamespace(write=lambda *a, **k: None))
+        try:
+            await spool.run(store.op_create())
+            await broker.interest.start([])
+            sub, _stream = await broker.subscribe(pubsub_pb2.SubscribeStart(pattern="a.>", name="s", durable=True),
+                                                  "", True)
+            task = asyncio.ensure_future(broker.publish("a.b", b"x", None, 1, 0.0, "", ""))
+            await asyncio.sleep(0)
+            task.cancel()                         # the client's deadline, while the store commits
+            await asyncio.gather(task, return_exceptions=True)
+            await spool.run(lambda c: None)
+            await asyncio.sleep(0.05)
+            assert rows(spool, "s") == 1
+            assert sub.backlog == 1               # was 0 with a row waiting: a drain would end and discard it
         finally:
             spool.close()
     asyncio.run(main())
