@@ -609,8 +609,8 @@ class Broker:
             sub = self.durable.get(name)
             if sub is None:
                 self._check_durable_quota(user, admin)
-                await self.spool.run(store.op_subscribe(name, start.pattern, time.time(), user))
-                sub = self.durable.setdefault(name, DurableSubscription(name, start.pattern, owner=user))
+                queued = await self.spool.run(store.op_subscribe(name, start.pattern, time.time(), user))
+                sub = self.durable.setdefault(name, DurableSubscription(name, start.pattern, queued, owner=user))
                 self._interest_changed()
                 log.info("%s: durable subscription %s on %s, owner %s", self.me, name, start.pattern,
                          user or "the admin")

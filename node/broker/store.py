@@ -57,9 +57,12 @@ def op_create() -> Op:
 
 
 def op_subscribe(name: str, pattern: str, now: float, owner: str) -> Op:
-    def op(c: sqlite3.Connection) -> None:
+    """Create a durable subscription; returns the rows already queued under its name (its backlog count starts
+    there: a publication stored while a subscription of that name was being removed leaves its row behind)."""
+    def op(c: sqlite3.Connection) -> int:
         c.execute("INSERT OR IGNORE INTO pub_subscription(name, pattern, created, owner) VALUES (?,?,?,?)",
                   (name, pattern, now, owner))
+        return c.execute("SELECT COUNT(*) FROM pub_queue WHERE name=?", (name,)).fetchone()[0]
     return op
 
 

@@ -1,7 +1,8 @@
 """A durable subscription's backlog count (what ListSubscriptions reports, and what a draining pool instance waits to
 see at 0) against the rows of a real SQLite spool: every acknowledgement that removes rows lowers the count by the
 rows it removed, also when the caller is cancelled while the removal commits, and never for a row already gone; a
-publication queued for it counts even when the publishing call is cancelled while it commits."""
+publication queued for it counts even when the publishing call is cancelled while it commits; a new subscription
+counts the rows already queued under its name."""
 from __future__ import annotations
 
 import asyncio
@@ -103,6 +104,25 @@ def test_a_publication_whose_caller_is_cancelled_mid_commit_still_counts(tmp_pat
             await asyncio.sleep(0.05)
             assert rows(spool, "s") == 1
             assert sub.backlog == 1               # was 0 with a row waiting: a drain would end and discard it
+        finally:
+            spool.close()
+    asyncio.run(main())
+
+
+def test_a_new_subscription_counts_the_rows_left_under_its_name(tmp_path: Path) -> None:
+    async def main() -> None:
+        spool = Spool(tmp_path / "spool.db", 0.0)
+        spool.open()
+        broker = Broker(CFG, SimpleNamespace(spool=spool, peers={}), SimpleNamespace(write=lambda *a, **k: None))
+        try:
+            await spool.run(store.op_create())
+            await broker.interest.start([])
+            # a publication stored while the subscription of that name was being removed: its row stayed
+            await spool.run(lambda c: c.execute("INSERT INTO pub_queue(name, pub_id, hops, expires_ts, body) "
+                                                "VALUES ('s', 'p0', 0, 9e9, x'')"))
+            sub, _stream = await broker.subscribe(pubsub_pb2.SubscribeStart(pattern="a.>", name="s", durable=True),
+                                                  "", True)
+            assert sub.backlog == rows(spool, "s") == 1   # was 0: a drain to backlog 0 would discard the row
         finally:
             spool.close()
     asyncio.run(main())
