@@ -82,7 +82,13 @@ def starved_seconds(reports: list[dict[str, Any]], below_bps: float, scale: floa
     """Model seconds (wall / scale) between consecutive reports (time order) where the earlier one states a
     non-empty queue and a rate in force below `below_bps` (wall units, as the records). The last report
     counts nothing: where it ends is unknown."""
-    pts = sorted(((float(r["ts"]), int(r["queue_bytes"]), float(r["rate_bps"])) for r in reports))
+    pts = []
+    for r in reports:
+        try:
+            pts.append((float(r["ts"]), int(r["queue_bytes"]), float(r["rate_bps"])))
+        except (KeyError, TypeError, ValueError):
+            continue        # a malformed line is the schema check's to report, not a reason to fail the summary
+    pts.sort()
     wall = sum(t1 - t0 for (t0, queued, rate), (t1, _q, _r) in zip(pts, pts[1:]) if queued > 0 and rate < below_bps)
     return round(wall / scale, 1)
 

@@ -17,3 +17,5 @@ def test_only_intervals_with_a_queue_and_a_rate_below_the_bound_count() -> None:
     # 0.5 wall s at time_scale 0.125 = 4 model s; the reports' order in the file does not matter
     assert starved_seconds(list(reversed(reps)), below_bps=100.0, scale=0.125) == 4.0
     assert starved_seconds([], below_bps=100.0, scale=1.0) == 0.0
+    # a line without its numbers is skipped, not a failed summary
+    assert starved_seconds([*reps, {"ts": 100.1, "queue_bytes": None}], below_bps=100.0, scale=0.125) == 4.0
