@@ -28,7 +28,7 @@ POSITIVE_METRICS = frozenset({"throughput_multi", "throughput_2plus_Bps", "throu
                               "latency_mean", "latency_p50", "mean_delay_s", "delay_model_s"})
 # per-run counts and other quantities that cannot be negative: t on raw values, lower bound cut at 0
 NONNEGATIVE_METRICS = frozenset({"submitted", "accepted", "delivered", "undelivered", "duplicates", "hops_mean",
-                                 "lost", "late"})
+                                 "lost", "late", "rate_overflowed", "rate_starved_s"})
 
 
 def t975(df: int) -> float:

@@ -12,9 +12,16 @@
     statements: each of the file's statements on every repetition it is about, printed beside the paper's
             words and written to statements.csv in the figure folder; one that does not hold makes the
             status 1. The series they measure over time: NAME-series.csv and NAME-series.png there
+    section tables: the report's tables and figures of a subsystem section the figure's runs have (the MQ
+            rate control's rate_*.csv and rate_*.png), copied to the figure folder: every CSV behind a
+            figure is committed with it
+    commits: every CSV the run wrote there gets a `commit` column (the commit each row's repetitions ran
+            at) and commits.txt says in one sentence whether the rows mix commits (commits.py)
 """
 from __future__ import annotations
 
+import shutil
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,7 +30,7 @@ import yaml
 from node.errors import UserError
 from testbed.experiment import runner, sweep
 from testbed.experiment.progress import Progress
-from testbed.reproduce import plot, statements, table, traces
+from testbed.reproduce import commits, plot, statements, table, traces
 from testbed.reproduce.spec import MESSAGE_SIZE, REPO, Reproduction
 
 EXIT_INTERRUPTED = runner.EXIT_INTERRUPTED
@@ -71,13 +78,33 @@ def reproduce(repro: Reproduction, out: Path, reps: int | None, quick: bool, pro
     if rc == EXIT_INTERRUPTED or rc >= 128:
         return rc
     figure_dir = out / "figure" if quick else repro.figure_dir
+    written_from = time.time()
     csv_path, png_path = write_figure(repro, out, figure_dir)
     print(f"figure: {png_path}\ntable:  {csv_path}", file=stream)
     if repro.paper is not None:
         print("paper:  " + yaml.safe_dump(repro.paper, default_flow_style=True, width=200).strip(), file=stream)
     if not check_statements(repro, out, figure_dir, stream) and rc == 0:
         rc = 1
+    copied = copy_section_tables(out / "report", figure_dir)
+    if copied:
+        print(f"tables: {', '.join(p.name for p in copied)} (in {figure_dir})", file=stream)
+    print(f"commits: {commits.stamp_folder(out, figure_dir, written_from)}", file=stream)
     return rc
+
+
+# report tables and figures of a subsystem section, by name prefix: a figure drawn from them needs them committed
+SECTION_PREFIXES = ("rate_",)
+
+
+def copy_section_tables(report_dir: Path, figure_dir: Path) -> list[Path]:
+    """The report's section CSVs and PNGs (SECTION_PREFIXES) copied into the figure folder; the copies."""
+    copied: list[Path] = []
+    for src in sorted(Path(report_dir).glob("*")):
+        if src.suffix in (".csv", ".png") and src.name.startswith(SECTION_PREFIXES) and src.is_file():
+            figure_dir.mkdir(parents=True, exist_ok=True)
+            # a fresh modification time (copyfile keeps none): the commit stamp takes the files written now
+            copied.append(Path(shutil.copyfile(src, figure_dir / src.name)))
+    return copied
 
 
 def check_statements(repro: Reproduction, out: Path, figure_dir: Path, stream: TextIO) -> bool:
