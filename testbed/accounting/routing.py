@@ -235,13 +235,19 @@ def right_share(changes: list[tuple[float, str, float]], timeline: CostTimeline,
     cuts = sorted({start, end, *(t for t in timeline.changes() if start < t < end),
                    *(c[0] for c in changes if start < c[0] < end)})
     right = total = 0.0
+    i, hop = 0, None            # one pass: a 30-minute run has thousands of cost lines per route
+    rights: dict[int, set[str]] = {}
     for lo, hi in zip(cuts, cuts[1:]):
-        now = hop_at(changes, lo)
-        if now is None:
+        while i < len(changes) and changes[i][0] <= lo:
+            hop = changes[i][1]
+            i += 1
+        if hop is None:
             continue
         total += hi - lo
-        hops, _ = right_hops(timeline.at(lo), node, dst)
-        right += (hi - lo) if now[0] in hops else 0.0
+        graph = timeline.at(lo)
+        if id(graph) not in rights:
+            rights[id(graph)] = right_hops(graph, node, dst)[0]
+        right += (hi - lo) if hop in rights[id(graph)] else 0.0
     return right / total if total > 0 else None
 
 
