@@ -12,7 +12,8 @@ its time scale), so the start-up's first tables are not counted as moves.
 - moves            next-hop changes of every (node, destination) inside the window
 - moves_per_hour   moves per model hour of the window
 - table_match      share of (node, destination) whose next hop was a right one at the checkpoints: just
-                   before each link change inside the window, and at its end (the tables of Gunduz 2006
+                   before each link change inside the window (changes applied together count once), and at
+                   its end (the tables of Gunduz 2006
                    Tables 3-5 are read at the end of each phase)
 - better_share     share of the window during which a route was on a right next hop, over the routes
                    whose right next hop changed in the window (a flapping link's better path); null when
@@ -42,6 +43,7 @@ from testbed.accounting.records import RecordReader
 
 KEY = "routing"
 TIE = 1e-6                 # ms: costs closer than this are equal (sums of floats)
+TOGETHER = 0.5             # s: link changes closer than this are one change (faults given the same time)
 ACCURATE_FROM = 10.0       # ms: links at least this slow count in cost_error_max
 DIRECTIONS = ("a_to_b", "b_to_a")
 NOT_MOVES = ("static",)    # a table set through the Control service is not routing's decision
@@ -71,6 +73,16 @@ class CostTimeline:
 
     def changes(self) -> list[float]:
         return [ts for ts, _ in self.steps[1:]]
+
+    def phases(self) -> list[float]:
+        """Where phases start: the link changes, those applied together (faults at the same time, a few ms
+        apart) counted once, at the first of them."""
+        out: list[float] = []
+        for ts in self.changes():
+            if not out or ts - last > TOGETHER:
+                out.append(ts)
+            last = ts
+        return out
 
 
 # ---- Dijkstra --------------------------------------------------------------------------------------------
@@ -313,7 +325,7 @@ def account(rep_dir: Path, reader: RecordReader, wall_duration: float, time_scal
         window = (min(stamps), max(stamps))
     start, end = window
     hours = (end - start) / (time_scale if time_scale > 0 else 1.0) / 3600.0
-    checkpoints = [t - TIE for t in timeline.changes() if start < t <= end] + [end]
+    checkpoints = [t - TIE for t in timeline.phases() if start < t <= end] + [end]
     averaged = mean_graph(timeline, start, end)
     pairs: list[dict[str, Any]] = []
     tables: list[dict[str, Any]] = []
@@ -347,7 +359,7 @@ def account(rep_dir: Path, reader: RecordReader, wall_duration: float, time_scal
                            "next_hop": now[0] if now else None,
                            "cost": _cost(now[1]) if now else None,
                            "right": sorted(hops, key=natural_key), "right_cost": _cost(best), "match": match})
-    bounds = timeline.changes()
+    bounds = timeline.phases()
     link_rows = settled_costs(rep_dir, reader, bounds, timeline)
     errors = [abs(r["error"]) for r in link_rows
               if r["error"] is not None and (r["configured_ms"] or 0) >= ACCURATE_FROM]

@@ -50,6 +50,8 @@ def run(tmp_path: Path) -> Path:
         event(120.0, "link_set", "n1-n2", direction="both", before=before, delay=0.040),
         event(160.0, "link_set", "n1-n2", direction="both", before={"a_to_b": {"delay": 0.040},
                                                                     "b_to_a": {"delay": 0.040}}, delay=0.010),
+        # applied with the change before it (faults given the same time): one phase boundary, not two
+        event(160.003, "link_set", "n2-n3", direction="both", before=before, delay=0.010),
         event(200.0, "workload_end", "all")], "event")
     write(tmp_path / "nodes/n1/routes.jsonl", [
         route(90.0, "n1", "n2", "n2", 10, "initial"), route(90.0, "n1", "n3", "n2", 20, "initial"),
