@@ -15,8 +15,8 @@
                the max against the bound (window/2 + 2) probe intervals + flooding across the diameter (one
                hop here, its link delay) + 1 s. Needs root (namespaces).
 
-  flap         the flapping-link drill's route moves without damping and with it (default and 4 s half-life), from a run of
-               scenarios/drill-flap.yaml (about 5 minutes): bench_routing.py flap [RUN_DIR]
+  flap         the flapping-link drill's route moves without damping and with it (default and 4 s half-life),
+               from a run of scenarios/drill-flap.yaml (about 7.5 minutes): bench_routing.py flap [RUN_DIR]
   detour       England -> Korea delay with static and dynamic routing while CGL1-Korea is degraded, from a run
                of scenarios/intercontinental.yaml (about 7 minutes): bench_routing.py detour [RUN_DIR]
   intervals    Table 10 beside the thesis' from a run of scenarios/gunduz-intervals.yaml (not part of the
@@ -281,7 +281,8 @@ def _configured_delays(rep: Path) -> dict[tuple[str, str], float]:
 
 def bench_flap(run_dir: str | None = None) -> None:
     """The flapping-link drill from a run of scenarios/drill-flap.yaml (RUN_DIR, or runs/drill-flap): per cell
-    (no damping; damping at the defaults; damping with a 4 s half-life) the link changes, n1's next-hop moves for n3 and every node's next-hop moves.
+    (no damping; damping at the defaults; damping with a 4 s half-life) the link changes, n1's next-hop moves
+    for n3 and every node's next-hop moves.
     Bound: with damping, n1's route to n3 moves at most once per four link changes."""
     root = Path(run_dir or ROOT / "runs" / "drill-flap")
     cells = sorted(root.glob("*/1/summary.json"))
