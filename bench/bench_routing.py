@@ -127,7 +127,7 @@ def bench_convergence() -> None:
         scen = out_root / f"conv-{interval}.yaml"
         first, spacing = 10.0 + 12 * interval, 12 * interval + 8
         faults = "\n".join(f"  - {{at: {first + i * spacing:g}s, action: link_set, target: a-b, "
-                           f"params: {{delay: {delay}ms}}}}" for i, (delay, _hop, _what) in enumerate(CONVERGENCE_STEPS))
+                           f"params: {{delay: {step[0]}ms}}}}" for i, step in enumerate(CONVERGENCE_STEPS))
         scen.write_text(CONVERGENCE_SCENARIO.format(interval=interval, reps=CONVERGENCE_REPS, faults=faults,
                                                     duration=first + len(CONVERGENCE_STEPS) * spacing))
         out = out_root / f"run-{interval}"
