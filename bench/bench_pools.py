@@ -11,7 +11,7 @@ rebalance   one application with --instances instances and --consumers consumers
             round-robin stand-in.
 --e2e       instead: real daemons on loopback (testbed/localnet.py): replicas r1-r3, consumers c1-c3 publishing
             events (--rate each), --e2e-instances instance clients of one application (the testbed's own,
-            testbed/experiment/pool_apps.py, as threads of this process), then --changes changes (a new
+            testbed/experiment/pool_apps.py PoolInstance, as threads of this process), then --changes changes (a new
             instance joins, the oldest leaves, in turn). Re-balance per change from the nodes' pools.jsonl, as
             summary.json's pools account counts it: from the leader's `map` line to the last `applied` at the
             consumers it moved; and from the bench's action (the client started, the leave announced: the
@@ -183,7 +183,7 @@ def e2e(n_instances: int, changes: int, rate: float) -> tuple[list[float], list[
 
     from node.client import Access
     from testbed.accounting.pools import _maps, _rebalance
-    from testbed.experiment.pool_apps import Dead, PoolInstance
+    from testbed.experiment.pool_apps import PoolInstance
     from testbed.localnet import LocalNet, free_port
 
     beat = 0.2
@@ -206,11 +206,10 @@ def e2e(n_instances: int, changes: int, rate: float) -> tuple[list[float], list[
     try:
         net.start()
         tokens = {n: Access(token=net.secrets.access(n).token or net.nodes[n].cfg.control_token) for n in names}
-        dead = Dead()
 
         def start(name: str) -> None:
             clients[name] = PoolInstance("A", name, instances, lambda n: net.nodes[n].mgmt, work / "run",
-                                         lambda n: True, tokens, beat, 5 * beat, dead)
+                                         tokens, beat, 5 * beat)
             clients[name].start()
 
         def publish(consumer: str) -> None:

@@ -48,9 +48,44 @@ connection outlives the cut and delivers late what it had (so NATS core loses no
 connections do not notice; it loses what is in flight and what is published until the routes are back when
 they do).
 
-    .venv/bin/python bench/bench_pubsub.py [--quick] [--run-dir DIR] [--arrangements mesh,leaf]
+JetStream (`--parts ...,js`, on by default): the durable peer. NATS JetStream on the leaf tree above: the
+publisher's server c1n1 alone runs JetStream (file storage, `sync_interval: always`, so an acknowledged
+publish is fsynced as an accepted publication of ours is) in its own JetStream domain; per session one stream
+there captures the topic, and each subscriber has one durable push consumer (explicit acks, ack_wait
+JS_ACK_WAIT s) created through that domain from the subscriber's own server, its deliveries addressed to a
+subject the subscriber's connection subscribes to, so they cross the leafnode tree to it. Why this one: it is
+the closest to ours that JetStream supports as it comes -- one durable store at the publisher's side (ours
+stores at every hop too), consumers reached over the same leafnode tree, three NATS hops to every subscriber.
+Streams sourcing each other hop by hop would store every publication at every server whether anybody beyond
+it wants it or not, and still need a consumer per subscriber at the end. A consumer per subscriber means one copy per consumer on every link of its path (at 10 subscribers the first
+link carries ten copies of each publication: link-bound at about 20 Mbit/s / 10 / 1.15 kB = 217/s), where
+ours carries one copy per link; that is the ">= 2 x JetStream at 10 subscribers" bound. The publisher keeps
+WINDOW publishes awaiting their acknowledgements, a subscriber acknowledges after recording. Lines: rate,
+p50/p99 at 1 and 10 subscribers; in the cut drill (published, expected, received, lost, duplicates) after
+completion the bench waits a little longer for redeliveries (what JetStream redelivers after ack_wait is a
+duplicate for a subscriber that had it); bound lines `measured / bound = ratio`: ours durable rate >= 0.5 x
+JetStream's at 1 subscriber and >= 2 x at 10, ours durable p50 <= JetStream's + HOPS x the single commit
+p50, ours durable 0 duplicates in the cut.
 
---quick takes about 100 s, the full mode about 5 minutes (2 cores, measured 2026-11-24).
+--before REV: our side also from a `git worktree` of REV (a temp dir, its stubs generated there, removed at
+the end; the daemons get that tree first on PYTHONPATH, configs, spools and records of their own under
+<run>/before/): the 10-subscriber sessions run before, after, before, after (the "after" turn the full set of
+our sessions), and the CPU a delivered publication cost the daemons is compared over all 10-subscriber
+sessions of each: `this checkout / (1/2 of REV's)`, per hop too. The pre-change commit for the broker speed
+work is 4522a95 (the parent of the first of its commits, "Spool: deferred changes ride in the next
+transaction"; the receive hook's one commit per hop came next, 62c875a).
+
+--profile: the transit daemon c1g1 (every copy passes it) profiled under the 10-subscriber durable load: py-spy
+sampling the running daemon when installed (.venv/bin/py-spy or on PATH), else that daemon restarted under
+`python -m cProfile` (the bench's wrapper; the node knows nothing of it) for that session, stats written when
+it ends on SIGTERM; the top 15 lines are printed, for bench/RESULTS.md. cProfile sees the event loop's thread
+only: the spool writer's SQLite time is not in it.
+
+    .venv/bin/python bench/bench_pubsub.py [--quick] [--run-dir DIR] [--arrangements mesh,leaf]
+                                           [--parts ours,nats,js,cut] [--before REV] [--profile]
+
+--quick takes about 100 s, the full mode about 5 minutes (2 cores, measured 2026-11-24), both without
+JetStream, --before and --profile; each adds its sessions.
 """
 from __future__ import annotations
 
@@ -75,14 +110,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from nats_support import NatsServers  # noqa: E402
+from nats_support import JS_DOMAIN, NatsServers  # noqa: E402
 from node.client import NodeClient  # noqa: E402
 from node.config import BatchConfig  # noqa: E402
 from node.errors import UserError  # noqa: E402
 from node.rpc import pubsub_pb2  # noqa: E402
 from node.spool import Spool  # noqa: E402
 from testbed.experiment import nodeconfig, timescale  # noqa: E402
-from testbed.experiment.daemons import NodeDaemons  # noqa: E402
+from pubsub_daemons import BenchDaemons, PySpy, RevisionTree, cprofile_top, pyspy_binary  # noqa: E402
 from testbed.network import Network  # noqa: E402
 from testbed.scenario.loader import load_text  # noqa: E402
 
@@ -101,7 +136,10 @@ PROBE, LATENCY, RATE, CUT = 0, 1, 2, 3
 HEADER = struct.Struct("<qdB")   # sequence, send time (time.time()), phase
 FILL = b"x" * SIZE
 STALE, SLOW = "closed: Stale Connection", "Slow Consumer Detected"     # nats-server log lines counted
+BEFORE_ROUNDS = 2                # --before: turns of each code (before, after, before, after)
+PROFILE_NODE = "c1g1"            # --profile: the first transit broker (every copy passes it)
 MATCHED_PING = 1.0               # NATS ping interval (s) for the cut run with failure detection like ours
+JS_ACK_WAIT = 10.0               # JetStream consumers' ack_wait (s): a delivery not acknowledged by then comes again
 
 MODES = {
     "quick": dict(lat_count=100, lat_rate=50.0, rate_count=1000, idle=3.0, rate_cap=60.0,
@@ -115,8 +153,17 @@ CLK = os.sysconf("SC_CLK_TCK")
 
 def proc_cpu(pid: int) -> float:
     """CPU seconds (user + system) a process has used, 0 when it is gone."""
+    return proc_cpu_path(f"/proc/{pid}/stat")
+
+
+def thread_cpu(tid: int) -> float:
+    """CPU seconds a thread of this process has used, 0 when it is gone."""
+    return proc_cpu_path(f"/proc/self/task/{tid}/stat")
+
+
+def proc_cpu_path(path: str) -> float:
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(path) as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLK
     except (OSError, IndexError, ValueError):
@@ -265,11 +312,16 @@ class OurSubscriber:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"sub-{node}-{name}")
         self._acker = threading.Thread(target=self._ack_loop, daemon=True, name=f"ack-{node}-{name}")
+        self.tids: list[int] = []       # its threads, for the subscriber clients' CPU seconds
         self._thread.start()
         if durable:
             self._acker.start()
 
+    def cpu(self) -> float:
+        return sum(thread_cpu(t) for t in self.tids)
+
     def _run(self) -> None:
+        self.tids.append(threading.get_native_id())
         try:
             with NodeClient(self.address, timeout=30) as c:
                 self._sub = c.subscribe(self.pattern, name=self.name, durable=self.durable)
@@ -300,6 +352,7 @@ class OurSubscriber:
         self._sub.ack(ids)
 
     def _ack_loop(self) -> None:
+        self.tids.append(threading.get_native_id())
         while not self._stop.wait(ACK_EVERY):
             with self._lock:
                 ids, self._pending = self._pending, []
@@ -365,6 +418,7 @@ class Ours:
                                if v - drops_before.get(k, 0)}
             result["client_dropped"] = sum(t.dropped for t in tallies)
             result["errors"] = [s.error for s in subs if s.error]
+            result["sub_cpu"] = sum(s.cpu() for s in subs)       # before close: the threads end with it
             if expected < len(nodes):
                 result["errors"].append(f"a publication matched only {expected} of {len(nodes)} subscriptions")
             return result
@@ -620,6 +674,164 @@ class Nats:
                     pass
 
 
+class JetStream:
+    """nats-py JetStream clients against a NatsServers leaf tree whose publisher's server runs JetStream: per
+    session one stream (file storage) on that server capturing the session's topic, one durable push consumer
+    per subscriber (explicit acks, deliveries to a subject the subscriber's own connection subscribes to, so
+    they cross the leafnode tree), created from the subscriber's server through the JetStream domain. The
+    publisher publishes with JetStream acknowledgements (the stream fsynced the message: `sync_interval:
+    always`), WINDOW in flight, as ours accepts a publication once it is durable; a subscriber acknowledges a
+    delivery after recording it."""
+
+    label = "JetStream"
+
+    def __init__(self, servers: NatsServers) -> None:
+        self.servers = servers
+
+    async def _connect(self, node: str):
+        import nats
+        return await nats.connect(self.servers.client_url(node), allow_reconnect=True, max_reconnect_attempts=-1,
+                                  connect_timeout=5)
+
+    async def _setup(self, nodes: list[str], topic: str, stream: str):
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+        pub = await self._connect(PUBLISHER)
+        js = pub.jetstream()
+        await js.add_stream(StreamConfig(name=stream, subjects=[topic], storage=StorageType.FILE))
+        conns, tallies = [], []
+        for i, n in enumerate(nodes):
+            nc = await self._connect(n)
+            t = Tally(n)
+            inbox = f"deliver.{stream}.{i}"
+            await nc.jetstream(domain=JS_DOMAIN).add_consumer(stream, ConsumerConfig(
+                durable_name=f"{stream}-{i}", deliver_subject=inbox, ack_policy=AckPolicy.EXPLICIT,
+                deliver_policy=DeliverPolicy.NEW, ack_wait=JS_ACK_WAIT))
+
+            async def cb(msg, t=t) -> None:
+                t.record(msg.data, time.time())
+                await msg.ack()              # after recording it, as our clients do
+            await nc.subscribe(inbox, cb=cb)
+            await nc.flush()
+            conns.append(nc)
+            tallies.append(t)
+        return pub, js, conns, tallies
+
+    @staticmethod
+    async def _teardown(pub, js, stream: str, conns: list) -> None:
+        try:
+            await js.delete_stream(stream)           # its consumers and its files go with it
+        except Exception as exc:  # noqa: BLE001 - the servers and their storage go with the run anyway
+            log(f"JetStream: deleting stream {stream} failed: {exc!r}")
+        for nc in [pub, *conns]:
+            try:
+                await nc.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    @staticmethod
+    async def _probe(js, topic: str, tallies: list[Tally], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        seq = 0
+        while not all(t.counts[PROBE] for t in tallies):
+            check()
+            if time.monotonic() > deadline:
+                missing = [t.node for t in tallies if not t.counts[PROBE]]
+                raise RuntimeError(f"JetStream subscribers at {missing} heard no probe within {timeout:.0f} s")
+            await js.publish(topic, make_payload(seq, PROBE)[0], timeout=10)
+            seq += 1
+            await asyncio.sleep(0.1)
+
+    @staticmethod
+    async def _paced(js, topic: str, phase: int, count: int, rate: float) -> list[int]:
+        """Publish `count` at `rate`/s, each awaited until the stream acknowledged it; the acknowledged ones."""
+        t0 = time.monotonic()
+        acked = []
+        for seq in range(count):
+            check()
+            delay = t0 + seq / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            try:
+                await js.publish(topic, make_payload(seq, phase)[0], timeout=10)
+            except Exception:  # noqa: BLE001 - not acknowledged: not expected anywhere
+                continue
+            acked.append(seq)
+        return acked
+
+    @staticmethod
+    async def _blast(js, topic: str, count: int) -> tuple[float, float, int]:
+        """`count` publications with WINDOW acknowledgements outstanding: (first send, last ack, acknowledged)."""
+        window = asyncio.Semaphore(WINDOW)
+        acked = 0
+        first = None
+
+        async def one(seq: int) -> None:
+            nonlocal acked
+            try:
+                await js.publish(topic, make_payload(seq, RATE)[0], timeout=60)
+                acked += 1
+            except Exception:  # noqa: BLE001 - counted by its absence
+                pass
+            finally:
+                window.release()
+
+        tasks = []
+        for seq in range(count):
+            if seq % 64 == 0:
+                check()
+            await window.acquire()
+            first = first if first is not None else time.time()
+            tasks.append(asyncio.ensure_future(one(seq)))
+        await asyncio.gather(*tasks)
+        return first, time.time(), acked
+
+    def session(self, nodes: list[str], topic: str, cfg: dict, stream: str) -> dict:
+        return asyncio.run(self._session(nodes, topic, cfg, stream))
+
+    async def _session(self, nodes: list[str], topic: str, cfg: dict, stream: str) -> dict:
+        pub, js, conns, tallies = await self._setup(nodes, topic, stream)
+        try:
+            await self._probe(js, topic, tallies)
+            sent = await self._paced(js, topic, LATENCY, cfg["lat_count"], cfg["lat_rate"])
+            await async_wait_until_complete(tallies, LATENCY, len(sent), cfg["idle"], 60, time.time())
+            result = {"latency": phase_summary(tallies, LATENCY, len(sent))}
+            first, end, acked = await self._blast(js, topic, cfg["rate_count"])
+            # a delivery lost on the way comes again after JS_ACK_WAIT: wait that long past a quiet spell
+            complete = await async_wait_until_complete(tallies, RATE, acked, cfg["idle"] + JS_ACK_WAIT,
+                                                       cfg["rate_cap"], end)
+            rate = phase_summary(tallies, RATE, acked, first)
+            rate.update(published=cfg["rate_count"], accepted=acked, pub_rate=acked / max(end - first, 1e-9),
+                        complete=complete, interest=len(nodes))
+            result["rate"] = rate
+            result["errors"] = []
+            return result
+        finally:
+            await self._teardown(pub, js, stream, conns)
+
+    def cut_session(self, nodes: list[str], topic: str, cfg: dict, stream: str, cut: Callable[[], None],
+                    heal: Callable[[], None]) -> dict:
+        return asyncio.run(self._cut_session(nodes, topic, cfg, stream, cut, heal))
+
+    async def _cut_session(self, nodes: list[str], topic: str, cfg: dict, stream: str, cut: Callable[[], None],
+                           heal: Callable[[], None]) -> dict:
+        pub, js, conns, tallies = await self._setup(nodes, topic, stream)
+        try:
+            await self._probe(js, topic, tallies)
+            timer = CutTimer(cfg["cut_at"], cfg["cut_len"], cut, heal)
+            timer.start()
+            try:
+                sent = await self._paced(js, topic, CUT, int(cfg["cut_rate"] * cfg["cut_secs"]), cfg["cut_rate"])
+            finally:
+                await asyncio.get_running_loop().run_in_executor(None, timer.finish)
+            complete = await async_wait_until_complete(tallies, CUT, len(sent), cfg["cut_idle"] + JS_ACK_WAIT,
+                                                       cfg["cut_wait"], time.time())
+            # what comes again after ack_wait although it had arrived: the duplicates JetStream makes
+            await asyncio.sleep(min(JS_ACK_WAIT, cfg["cut_idle"]))
+            return cut_summary(tallies, set(sent), timer, complete)
+        finally:
+            await self._teardown(pub, js, stream, conns)
+
+
 # ---- the bench -------------------------------------------------------------------------------------------------
 
 def _span(values: Any) -> str:
@@ -658,13 +870,19 @@ class Bench:
         self.args = args
         self.cfg = MODES["quick" if args.quick else "full"]
         self.net: Network | None = None
-        self.daemons: NodeDaemons | None = None
+        self.daemons: BenchDaemons | None = None
         self.nats: NatsServers | None = None
         self.results: dict[tuple[str, int], dict] = {}      # (system, subscribers) -> session result
         self.cuts: dict[str, dict] = {}
         self.partial_note = ""
         self.descriptions: dict[str, str] = {}
         self.commit = (0.0, 0.0)                              # (p50 of one spool commit, the commit window) in s
+        self.paths: dict[str, Path] = {}
+        self.before_paths: dict[str, Path] = {}
+        self.tree: RevisionTree | None = None                 # --before: the other revision's worktree
+        self.code = "after"                                   # whose daemons run: "after" (this checkout), "before"
+        self.rounds: list[tuple[str, str, int, dict]] = []    # (code, our system, subscribers, session result)
+        self.profile: tuple[str, list[str]] | None = None
         self.t0 = time.monotonic()
 
     # the cut: cluster 1 off from clusters 2 and 3 (both of c1g1's WAN links)
@@ -695,15 +913,16 @@ class Bench:
         result["cpu"] = d
         return result
 
-    def start_nats(self, arrangement: str, ping: float | None = None, purpose: str = "rate") -> NatsServers:
+    def start_nats(self, arrangement: str, ping: float | None = None, purpose: str = "rate",
+                   jetstream: bool = False) -> NatsServers:
         if self.nats is not None:
             self.nats.stop()
             self.nats = None
-        tag = f"{arrangement}-{purpose}" + ("" if ping is None else f"-ping{ping:g}")
+        tag = f"{arrangement}-{purpose}" + ("" if ping is None else f"-ping{ping:g}") + ("-js" if jetstream else "")
         self.nats = NatsServers(self.net, Path(self.net.run_dir) / "nats" / tag, arrangement, ping_interval=ping,
-                                tag=tag)
+                                tag=tag, jetstream=PUBLISHER if jetstream else None)
         self.nats.start()
-        self.descriptions.setdefault(arrangement, self.nats.describe())
+        self.descriptions.setdefault("JetStream" if jetstream else arrangement, self.nats.describe())
         have = self.nats.wait_connected(30)
         short = {h: n for h, n in have.items() if n < self.nats._wanted()[h]}
         if short:
@@ -718,14 +937,18 @@ class Bench:
         log(f"network {self.net.run_id} up ({self.net.shaper_message}) in {time.monotonic() - self.t0:.1f} s")
         configs = nodeconfig.node_configs(scenario, self.net, Path(self.net.run_dir))
         paths = nodeconfig.write_configs(configs, Path(self.net.run_dir))
-        self.daemons = NodeDaemons(self.net, paths)
-        self.daemons.start_all()
-        self.daemons.wait_healthy(60, STOP)
-        missing = self.daemons.wait_sessions(30, STOP)
-        check()
-        if missing:
-            log(f"neighbour sessions of {missing} not all up; going on")
+        self.paths = paths
+        self.daemons = BenchDaemons(self.net, paths)
+        self.start_daemons()
         log(f"{len(paths)} node daemons up at {time.monotonic() - self.t0:.1f} s")
+        if self.args.tree is not None:
+            self.tree = self.args.tree
+            root = self.tree.open()
+            log(f"--before {self.args.before}: {self.tree.commit[:12]} checked out in {root}")
+            # the pre-change daemons: the same addresses, spools and records of their own
+            before_dir = Path(self.net.run_dir) / "before"
+            self.before_paths = nodeconfig.write_configs(
+                nodeconfig.node_configs(scenario, self.net, before_dir), before_dir)
         window = (configs[PUBLISHER].get("batch") or {}).get("commit_window", BatchConfig.commit_window)
         probe = Path(self.net.run_dir) / "commit-probe"          # the disk the daemons' spools are on
         self.commit = (commit_p50(probe, window), window)
@@ -752,14 +975,15 @@ class Bench:
         log(f"partial mesh probe: {self.partial_note}")
 
         ours = Ours(self.net)
-        for durable in (False, True) if "ours" in self.args.parts else ():
-            label = f"ours {'durable' if durable else 'non-durable'}"
-            for nodes in (ONE_SUB, TEN_SUBS):
-                tag = f"{'d' if durable else 'l'}{len(nodes)}"
-                log(f"{label}, {len(nodes)} subscriber(s) ...")
-                self.results[(label, len(nodes))] = self.measured(
-                    lambda: ours.session(nodes, durable, f"bench.{tag}", self.cfg, tag))
-                self._log_result(label, len(nodes))
+        # --before: before, after (the full set below), before, after: the pre-change code and this one take
+        # turns on the same network, so both meet the same machine load
+        if self.tree is not None:
+            self.before_round(ours, "before")
+        if self.tree is not None or "ours" in self.args.parts:
+            self.ours_sets(ours, (ONE_SUB, TEN_SUBS), "after")
+        for i in range(1, BEFORE_ROUNDS if self.tree is not None else 0):
+            self.before_round(ours, "before")
+            self.before_round(ours, "after")
         for arrangement in self.args.arrangements if "nats" in self.args.parts else ():
             client = Nats(self.start_nats(arrangement))
             for nodes in (ONE_SUB, TEN_SUBS):
@@ -770,9 +994,90 @@ class Bench:
                 slow = self.nats.log_lines(SLOW) - slow
                 r["drops"] = {"slow-consumer log lines (nothing dropped unless recv < expected)": slow} if slow else {}
                 self._log_result(client.label, len(nodes))
+        if "js" in self.args.parts:
+            js = JetStream(self.start_nats("leaf", purpose="rate", jetstream=True))
+            for nodes in (ONE_SUB, TEN_SUBS):
+                log(f"{js.label}, {len(nodes)} subscriber(s) ...")
+                self.results[(js.label, len(nodes))] = self.measured(
+                    lambda: js.session(nodes, f"bench.j{len(nodes)}", self.cfg, f"J{len(nodes)}"))
+                self._log_result(js.label, len(nodes))
 
         if "cut" in self.args.parts:
             self.run_cuts(ours)
+        if self.args.profile:
+            self.run_profile(ours)
+
+    def start_daemons(self) -> None:
+        self.daemons.start_all()
+        self.daemons.wait_healthy(60, STOP)
+        missing = self.daemons.wait_sessions(30, STOP)
+        check()
+        if missing:
+            log(f"neighbour sessions of {missing} not all up; going on")
+
+    def use_code(self, code: str) -> None:
+        """Have the daemons of `code` ("before": the --before revision, "after": this checkout) running."""
+        if self.code == code:
+            return
+        self.daemons.stop_all()
+        if code == "before":
+            self.daemons = BenchDaemons(self.net, self.before_paths, self.tree.root, name="daemon-before")
+        else:
+            self.daemons = BenchDaemons(self.net, self.paths)
+        self.code = code
+        self.start_daemons()
+        log(f"daemons of {'--before ' + self.args.before if code == 'before' else 'this checkout'} up")
+
+    def ours_sets(self, ours: Ours, sets: tuple[list[str], ...], code: str) -> None:
+        """Our sessions, non-durable then durable, for each set of subscribers, with `code`'s daemons."""
+        self.use_code(code)
+        for durable in (False, True):
+            label = f"ours {'durable' if durable else 'non-durable'}"
+            for nodes in sets:
+                tag = f"{'d' if durable else 'l'}{len(nodes)}"
+                log(f"{label}, {len(nodes)} subscriber(s), {code} ...")
+                r = self.measured(lambda: ours.session(nodes, durable, f"bench.{tag}", self.cfg, tag))
+                self.rounds.append((code, label, len(nodes), r))
+                if code == "after" and (label, len(nodes)) not in self.results:
+                    self.results[(label, len(nodes))] = r
+                    self._log_result(label, len(nodes))
+                else:
+                    log(f"  rate {r['rate']['rate_mean']:.0f}/s, p50 {r['latency']['p50'] * 1000:.1f} ms, daemons "
+                        f"{r['cpu']['daemons']:.1f} CPU s")
+
+    def before_round(self, ours: Ours, code: str) -> None:
+        """One more turn of the 10-subscriber sessions (the CPU target's) with `code`'s daemons."""
+        self.ours_sets(ours, (TEN_SUBS,), code)
+
+    def run_profile(self, ours: Ours) -> None:
+        """The transit daemon PROFILE_NODE profiled under the 10-subscriber durable load: py-spy on the running
+        daemon when it is installed, else the daemon restarted under cProfile (its event loop's thread only)."""
+        self.use_code("after")
+        node = PROFILE_NODE
+        out_dir = Path(self.net.run_dir) / "profile"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        binary = pyspy_binary()
+        if binary:
+            spy = PySpy(binary, self.daemons.pids()[node], out_dir / f"{node}.pyspy.txt")
+            try:
+                log(f"profile: py-spy on {node}, ours durable, 10 subscribers ...")
+                ours.session(TEN_SUBS, True, "bench.prof", self.cfg, "prof")
+            finally:
+                self.profile = ("py-spy (every thread; own samples by frame)", spy.stop())
+            return
+        stats = out_dir / f"{node}.prof"
+        self.daemons.stop(node)
+        self.daemons.profile[node] = stats
+        self.daemons.start(node)
+        self.daemons.wait_healthy(60, STOP)
+        self.daemons.wait_sessions(30, STOP)
+        try:
+            log(f"profile: cProfile on {node}, ours durable, 10 subscribers ...")
+            ours.session(TEN_SUBS, True, "bench.prof", self.cfg, "prof")
+        finally:
+            self.daemons.stop(node)          # the stats are written as it ends
+        self.profile = ("cProfile (py-spy not installed; the event loop's thread only, not the spool writer's; "
+                        "sorted by own time)", cprofile_top(stats))
 
     def run_cuts(self, ours: Ours) -> None:
         """The link cut, 10 subscribers."""
@@ -791,8 +1096,15 @@ class Bench:
             self.cuts[label]["note"] = (f"route ends closed as stale: {self.nats.log_lines(STALE)}, "
                                         f"slow-consumer lines {self.nats.log_lines(SLOW)}")
             log(f"  {self.cuts[label]}")
-        self.nats.stop()
-        self.nats = None
+        if "js" in self.args.parts:
+            log("cut: JetStream ...")
+            js = JetStream(self.start_nats("leaf", purpose="cut", jetstream=True))
+            self.cuts["JetStream"] = js.cut_session(TEN_SUBS, "cut.j", self.cfg, "JCUT", self.cut, self.heal)
+            self.cuts["JetStream"]["note"] = f"ack_wait {JS_ACK_WAIT:g} s"
+            log(f"  {self.cuts['JetStream']}")
+        if self.nats is not None:
+            self.nats.stop()
+            self.nats = None
 
     def _log_result(self, label: str, n: int) -> None:
         r = self.results[(label, n)]
@@ -816,8 +1128,12 @@ class Bench:
                 if self.daemons is not None:
                     self.daemons.stop_all()
             finally:
-                if self.net is not None:
-                    self.net.stop()
+                try:
+                    if self.net is not None:
+                        self.net.stop()
+                finally:
+                    if self.tree is not None:
+                        self.tree.close()
 
     # ---- report -------------------------------------------------------------------------------------------
 
@@ -859,6 +1175,8 @@ class Bench:
             print(f"pubsub p50 latency, {subs}, ours durable: measured {ours_d['latency']['p50'] * 1000:.1f} ms "
                   f"(no bound; p99 {ours_d['latency']['p99'] * 1000:.1f} ms)")
         self._report_durable()
+        self._report_jetstream()
+        self._report_before()
         for label, r in self.cuts.items():
             print(f"pubsub link cut {c['cut_len']:g} s, 10 subscribers, {label}: published {r['published']}, "
                   f"expected {r['expected']} receipts, received {r['received']}, lost {r['lost']}, "
@@ -891,7 +1209,77 @@ class Bench:
         for label, r in self.cuts.items():
             print(f"  {label:<32} {r['published']:>9} | {r['expected']:>8} {r['received']:>8} {r['lost']:>5} "
                   f"{r['dups']:>4} | {str(r['complete']):<6} | {r['latency_max']:.2f} s  {r.get('note', '')}")
+        self._report_profile()
 
+
+    def _report_before(self) -> None:
+        """--before: the CPU a delivered publication cost the daemons, this checkout against the revision, over
+        every 10-subscriber session of each (they took turns)."""
+        if self.tree is None:
+            return
+        rev = f"{self.args.before} ({self.tree.commit[:10]})"
+        for label in ("ours durable", "ours non-durable"):
+            per: dict[str, float] = {}
+            runs: dict[str, int] = {}
+            for code in ("before", "after"):
+                rs = [r for c, l, n, r in self.rounds if c == code and l == label and n == 10]
+                receipts = sum(r["latency"]["received"] + r["rate"]["received"] for r in rs)
+                if rs and receipts:
+                    per[code] = sum(r["cpu"]["daemons"] for r in rs) / receipts
+                    runs[code] = len(rs)
+            if len(per) < 2:
+                continue
+            a, b = per["after"], per["before"]
+            bound = b / 2
+            print(f"pubsub CPU per delivered publication, 10 subscribers, {label}, this checkout vs {rev}: measured "
+                  f"{a * 1000:.2f} ms / bound {bound * 1000:.2f} ms (1/2 of {b * 1000:.2f} ms) = ratio "
+                  f"{a / bound:.2f} (<= 1 passes); per hop {a / HOPS * 1000:.2f} against {b / HOPS * 1000:.2f} ms; "
+                  f"sessions interleaved: {runs['after']} after, {runs['before']} before")
+            for code in ("before", "after"):
+                rs = [r for c, l, n, r in self.rounds if c == code and l == label and n == 10]
+                print(f"  {code:<6} rate {statistics.mean(r['rate']['rate_mean'] for r in rs):,.0f}/s, p50 "
+                      f"{statistics.mean(r['latency']['p50'] for r in rs) * 1000:.1f} ms, daemons "
+                      f"{sum(r['cpu']['daemons'] for r in rs):.1f} CPU s, subscriber clients "
+                      f"{sum(r.get('sub_cpu', 0.0) for r in rs):.1f} s, wire shaper "
+                      f"{sum(r['cpu']['wire'] for r in rs):.1f} s")
+
+    def _report_profile(self) -> None:
+        if self.profile is None:
+            return
+        how, lines = self.profile
+        print(f"\nprofile of {PROFILE_NODE}'s daemon (transit), ours durable, 10 subscribers: {how}")
+        for line in lines:
+            print(f"  {line}")
+
+    def _report_jetstream(self) -> None:
+        """Ours durable against JetStream: the Targets' bound lines."""
+        R = self.results
+        commit, _window = self.commit
+        for n in (1, 10):
+            subs = f"{n} subscriber{'s' if n > 1 else ''}"
+            js, ours = R.get(("JetStream", n)), R.get(("ours durable", n))
+            if js:
+                print(f"pubsub JetStream, {subs}: rate {js['rate']['rate_mean']:,.0f}/s "
+                      f"({js['rate']['received']}/{js['rate']['expected']}), p50 {js['latency']['p50'] * 1000:.1f} ms, "
+                      f"p99 {js['latency']['p99'] * 1000:.1f} ms")
+            if not (js and ours):
+                continue
+            factor = 0.5 if n == 1 else 2.0       # at 10: one copy per link against one per consumer
+            jr, m = js["rate"]["rate_mean"], ours["rate"]["rate_mean"]
+            bound = factor * jr
+            print(f"pubsub rate 1 kB, {subs}, ours durable vs JetStream: measured {m:,.0f}/s / bound {bound:,.0f}/s "
+                  f"({factor:g} x {jr:,.0f}/s) = ratio {m / bound if bound else float('nan'):.2f} (>= 1 passes)")
+            if commit:
+                jp, m = js["latency"]["p50"], ours["latency"]["p50"]
+                bound = jp + HOPS * commit
+                print(f"pubsub p50 latency, {subs}, ours durable vs JetStream: measured {m * 1000:.1f} ms / bound "
+                      f"{bound * 1000:.1f} ms ({jp * 1000:.1f} ms + {HOPS} x {commit * 1000:.2f} ms commit) = ratio "
+                      f"{m / bound:.2f} (<= 1 passes)")
+        ours, js = self.cuts.get("ours durable"), self.cuts.get("JetStream")
+        if ours and js:
+            print(f"pubsub link cut duplicates, ours durable: measured {ours['dups']} / bound 0 = "
+                  f"{'passes' if ours['dups'] == 0 else 'fails'} (JetStream {js['dups']}; lost: ours "
+                  f"{ours['lost']}, JetStream {js['lost']})")
 
     def _report_durable(self) -> None:
         """Ours durable against ours non-durable (one commit per hop on top), and the CPU a delivery costs."""
@@ -924,7 +1312,8 @@ class Bench:
                 per = cpu["daemons"] / max(1, receipts)
                 print(f"pubsub CPU per delivered publication, {subs}, {label}: daemons {per * 1000:.2f} ms "
                       f"({per / HOPS * 1000:.2f} ms per hop; {cpu['daemons']:.1f} s / {receipts} receipts); "
-                      f"subscriber and publisher clients (this process) {cpu['bench']:.1f} s, wire shaper "
+                      f"subscriber and publisher clients (this process) {cpu['bench']:.1f} s, of which the "
+                      f"subscribers' threads {r.get('sub_cpu', float('nan')):.1f} s; wire shaper "
                       f"{cpu['wire']:.1f} s")
 
 
@@ -933,10 +1322,23 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="short runs (under 2 minutes)")
     ap.add_argument("--run-dir", help="keep the run directory (node records, NATS configs and logs) here")
     ap.add_argument("--arrangements", default="mesh,leaf", help="NATS arrangements to measure (mesh, leaf)")
-    ap.add_argument("--parts", default="ours,nats,cut", help="what to run (ours, nats, cut; for debugging)")
+    ap.add_argument("--parts", default="ours,nats,js,cut",
+                    help="what to run (ours, nats, js = JetStream, cut; for debugging)")
+    ap.add_argument("--before", metavar="REV",
+                    help="also run our side from a git worktree of REV, interleaved with this checkout (before, "
+                         "after, before, after), and print the CPU per delivered publication ratio lines")
+    ap.add_argument("--profile", action="store_true",
+                    help="profile the transit daemon c1g1 under the 10-subscriber durable load (py-spy when "
+                         "installed, else cProfile) and print the top 15 lines")
     args = ap.parse_args()
     args.arrangements = [a for a in args.arrangements.split(",") if a]
     args.parts = [p for p in args.parts.split(",") if p]
+    args.tree = None
+    if args.before:
+        try:
+            args.tree = RevisionTree(args.before)
+        except ValueError as exc:
+            ap.error(str(exc))
     if any(a not in ("mesh", "leaf") for a in args.arrangements) or not args.arrangements:
         ap.error("--arrangements: mesh and/or leaf")
     if os.geteuid() != 0:

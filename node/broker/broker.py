@@ -16,9 +16,10 @@ Two paths, chosen per target by the publisher:
   across link cuts and restarts. The next broker, in the transaction that
   stores the copy (its message kind's receive hook, `received`), queues it for
   its local durable subscriptions, stores the copies for its next hops and
-  remembers the (publication, target) pairs: one commit per hop. A copy that
-  hook leaves alone (in several pieces, a duplicate target, not storable now)
-  goes the longer way: from the spool's inbox (`delivered`), in a second
+  remembers the (publication, target) pairs: one commit per hop (a copy in
+  several pieces: in the transaction of the batch that completes it, which
+  also reassembles it). A copy that hook leaves alone (a duplicate target,
+  not storable now, pieces the engine reassembles itself) goes the longer way: from the spool's inbox (`delivered`), in a second
   transaction that also takes it out of the inbox.
 - live: a target with non-durable subscriptions only. The copy is a Link frame
   (`publication`), never stored: at most once, like NATS core.
@@ -242,7 +243,8 @@ class Broker:
                                    hops=0, payload=payload, publisher=publisher, size=n)
         transform = self._transform_for(topic)
         if transform is None:
-            return await self._publish([pub], None)
+            # shielded as below: a store the client's cancelled call queued still updates the backlog counts
+            return await asyncio.shield(self._publish([pub], None))
         # shielded: once the transform numbered the publication, it must hear how the store ended, even when the
         # client's call is cancelled meanwhile (the store itself goes on regardless)
         return await asyncio.shield(self._publish_transformed(pub, transform))
@@ -608,8 +610,8 @@ class Broker:
             sub = self.durable.get(name)
             if sub is None:
                 self._check_durable_quota(user, admin)
-                await self.spool.run(store.op_subscribe(name, start.pattern, time.time(), user))
-                sub = self.durable.setdefault(name, DurableSubscription(name, start.pattern, owner=user))
+                queued = await self.spool.run(store.op_subscribe(name, start.pattern, time.time(), user))
+                sub = self.durable.setdefault(name, DurableSubscription(name, start.pattern, queued, owner=user))
                 self._interest_changed()
                 log.info("%s: durable subscription %s on %s, owner %s", self.me, name, start.pattern,
                          user or "the admin")
@@ -689,9 +691,15 @@ class Broker:
             return
         seqs = [s for s in (sub.inflight.pop(p, None) for p in pub_ids) if s is not None]
         if seqs:
-            await self.spool.run(store.op_ack(sub.name, seqs))
-            sub.backlog = max(0, sub.backlog - len(seqs))
-            sub.wake()
+            # shielded: the rows go once queued, so the count must follow even when the caller is cancelled (a
+            # Subscribe call ending while its acks commit); it counts the rows really gone, not the acks (after a
+            # takeover the old stream's ack may have removed a row the new stream was sent again)
+            await asyncio.shield(self._forget(sub, seqs))
+
+    async def _forget(self, sub: DurableSubscription, seqs: list[int]) -> None:
+        removed = await self.spool.run(store.op_ack(sub.name, seqs))
+        sub.backlog = max(0, sub.backlog - removed)
+        sub.wake()
 
     async def unsubscribe(self, name: str, user: str, admin: bool) -> tuple[bool, int]:
         """Remove a subscription (durable: with what waits for it). (removed, publications discarded); only its

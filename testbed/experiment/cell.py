@@ -196,7 +196,8 @@ class _CellRun:
         ctx = RunContext(self.rep_dir, address=lambda n: nodeconfig.mgmt_target(self.network, n),
                          reachable=self.daemons.reachable, tokens=tokens,
                          client=lambda n: self.daemons.client(n, timeout=5.0),
-                         user_access=run_secrets.access if run_secrets.auth else None)
+                         user_access=run_secrets.access if run_secrets.auth else None,
+                         run_id=self.network.run_id)
         for sub in SUBSYSTEMS:
             clients = sub.clients(wall, ctx)
             if clients is None:

@@ -1,4 +1,4 @@
-"""The application instances of a repetition (the scenario's `pools:`): one client (a thread) per instance.
+"""The application instances of a repetition (the scenario's `pools:`): one client process per instance.
 
 Each instance holds the durable subscription `pool.<app>.<instance>.>` (named `pool.<app>.<instance>`) at its
 node and beats on `_pools.hb.<instance>` as its application's user (node/pools/messages.py InstanceBeat). What
@@ -16,38 +16,65 @@ record (its own receipts, or a dead predecessor's, read before it takes over) is
 line. Control messages get a receipt line too (`control`: their kind), so the pub/sub account sees every
 publication on the instance's subscription arrive.
 
-Faults (testbed/experiment/faults.py): `pool_join` starts an instance the scenario held back, `pool_leave`
-makes it announce a leave, drain to backlog 0 and unsubscribe, `pool_kill` ends its client abruptly: no ack,
-no drain, no heartbeat any more, the stream cut (the instances are threads of the testbed, so this is the
-client's death as its node sees it, not a signal to a process). A crashed instance's successor is the first
-instance that gets a fence from it: it attaches to the dead one's subscription by name, processes its backlog
-once (InstanceFence.on_backlog), unsubscribes it at backlog 0 and tells the application's other instances
-(`_drained`).
+The process: `python -P -m testbed.experiment.pool_apps --app A --instance a1 --rep-dir DIR --peer a1=h1 ...
+--address h1=HOST:PORT ...` (testbed/pycmd.py), in a session of its own (a Ctrl-C at the terminal reaches the
+testbed, which ends it). Its stdin is its control channel: the first line is the access it carries per node
+(JSON {node: {token, ca, name}}: tokens stay off the command line, which every user can read), then one
+command a line, `leave` (announce a leave, drain to backlog 0, unsubscribe, then exit) or `stop`; the end of
+stdin (the testbed is gone) and SIGTERM also stop it. Stopping writes its files and exits 0. It answers on
+stdout with one word a line: `subscribed` once its subscription stands. Its log is client.log.
 
-Files: subscribers/<node>/pool.<app>.<instance>/receipts.jsonl and instance.json (its counters and fence
-pauses); a successor writes the receipts of a dead instance's backlog into the dead one's receipts.jsonl (they
-are that subscription's).
+Faults (testbed/experiment/faults.py, applied by PoolApps in the testbed): `pool_join` starts an instance's
+process, `pool_leave` sends it `leave` (the process ends by itself once drained; the teardown ends it if not),
+`pool_kill` writes killed.json (pid, time) into its folder and sends SIGKILL to its pid: no ack, no drain, no
+heartbeat, no files written after that; the node stays up. A crashed instance's successor is the first
+instance that gets a fence from it and finds killed.json: it claims the backlog by creating the dead one's
+`takeover` file (only one creation succeeds), attaches to the dead one's subscription by name, processes its
+backlog once (InstanceFence.on_backlog), unsubscribes it at backlog 0 and tells the application's other
+instances (`_drained`). A killed process may leave a torn last receipt line (no newline): its event was not
+acknowledged (the line comes first), so it comes again from the backlog; the successor skips the fragment
+(noting it), ends it with a newline before appending, and the account counts it as one bad line.
+
+Files: subscribers/<node>/pool.<app>.<instance>/receipts.jsonl, instance.json (its counters, rewritten every
+heartbeat and at the end: a killed instance's is its last, with `state: killed`), client.log, and killed.json
+and takeover after a kill; a successor writes the receipts of a dead instance's backlog into the dead one's
+receipts.jsonl (they are that subscription's). The testbed records the live processes' pids in the run's
+registry record (`pool_client_pids`), so `testbed clean` ends what a crashed testbed left.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 from node.client import Access, NodeClient, Subscription
 from node.errors import UserError
 from node.pools.fence import Acked, Drained, Fence, FenceDone, InstanceFence, Step
 from node.pools.messages import BadMessage, parse_acked, parse_drained, parse_event_key, parse_fence
 from node.pools.sender import DONE_TOPIC
+from testbed import netstate, pycmd, registry
 from testbed.experiment.subscribers import keep_streaming
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("testbed.experiment.pool_apps")     # also when run as __main__
 
 FENCE, ACKED, DRAINED = "_fence", "_acked", "_drained"
+RECEIPTS, INFO, LOG = "receipts.jsonl", "instance.json", "client.log"
+KILLED = "killed.json"        # written by the testbed before its SIGKILL: the successor's sign of a crash
+CLAIM = "takeover"            # created once, by the successor that drains a killed instance's backlog
+PIDS_KEY = "pool_client_pids"  # in the run's registry state (testbed/cleanup.py ends recorded *_pids)
+STOP_GRACE = 10.0             # seconds the instance processes get after SIGTERM to write their files
+REAP_WAIT = 5.0               # seconds to wait for a killed process to be gone
+SUBSCRIBED = "subscribed"     # the process's word on stdout once its subscription stands
+MODULE = "testbed.experiment.pool_apps"    # what an instance process runs (`main` below)
 
 
 def subscription_name(app: str, instance: str) -> str:
@@ -59,19 +86,85 @@ def instance_dir(rep_dir: Path, node: str, app: str, instance: str) -> Path:
     return Path(rep_dir) / "subscribers" / node / subscription_name(app, instance)
 
 
-def read_event_ids(path: Path) -> set[str]:
-    """The event ids an instance's receipts.jsonl records (a torn last line is skipped)."""
+def read_event_ids(path: Path, problems: list[str] | None = None) -> set[str]:
+    """The event ids an instance's receipts.jsonl records. A line that is not a JSON object (the torn last line
+    of a killed process) is skipped, with one sentence in `problems`."""
     out: set[str] = set()
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_text(errors="replace").splitlines()
     except OSError:
         return out
-    for line in lines:
-        try:
-            out.add(str(json.loads(line)["event_id"]))
-        except (ValueError, KeyError, TypeError):
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
             continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            if problems is not None:
+                problems.append(f"{path.parent.name}/{path.name}:{lineno}: not a JSON line, skipped")
+            continue
+        if isinstance(rec, dict) and rec.get("event_id"):
+            out.add(str(rec["event_id"]))
     return out
+
+
+def _ends_torn(path: Path) -> bool:
+    """True when the file's last line has no newline (a process died while writing it)."""
+    try:
+        with open(path, "rb") as f:
+            if f.seek(0, os.SEEK_END) == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except OSError:
+        return False
+
+
+class ReceiptFiles:
+    """The receipts.jsonl files an instance appends to (its own, a killed predecessor's), each opened once and
+    line-buffered: a line is on record before the ack that follows it. A file that ends in a torn line gets a
+    newline first, so the fragment stays one bad line of its own instead of swallowing the next receipt."""
+
+    def __init__(self, rep_dir: Path) -> None:
+        self.rep_dir = Path(rep_dir)
+        self._files: dict[Path, IO[str]] = {}
+
+    def write(self, receipts: list[dict[str, Any]]) -> None:
+        for rec in receipts:
+            path = self.rep_dir / "subscribers" / rec["node"] / rec["subscription"] / RECEIPTS
+            f = self._files.get(path)
+            if f is None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                torn = _ends_torn(path)
+                f = self._files[path] = open(path, "a", buffering=1)
+                if torn:
+                    f.write("\n")
+            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+
+
+def mark_killed(directory: Path, pid: int, ts: float) -> None:
+    """What the testbed writes into a killed instance's folder before the signal (its successor looks for it)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / KILLED).write_text(json.dumps({"pid": pid, "ts": ts}) + "\n")
+
+
+def claim_takeover(directory: Path, successor: str) -> bool:
+    """True for the first successor of a killed instance (folder `directory`): it drains the backlog. Creating
+    the claim file is atomic, so two successors in two processes cannot both win."""
+    if not (directory / KILLED).exists():
+        return False
+    try:
+        fd = os.open(directory / CLAIM, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(successor + "\n")
+    return True
 
 
 @dataclass
@@ -206,33 +299,11 @@ class InstanceLogic:
         return Outcome(ack=[d.pub_id], refused=why)
 
 
-class Dead:
-    """The instances the run killed, and which successor claimed each one's backlog (shared by the clients)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._dead: set[tuple[str, str]] = set()
-        self._claimed: dict[tuple[str, str], str] = {}
-
-    def add(self, app: str, instance: str) -> None:
-        with self._lock:
-            self._dead.add((app, instance))
-
-    def claim(self, app: str, instance: str, successor: str) -> bool:
-        """True for the first successor of a dead instance: it drains the backlog."""
-        with self._lock:
-            if (app, instance) not in self._dead or (app, instance) in self._claimed:
-                return False
-            self._claimed[(app, instance)] = successor
-            return True
-
-
 class PoolInstance:
-    """One application instance's client (a thread)."""
+    """One application instance's client: the body of an instance process (main), threads inside it."""
 
     def __init__(self, app: str, name: str, peers: dict[str, str], address: Callable[[str], str], rep_dir: Path,
-                 reachable: Callable[[str], bool], tokens: dict[str, Access], heartbeat: float,
-                 crash_timeout: float, dead: Dead) -> None:
+                 tokens: dict[str, Access], heartbeat: float, crash_timeout: float) -> None:
         """`peers`: every instance of the application -> its node (this one included); `address`: node -> its
         management target; `tokens`: node -> what the client carries there (its application's token, or the
         node's admin token in a run without user tokens)."""
@@ -242,24 +313,25 @@ class PoolInstance:
         self.rep_dir = Path(rep_dir)
         self.dir = instance_dir(rep_dir, self.node, app, name)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.logic = InstanceLogic(app, name, self.node, read_event_ids(self.dir / "receipts.jsonl"))
+        self.errors: list[str] = []
+        torn: list[str] = []
+        self.logic = InstanceLogic(app, name, self.node, read_event_ids(self.dir / RECEIPTS, torn))
+        for problem in torn:
+            self._note(problem)
         self.tokens = tokens
         self.token = tokens.get(self.node, Access())
         self.heartbeat = heartbeat
         self.crash_timeout = crash_timeout
-        self.dead = dead
-        self._reachable = reachable
         self.state = "active"
         self.backlog = -1
-        self.errors: list[str] = []
         self.takeovers: list[str] = []
-        self.started = self.left = self.killed = 0.0
+        self.started = self.left = 0.0
         self.subscribed = threading.Event()
+        self.ended = threading.Event()         # a leave is complete: the process may exit
         self._stop = threading.Event()
-        self._crashed = threading.Event()
-        self._lock = threading.Lock()          # the receipts file, the logic and the subscription
+        self._lock = threading.Lock()          # the receipts files, the logic and the subscription
         self._sub: Subscription | None = None
-        self._files: dict[Path, Any] = {}      # receipts.jsonl files written (its own, a dead predecessor's)
+        self._receipts = ReceiptFiles(self.rep_dir)
         self._threads = [threading.Thread(target=self._run, name=f"pool-{app}-{name}", daemon=True),
                          threading.Thread(target=self._beat, name=f"pool-hb-{app}-{name}", daemon=True)]
 
@@ -274,38 +346,33 @@ class PoolInstance:
         self.state = "leaving"
         self.left = time.time()
 
-    def kill(self) -> None:
-        """The client's death as the node sees it: the stream is cut, nothing more is acknowledged or beaten."""
-        self.killed = time.time()
-        self.state = "killed"
-        self._crashed.set()
+    def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
         with self._lock:
             if self._sub is not None:
-                self._sub.close(wait=0.0)
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        with self._lock:
-            if self._sub is not None:
-                self._sub.close()
+                self._sub.close(wait=timeout)
         for t in self._threads:
             if t.is_alive():
                 t.join(timeout)
         with self._lock:
-            for f in self._files.values():
-                f.close()
-        lg = self.logic
-        (self.dir / "instance.json").write_text(json.dumps({
-            "app": self.app, "instance": self.name, "node": self.node, "state": self.state,
-            "received": lg.received, "duplicates": lg.duplicates, "refused": lg.refused,
-            "fence_pauses_s": [round(p, 6) for p in lg.pauses], "held": sum(lg.fence.held().values()),
-            "takeovers": self.takeovers, "started": self.started, "left": self.left or None,
-            "killed": self.killed or None, "errors": self.errors}, indent=1) + "\n")
+            self._receipts.close()
+        self.write_info()
+
+    def write_info(self) -> None:
+        """instance.json, replaced whole (a kill -9 leaves the last complete one)."""
+        with self._lock:
+            lg = self.logic
+            info = {"app": self.app, "instance": self.name, "node": self.node, "state": self.state,
+                    "pid": os.getpid(), "received": lg.received, "duplicates": lg.duplicates, "refused": lg.refused,
+                    "fence_pauses_s": [round(p, 6) for p in lg.pauses], "held": sum(lg.fence.held().values()),
+                    "takeovers": list(self.takeovers), "started": self.started, "left": self.left or None,
+                    "killed": None, "errors": list(self.errors)}
+        write_info(self.dir, info)
 
     # -- the subscription --------------------------------------------------------------------------------
     def _run(self) -> None:
-        keep_streaming(self._stop, lambda: self._reachable(self.node), self._stream, self._note)
+        # a node that is down refuses the connection at once: the backoff paces the tries
+        keep_streaming(self._stop, lambda: True, self._stream, self._note)
 
     def _stream(self) -> None:
         with NodeClient.to(self.address, self.token) as client:
@@ -328,10 +395,8 @@ class PoolInstance:
 
     def _handle(self, client: NodeClient, sub: Subscription, how: Callable[[Any], Outcome], d: Any) -> None:
         with self._lock:
-            if self._crashed.is_set():
-                return
             out = how(d)
-            self._write(out.receipts)     # on record (line-buffered) before the ack goes back
+            self._receipts.write(out.receipts)     # on record (line-buffered) before the ack goes back
             sub.ack(out.ack)
         if out.refused:
             self._note(out.refused)
@@ -339,16 +404,6 @@ class PoolInstance:
             self._publish(client, topic, body)
         if d.topic.endswith(f".{FENCE}"):
             self._maybe_take_over(client, d)
-
-    def _write(self, receipts: list[dict[str, Any]]) -> None:
-        """Receipt lines, each into its subscription's receipts.jsonl (the caller holds the lock)."""
-        for rec in receipts:
-            path = self.rep_dir / "subscribers" / rec["node"] / rec["subscription"] / "receipts.jsonl"
-            f = self._files.get(path)
-            if f is None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                f = self._files[path] = open(path, "a", buffering=1)
-            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
 
     def _publish(self, client: NodeClient, topic: str, body: bytes) -> None:
         # the peer's durable subscription keeps it; a refusal ("not now") is tried again shortly
@@ -368,7 +423,9 @@ class PoolInstance:
             f = parse_fence(d.payload)
         except BadMessage:
             return
-        if f.new != self.name or f.old is None or not self.dead.claim(self.app, f.old, self.name):
+        if f.new != self.name or f.old is None or f.old not in self.peers:
+            return
+        if not claim_takeover(instance_dir(self.rep_dir, self.peers[f.old], self.app, f.old), self.name):
             return
         threading.Thread(target=self._take_over, args=(f.old,), name=f"pool-takeover-{self.name}",
                          daemon=True).start()
@@ -377,8 +434,11 @@ class PoolInstance:
         """Attach to the dead instance's subscription by name, process its backlog once, then tell the others."""
         self.takeovers.append(dead)
         node = self.peers[dead]
+        torn: list[str] = []
         with self._lock:
-            self.logic.seen |= read_event_ids(instance_dir(self.rep_dir, node, self.app, dead) / "receipts.jsonl")
+            self.logic.seen |= read_event_ids(instance_dir(self.rep_dir, node, self.app, dead) / RECEIPTS, torn)
+        for problem in torn:
+            self._note(f"takeover of {dead}: {problem}")
         name = subscription_name(self.app, dead)
         try:
             # the dead instance's subscription lives at its node: attach there, by its name
@@ -390,7 +450,7 @@ class PoolInstance:
                 self._unsubscribe(client, name)
                 with self._lock:
                     out = self.logic.drained(dead)
-                    self._write(out.receipts)
+                    self._receipts.write(out.receipts)
                     if self._sub is not None:      # what waited for the drain came on this instance's own stream
                         self._sub.ack(out.ack)
                 for topic, body in out.publish:    # the FenceDone of the pairs the drain released
@@ -425,8 +485,7 @@ class PoolInstance:
     def _beat(self) -> None:
         quiet_since: float | None = None
         while not self._stop.wait(self.heartbeat):
-            if not self._reachable(self.node):
-                continue
+            self.write_info()
             try:
                 with NodeClient.to(self.address, self.token, timeout=max(1.0, self.heartbeat)) as client:
                     self.backlog = self._backlog_of(client, subscription_name(self.app, self.name))
@@ -449,6 +508,7 @@ class PoolInstance:
                                 self._sub.close()
                         self._unsubscribe(client, subscription_name(self.app, self.name))
                         self.state = "left"
+                        self.ended.set()
                         return
             except UserError as exc:
                 self._note(str(exc))
@@ -485,26 +545,154 @@ def _until_idle(sub: Subscription, backlog: Callable[[], int], stop: threading.E
         stop.wait(0.2)
 
 
+def write_info(directory: Path, info: dict[str, Any]) -> None:
+    tmp = directory / f"{INFO}.tmp"
+    tmp.write_text(json.dumps(info, indent=1) + "\n")
+    tmp.replace(directory / INFO)
+
+
+def read_info(directory: Path) -> dict[str, Any]:
+    try:
+        info = json.loads((directory / INFO).read_text())
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+class InstanceProcess:
+    """The testbed's handle on one instance client process: started, told to leave, killed and stopped, always
+    through the pid it started."""
+
+    def __init__(self, app: str, name: str, node: str, argv: list[str], access: dict[str, Access],
+                 directory: Path) -> None:
+        self.app, self.name, self.node = app, name, node
+        self.argv = argv
+        self.access = access
+        self.dir = directory
+        self.state = "new"                 # new | active | leaving | killed | stopped
+        self.proc: subprocess.Popen[str] | None = None
+        self.subscribed = threading.Event()
+        self.killed = 0.0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc is not None else 0
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / LOG, "ab") as logf:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logf,
+                                         text=True, bufsize=1, start_new_session=True, env=pycmd.env())
+        self.state = "active"
+        self._send(json.dumps({n: {"token": a.token, "ca": a.ca.decode(), "name": a.name}
+                               for n, a in self.access.items()}))
+        threading.Thread(target=self._read, name=f"pool-out-{self.app}-{self.name}", daemon=True).start()
+
+    def _send(self, line: str) -> bool:
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+            return True
+        except (OSError, ValueError):      # the process has ended (a broken pipe, a closed file)
+            return False
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.strip() == SUBSCRIBED:
+                self.subscribed.set()
+
+    def leave(self) -> None:
+        if not self._send("leave"):
+            raise ValueError(f"the process of instance {self.app}.{self.name} has ended (see {self.dir / LOG})")
+        self.state = "leaving"
+
+    def kill(self) -> None:
+        """kill -9 by pid: the successor's sign (killed.json) goes first, then the signal; nothing of the
+        process's runs after it (its last instance.json stays, marked killed)."""
+        assert self.proc is not None
+        self.killed = time.time()
+        mark_killed(self.dir, self.proc.pid, self.killed)
+        self.proc.send_signal(signal.SIGKILL)
+        self._reap(REAP_WAIT)
+        self.state = "killed"
+        info = read_info(self.dir) or {"app": self.app, "instance": self.name, "node": self.node}
+        write_info(self.dir, {**info, "state": "killed", "pid": self.proc.pid, "killed": self.killed})
+
+    def terminate(self) -> None:
+        if self.running():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGTERM)
+
+    def finish(self, deadline: float) -> None:
+        """Wait for the process until `deadline` (monotonic), then SIGKILL it; its files are complete after."""
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning("pool instance %s/%s (pid %d) did not stop within %.0f s of SIGTERM: killed",
+                        self.app, self.name, self.proc.pid, STOP_GRACE)
+            self.proc.send_signal(signal.SIGKILL)
+            self._reap(REAP_WAIT)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                if pipe is not None:
+                    pipe.close()
+            except OSError:
+                pass
+        if self.state != "killed" and self.proc.returncode not in (0, None):
+            log.warning("pool instance %s/%s (pid %d) ended with status %s (see %s)", self.app, self.name,
+                        self.proc.pid, self.proc.returncode, self.dir / LOG)
+        if not read_info(self.dir):        # it died before its first instance.json
+            write_info(self.dir, {"app": self.app, "instance": self.name, "node": self.node, "state": "exited",
+                                  "pid": self.proc.pid, "exit_status": self.proc.returncode})
+        if self.state != "killed":
+            self.state = "stopped"
+
+    def _reap(self, timeout: float) -> None:
+        assert self.proc is not None
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("pool instance %s/%s (pid %d) still there %.0f s after SIGKILL", self.app, self.name,
+                        self.proc.pid, timeout)
+
+
 class PoolApps:
-    """All application instance clients of a repetition; `later`: the instances a `pool_join` fault starts."""
+    """All application instance processes of a repetition; `later`: the instances a `pool_join` fault starts."""
 
     def __init__(self, apps: dict[str, dict[str, str]], later: set[tuple[str, str]], rep_dir: Path,
-                 address: Callable[[str], str], reachable: Callable[[str], bool], tokens: dict[str, Access],
-                 heartbeat: float, crash_timeout: float,
-                 user_access: Callable[[str, str], Access] | None = None) -> None:
+                 address: Callable[[str], str], tokens: dict[str, Access], heartbeat: float, crash_timeout: float,
+                 user_access: Callable[[str, str], Access] | None = None, run_id: str = "") -> None:
         """`tokens`: node -> the admin's access there; `user_access`: (node, user) -> a user's, when the run has
-        user tokens: an instance then runs as its application's user (the owner of its subscription)."""
-        self.dead = Dead()
+        user tokens: an instance then runs as its application's user (the owner of its subscription).
+        `run_id`: the run whose registry record lists the processes' pids ("" : none)."""
         self.later = set(later)
+        self.run_id = run_id
+        self._lock = threading.Lock()
 
         def access(app: str) -> dict[str, Access]:
+            nodes = set(apps[app].values())
             if user_access is None:
-                return tokens
-            return {node: user_access(node, app) for node in set(tokens) & set(apps[app].values())}
+                return {n: a for n, a in tokens.items() if n in nodes}
+            return {node: user_access(node, app) for node in set(tokens) & nodes}
 
-        self.clients = {(app, inst): PoolInstance(app, inst, dict(insts), address, rep_dir, reachable, access(app),
-                                                  heartbeat, crash_timeout, self.dead)
-                        for app, insts in apps.items() for inst in insts}
+        self.clients: dict[tuple[str, str], InstanceProcess] = {}
+        for app, insts in apps.items():
+            nodes = sorted(set(insts.values()))
+            for inst, node in insts.items():
+                argv = pycmd.module_argv(
+                    MODULE, "--app", app, "--instance", inst, "--rep-dir", str(Path(rep_dir).resolve()),
+                    "--heartbeat", repr(heartbeat), "--crash-timeout", repr(crash_timeout),
+                    *[a for i, n in insts.items() for a in ("--peer", f"{i}={n}")],
+                    *[a for n in nodes for a in ("--address", f"{n}={address(n)}")])
+                self.clients[(app, inst)] = InstanceProcess(app, inst, node, argv, access(app),
+                                                            instance_dir(rep_dir, node, app, inst))
         self._started: set[tuple[str, str]] = set()
 
     def start(self, timeout: float, stop: threading.Event) -> list[str]:
@@ -523,10 +711,22 @@ class PoolApps:
         if key not in self._started:
             self._started.add(key)
             self.clients[key].start()
+            self._record_pids()
+
+    def _record_pids(self) -> None:
+        """The live processes' pids in the run's registry record, for `testbed clean` after a crashed testbed."""
+        if not self.run_id:
+            return
+        with self._lock, netstate.locked(self.run_id):
+            rec = registry.load(self.run_id)
+            if rec is None:
+                return
+            rec.state[PIDS_KEY] = sorted(c.pid for k in self._started if (c := self.clients[k]).running())
+            registry.save(rec)
 
     def fault(self, action: str, target: str) -> dict[str, Any]:
         """Apply `pool_join`, `pool_leave` or `pool_kill` to `target` ("<app>.<instance>"); the details for
-        events.jsonl."""
+        events.jsonl (with the process's pid)."""
         app, _, inst = target.partition(".")
         client = self.clients.get((app, inst))
         if client is None:
@@ -537,14 +737,16 @@ class PoolApps:
             self._start((app, inst))
         elif (app, inst) not in self._started:
             raise ValueError(f"instance {target} has not started")
+        elif not client.running():
+            raise ValueError(f"instance {target} has ended ({client.state})")
         elif action == "pool_leave":
             client.leave()
         elif action == "pool_kill":
-            self.dead.add(app, inst)
             client.kill()
+            self._record_pids()
         else:
             raise ValueError(f"unknown pool action {action!r}")
-        return {"host": client.node, "app": app, "instance": inst}
+        return {"host": client.node, "app": app, "instance": inst, "pid": client.pid}
 
     def backlog(self, client: Callable[[str], NodeClient]) -> dict[str, int | str]:
         """The durable subscriptions of running (or killed, not yet taken over) instances that hold publications."""
@@ -563,8 +765,98 @@ class PoolApps:
         return out
 
     def stop(self) -> None:
-        for key in sorted(self._started):
+        """SIGTERM every instance process at once, then wait for each with one bound (SIGKILL after it)."""
+        started = [self.clients[k] for k in sorted(self._started)]
+        for c in started:
+            c.terminate()
+        deadline = time.monotonic() + STOP_GRACE
+        for c in started:
             try:
-                self.clients[key].stop()
+                c.finish(deadline)
             except Exception as exc:  # noqa: BLE001 - one client's end must not cost the others their files
-                log.warning("stopping pool instance %s/%s failed: %s", *key, exc)
+                log.warning("stopping pool instance %s/%s failed: %s", c.app, c.name, exc)
+        self._record_pids()
+
+
+# -- the instance process ------------------------------------------------------------------------------------
+def _pairs(values: list[str], what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values:
+        k, sep, x = v.partition("=")
+        if not sep or not k or not x:
+            raise ValueError(f"{what} {v!r} is not NAME=VALUE")
+        out[k] = x
+    return out
+
+
+def _say(word: str) -> None:
+    try:
+        print(word, flush=True)
+    except OSError:          # the testbed is gone: nobody listens
+        pass
+
+
+def _commands(inst: PoolInstance, quit_: threading.Event) -> None:
+    """The control channel: one command a line on stdin; its end (the testbed is gone) stops the process."""
+    for line in sys.stdin:
+        cmd = line.strip()
+        if cmd == "leave":
+            inst.leave()
+        elif cmd == "stop":
+            break
+        elif cmd:
+            log.warning("unknown command %r ignored", cmd)
+    quit_.set()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m testbed.experiment.pool_apps",
+                                 description="One application instance client of a pools run (started by the "
+                                             "testbed; its access comes as the first line on stdin).")
+    ap.add_argument("--app", required=True)
+    ap.add_argument("--instance", required=True)
+    ap.add_argument("--rep-dir", required=True, type=Path)
+    ap.add_argument("--peer", action="append", default=[], help="INSTANCE=NODE, every instance of the application")
+    ap.add_argument("--address", action="append", default=[], help="NODE=HOST:PORT, its management target")
+    ap.add_argument("--heartbeat", type=float, required=True)
+    ap.add_argument("--crash-timeout", type=float, required=True)
+    args = ap.parse_args(argv)
+    try:
+        peers, addresses = _pairs(args.peer, "--peer"), _pairs(args.address, "--address")
+    except ValueError as exc:
+        ap.error(str(exc))
+    if args.instance not in peers:
+        ap.error(f"--peer names no node for instance {args.instance!r}")
+    if missing := sorted(set(peers.values()) - set(addresses)):
+        ap.error(f"--address missing for {', '.join(missing)}")
+    if args.heartbeat <= 0 or args.crash_timeout <= 0:
+        ap.error("--heartbeat and --crash-timeout must be positive")
+    try:
+        raw = json.loads(sys.stdin.readline() or "null")
+        tokens = {str(n): Access(str(a.get("token", "")), str(a.get("ca", "")).encode(), str(a.get("name", "")))
+                  for n, a in raw.items()}
+    except (ValueError, AttributeError, TypeError):
+        print(f"{ap.prog}: the first line on stdin must be the access JSON {{node: {{token, ca, name}}}}",
+              file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s {args.app}.{args.instance}@{peers[args.instance]} %(levelname)s "
+                               f"%(name)s: %(message)s")
+    quit_ = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: quit_.set())
+    inst = PoolInstance(args.app, args.instance, peers, addresses.__getitem__, args.rep_dir, tokens,
+                        args.heartbeat, args.crash_timeout)
+    threading.Thread(target=_commands, args=(inst, quit_), name="pool-commands", daemon=True).start()
+    inst.start()
+    announced = False
+    while not quit_.wait(0.1) and not inst.ended.is_set():
+        if not announced and inst.subscribed.is_set():
+            _say(SUBSCRIBED)
+            announced = True
+    inst.stop()
+    log.info("stopped (%s)", inst.state)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

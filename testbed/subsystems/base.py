@@ -45,6 +45,9 @@ class RunContext:
     # (node, user) -> that user's token there (security.auth); None: the run has no user tokens, clients use
     # `tokens`
     user_access: Callable[[str, str], Access] | None = None
+    # the run's id in the registry (testbed/registry.py): clients that start processes record their pids in its
+    # state, so `testbed clean` ends them after a crashed testbed; "" for none
+    run_id: str = ""
 
 
 class Clients:

@@ -8,8 +8,8 @@ RAFT_PORT_OFFSET, so cuts and partitions reach Raft), the applications, and at a
 run (testbed/secrets.py `pools_password`); only the replicas' configs hold it. Each application is a user
 (its name) with a token at its instances' nodes: the instances subscribe and beat as that user.
 
-In a repetition it runs one client per application instance (testbed/experiment/pool_apps.py); the faults
-`pool_join`, `pool_leave`, `pool_kill` act on them, and the symbolic targets `pools.leader` and
+In a repetition it runs one client process per application instance (testbed/experiment/pool_apps.py); the
+faults `pool_join`, `pool_leave`, `pool_kill` (SIGKILL to its pid) act on them, and the symbolic targets `pools.leader` and
 `pools.followers` are resolved by asking the replicas (GetPools) when the fault fires.
 
 summary.json `pools` (testbed/accounting/pools.py; null without pools): re-balance times, connections moved,
@@ -140,8 +140,8 @@ class Pools(Subsystem):
             return None
         later = {tuple(f.target.split(".", 1)) for f in scenario.faults if f.action == "pool_join"}
         apps = PoolApps({app: dict(a.instances) for app, a in spec.apps.items()}, later, ctx.rep_dir,
-                        address=ctx.address, reachable=ctx.reachable, tokens=ctx.tokens, heartbeat=spec.heartbeat,
-                        crash_timeout=spec.crash_timeout, user_access=ctx.user_access)
+                        address=ctx.address, tokens=ctx.tokens, heartbeat=spec.heartbeat,
+                        crash_timeout=spec.crash_timeout, user_access=ctx.user_access, run_id=ctx.run_id)
         return PoolClients(apps, list(spec.replicas), ctx)
 
     def users(self, config: dict[str, Any]) -> set[str]:

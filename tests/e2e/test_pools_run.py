@@ -1,13 +1,15 @@
 """Pooled event consumption end to end: `testbed run scenarios/pools.yaml --quick` as a subprocess.
 
 The quick timeline keeps one of each change the pools must survive: an instance joins (A.a4), one leaves
-(A.a2), an instance's client dies (B.b1), and the controller's leader is killed and restarted. One run is
+(A.a2), an instance's client process is killed -9 (B.b1, its node stays up), and the controller's leader is
+killed and restarted. One run is
 shared by every check: summary.json's `pools` account (a re-balance per change that moves connections, no
 event lost or duplicated, affinity kept), the records of the controller and the checker's verdict.
 """
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -70,3 +72,26 @@ def test_the_leader_kill_names_its_node_and_a_new_term_is_elected(run) -> None:
 def test_the_independent_checker_passes(run) -> None:
     v = check_run(only_rep(run))
     assert v.problems == 0 and v.lost == 0 and v.duplicate == 0, (v.first_problems, v.lost_pairs[:10])
+
+
+@pytest.mark.root
+@pytest.mark.timeout(500)
+def test_the_instance_kill_is_a_real_kill_9_and_its_successor_drains_it(run) -> None:
+    rep = only_rep(run)
+    [kill] = [e for e in read_jsonl(rep / "events.jsonl") if e.get("event") == "pool_kill"]
+    app, inst = kill["target"].split(".")
+    pid, node = kill["pid"], kill["host"]
+    infos = {p.parent.name: json.loads(p.read_text()) for p in (rep / "subscribers").glob("*/pool.*/instance.json")}
+    dead = infos[f"pool.{app}.{inst}"]
+    # the pid it killed is the one the instance's own process wrote; every instance had a process of its own
+    assert (dead["state"], dead["pid"], dead["killed"]) == ("killed", pid, pytest.approx(kill["ts"], abs=10))
+    assert len({i["pid"] for i in infos.values()}) == len(infos)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    # its node stayed up: no fault touched it, and a successor attached there and drained the dead one's backlog
+    assert not [e for e in read_jsonl(rep / "events.jsonl") if e.get("target") == node and e.get("event") != "pool_kill"
+                and e.get("event") in ("kill", "pause", "restart")]
+    assert [n for n, i in infos.items() if inst in (i.get("takeovers") or [])], infos
+    p = pools(run)
+    assert (p["events_lost"], p["events_duplicated"]) == (0, 0)
+    assert not [pair for pair in p["lost_pairs"] if pair[0] == app]

@@ -338,6 +338,36 @@ def test_a_durable_publication_costs_a_transit_node_one_commit(net) -> None:
             c.unsubscribe("hop")
 
 
+def test_a_durable_publication_in_several_fragments_costs_a_transit_node_one_commit(net) -> None:
+    """As above with publications of three fragments each (the nodes' fragment_size is 1000 bytes): the batch
+    that completes the copy at n2 also reassembles it and stores what the broker does with it in the same
+    commit, so N publications cost n2 at most N commits (the engine's reassembly and the broker's own
+    transaction would each add one)."""
+    N = 12
+    rcv = Receiver(net, "n3", "frag.>", name="frag", durable=True)
+    try:
+        wait_until(lambda: ("n3", "frag", "frag.>", True) in remote_subs(net, "n1"), SPREAD,
+                   what="n3's durable subscription known at n1")
+        with net.client("n1") as pub, net.client("n2") as transit:
+            def one(i: int) -> None:
+                assert pub.publish("frag.t", size=2500).accepted
+                wait_until(lambda: len(rcv.unique()) == i, 10, step=0.005, what=f"publication {i} at n3")
+            one(1)
+            time.sleep(2 * ACKED_DELETE_WITHIN)
+            before, t0 = transit.stats()["spool_commits"], time.monotonic()
+            for i in range(2, N + 2):
+                one(i)
+            grown, took = transit.stats()["spool_commits"] - before, time.monotonic() - t0
+        timers = math.ceil(took / EXPIRY_EVERY) + math.ceil(took / PRUNE_EVERY) + 1
+        print(f"n2: {grown} commits for {N} publications of three fragments in {took:.2f} s")
+        assert grown <= N + timers, f"{grown} commits at the transit node for {N} publications"
+        assert max(rcv.counts.values()) == 1
+    finally:
+        rcv.close()
+        with net.client("n3") as c:
+            c.unsubscribe("frag")
+
+
 def test_a_backlog_reaches_a_batching_client_in_few_messages_and_its_acks_share_commits(net) -> None:
     N, BATCH = 40, 16
     with net.client("n1") as c:

@@ -1,15 +1,22 @@
 """An application instance's decisions (testbed/experiment/pool_apps.py InstanceLogic) on made-up deliveries: the
 fence holds a moved consumer's events until the predecessor's Acked, receipts come before acks, a dead
-predecessor's receipts are not processed again; and the pool fault actions on the instance clients."""
+predecessor's receipts (a torn last line included) are not processed again; and the pool fault actions on the
+instance client processes (real processes, pointed at a port where no node listens)."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from testbed.experiment.pool_apps import ACKED, Dead, InstanceLogic, PoolApps, read_event_ids
+from testbed import cleanup, registry
+from testbed.accounting.records import RecordReader
+from testbed.experiment import pool_apps
+from testbed.experiment.pool_apps import (ACKED, InstanceLogic, PoolApps, ReceiptFiles, claim_takeover, instance_dir,
+                                          mark_killed, read_event_ids)
 
 
 def delivery(topic: str, pub_id: str, key: str = "", payload: dict | None = None, publisher: str = "") -> SimpleNamespace:
@@ -76,21 +83,94 @@ def test_a_fence_from_a_user_and_a_foreign_topic_are_refused() -> None:
     assert "is not pool.A.a1" in lg.on_delivery(event("a9", 1)).refused
 
 
-def test_pool_faults_start_leave_and_kill_instances(tmp_path: Path) -> None:
-    dead = Dead()
-    dead.add("A", "a1")
-    assert dead.claim("A", "a1", "a2") and not dead.claim("A", "a1", "a3") and not dead.claim("A", "a2", "a3")
+def test_a_torn_last_line_of_a_killed_instance_is_skipped_and_its_event_counted_once(tmp_path: Path) -> None:
+    dead_dir = instance_dir(tmp_path, "h1", "A", "a1")
+    files = ReceiptFiles(tmp_path)
+    files.write(InstanceLogic("A", "a1", "h1").on_backlog(event("a1", 1), "h1", "a1").receipts)
+    files.close()
+    receipts = dead_dir / "receipts.jsonl"
+    with open(receipts, "a") as f:         # a1 killed while writing e2's line: no newline, e2 not acked
+        f.write('{"ts":1.5,"node":"h1","subscription":"pool.A.a1","pub_id":"c1-pa')
+    problems: list[str] = []
+    seen = read_event_ids(receipts, problems)
+    assert seen == {"c1-e1"} and len(problems) == 1 and "receipts.jsonl:2" in problems[0]
+    succ = InstanceLogic("A", "a2", "h2", seen=seen)
+    assert succ.on_backlog(event("a1", 1), "h1", "a1").receipts == []       # on record: acked, no second line
+    files = ReceiptFiles(tmp_path)
+    files.write(succ.on_backlog(event("a1", 2), "h1", "a1").receipts)       # e2 again from the backlog
+    files.close()
+    reader = RecordReader(tmp_path)
+    recs = list(reader.records(receipts, "receipt"))
+    # the fragment is one bad line of its own; e2's line is whole: each event once, none lost
+    assert sorted(r["event_id"] for r in recs) == ["c1-e1", "c1-e2"] and reader.problems == 1
+    assert read_event_ids(receipts) == {"c1-e1", "c1-e2"}
+
+
+def test_only_the_first_successor_of_a_killed_instance_claims_its_backlog(tmp_path: Path) -> None:
+    assert not claim_takeover(tmp_path, "a2")             # not killed: a leave's handover, nothing to drain
+    mark_killed(tmp_path, 4242, 1.0)
+    assert claim_takeover(tmp_path, "a2") and not claim_takeover(tmp_path, "a3")
+
+
+def _wait_for(what, timeout: float = 20.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if what():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_pool_faults_start_leave_and_kill_instance_processes(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(registry, "REGISTRY_DIR", tmp_path / "registry")
+    run_id = registry.new_run_id()
+    registry.register(run_id, "test")
+
+    def recorded() -> list[int]:
+        rec = registry.load(run_id)
+        assert rec is not None
+        return cleanup._recorded_pids(rec.state)
+
     apps = PoolApps({"A": {"a1": "h1", "a2": "h2"}}, {("A", "a2")}, tmp_path, address=lambda n: "127.0.0.1:1",
-                    reachable=lambda n: False, tokens={}, heartbeat=0.2, crash_timeout=1.0)
-    with pytest.raises(ValueError, match="has not started"):
-        apps.fault("pool_leave", "A.a2")
-    with pytest.raises(ValueError, match="no application instance"):
-        apps.fault("pool_join", "A.a9")
-    assert apps.fault("pool_join", "A.a2") == {"host": "h2", "app": "A", "instance": "a2"}
-    with pytest.raises(ValueError, match="running already"):
-        apps.fault("pool_join", "A.a2")
-    apps.fault("pool_leave", "A.a2")
-    assert apps.clients[("A", "a2")].state == "leaving"
-    apps.stop()
-    info = json.loads((tmp_path / "subscribers" / "h2" / "pool.A.a2" / "instance.json").read_text())
-    assert info["state"] == "leaving" and info["received"] == 0
+                    tokens={}, heartbeat=0.2, crash_timeout=1.0, run_id=run_id)
+    try:
+        with pytest.raises(ValueError, match="has not started"):
+            apps.fault("pool_leave", "A.a2")
+        with pytest.raises(ValueError, match="no application instance"):
+            apps.fault("pool_join", "A.a9")
+        joined = apps.fault("pool_join", "A.a2")
+        a2 = joined["pid"]
+        assert joined == {"host": "h2", "app": "A", "instance": "a2", "pid": a2} and a2 != os.getpid()
+        assert not _gone(a2) and recorded() == [a2]          # `testbed clean` would find it
+        with pytest.raises(ValueError, match="running already"):
+            apps.fault("pool_join", "A.a2")
+        apps.fault("pool_leave", "A.a2")                     # over its stdin: the process itself says so
+        a2_dir = tmp_path / "subscribers" / "h2" / "pool.A.a2"
+        assert _wait_for(lambda: pool_apps.read_info(a2_dir).get("state") == "leaving")
+        assert pool_apps.read_info(a2_dir)["pid"] == a2
+
+        a1 = apps.fault("pool_join", "A.a1")["pid"]
+        a1_dir = tmp_path / "subscribers" / "h1" / "pool.A.a1"
+        assert _wait_for(lambda: pool_apps.read_info(a1_dir).get("pid") == a1)
+        killed = apps.fault("pool_kill", "A.a1")
+        assert killed["pid"] == a1 and _gone(a1)              # kill -9 of that pid: gone at once
+        assert json.loads((a1_dir / "killed.json").read_text())["pid"] == a1
+        info = pool_apps.read_info(a1_dir)
+        assert (info["state"], info["pid"]) == ("killed", a1) and info["killed"] is not None
+        assert recorded() == [a2]
+        with pytest.raises(ValueError, match="has ended"):
+            apps.fault("pool_kill", "A.a1")
+    finally:
+        apps.stop()
+    assert _gone(a2) and recorded() == []
+    info = pool_apps.read_info(a2_dir)
+    assert info["state"] == "leaving" and info["received"] == 0    # its own last words, on SIGTERM
+    assert pool_apps.read_info(a1_dir)["state"] == "killed"

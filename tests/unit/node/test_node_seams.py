@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from node.hooks import MessageKind, Received
 from node.link import LinkManager, LinkSession
 from node.mta import make_engine
 from node.policy import PassThrough
@@ -16,6 +17,7 @@ from node.rpc import link_pb2
 from node.piece import Piece
 from node.spool import Spool
 from node.states import PieceState
+from node.subsystem import Subsystem
 from tests.unit.node.test_node_engine_spool import cfg_for, pieces_of
 
 
@@ -147,5 +149,71 @@ def test_delivery_hooks_see_each_delivered_copy_once(tmp_path: Path) -> None:
         await eng.settle()
         assert await eng.receive("n2", pieces_of(b"w" * 50, msg="whole", dst="n3")) == [None]
         assert seen == [("hooked", 250), ("whole", 50)]
+        await _close(eng)
+    asyncio.run(go())
+
+
+def _kind_hook(eng, fail: bool = False) -> tuple[list, list, list]:
+    """Message kind "k" with a receive hook whose op takes the inbox row away (or raises, with `fail`); returns
+    (what the consumer got, what done() heard, the payloads the op ran for)."""
+    consumed: list[bytes] = []
+    done: list[bool] = []
+    ran: list[bytes] = []
+
+    def on_receive(m: Piece, payload: bytes) -> Received:
+        def op(c) -> None:
+            if fail:
+                raise RuntimeError("the subsystem refuses it here")
+            ran.append(payload)
+            c.execute("DELETE FROM inbox WHERE msg_id=?", (m.msg_id,))
+        return Received(op, done.append)
+    eng.hooks.add(type("K", (Subsystem,), {
+        "name": "k", "message_kinds": lambda self: [MessageKind("k", lambda i, o: True,
+                                                                lambda m, p: consumed.append(p), on_receive)]})(
+        eng.cfg))
+    return consumed, done, ran
+
+
+def _k_pieces(payload: bytes, msg: str) -> list[Piece]:
+    ps = pieces_of(payload, msg=msg, dst="n3")
+    for p in ps:
+        p.kind = "k"
+    return ps
+
+
+def test_a_copy_in_pieces_is_reassembled_and_handled_by_its_kind_in_the_commit_that_completes_it(
+        tmp_path: Path) -> None:
+    async def go() -> None:
+        eng = await _engine(tmp_path)
+        consumed, done, ran = _kind_hook(eng)
+        payload = bytes(range(250))
+        ps = _k_pieces(payload, "split")
+        assert await eng.receive("n2", ps[:2]) == [None, None]          # stored; the copy is not whole yet
+        assert ran == [] and done == []
+        before = eng.spool.commits
+        assert await eng.receive("n2", ps[2:] + ps[:1]) == [None, None]  # the rest (and a retransmission)
+        assert eng.spool.commits == before + 1                          # reassembled and handled in that one
+        assert ran == [payload] and done == [True] and consumed == []
+        assert ("split", "n3") not in eng.partial
+        rows = eng.spool.run_sync(lambda c: (c.execute("SELECT count(*) FROM frag WHERE msg_id='split'").fetchone(),
+                                             c.execute("SELECT count(*) FROM inbox").fetchone(),
+                                             c.execute("SELECT outcome FROM done WHERE msg_id='split'").fetchone()))
+        assert rows == ((0,), (0,), ("delivered",))
+        assert await eng.receive("n2", ps[1:2]) == [None]               # late duplicate: acked, nothing more
+        await eng.settle()
+        assert ran == [payload] and consumed == []
+        await _close(eng)
+    asyncio.run(go())
+
+
+def test_a_copy_in_pieces_whose_kind_op_fails_goes_to_the_consumer_once(tmp_path: Path) -> None:
+    async def go() -> None:
+        eng = await _engine(tmp_path)
+        consumed, done, ran = _kind_hook(eng, fail=True)
+        payload = b"p" * 250
+        assert await eng.receive("n2", _k_pieces(payload, "refused")) == [None, None, None]
+        await eng.settle()
+        assert done == [False] and consumed == [payload] and ran == []
+        assert ("refused", "n3") not in eng.partial
         await _close(eng)
     asyncio.run(go())
