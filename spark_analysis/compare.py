@@ -22,13 +22,28 @@ RUN_METRICS = ["submitted", "accepted", "delivered", "undelivered", "duplicates"
 # throughput_2plus_Bps (`thr2+B/s`) = bytes of messages of 2+ fragments delivered within the workload window
 # per model second, the thesis' "throughput of large transfers" (Brachman 1989, Figs 6.3-6.10);
 # throughput_2plus_per_model_h (`thr2+/h`) = messages of 2+ fragments delivered per model hour of workload;
-# delay_model_s = mean delay of the delivered messages in model seconds. The records' own figures
-# (throughput_multi, latency_*) are in wall seconds. MQ rate control (testbed/accounting/rates.py):
-# rate_overflowed = submissions refused by a full client queue, all clients; rate_starved_s = model seconds,
-# summed over the clients, each had messages queued while its rate was below a tenth of R/N.
+# delay_model_s = mean delay of the delivered messages in model seconds, delay_p99_model_s their 99th
+# percentile; lost = the loss checker's lost copies. The records' own figures (throughput_multi, latency_*)
+# are in wall seconds. The routing metrics are summary.json's `routing` (testbed/accounting/routing.py):
+# route_moves (next-hop changes in the workload window, every node and destination) and per model hour,
+# nexthop_match (share of next hops equal to Dijkstra's on the configured costs at the end of each phase),
+# better_path_share (share of time on the better path, over the routes whose better path changed),
+# modal_route_match (share of routes whose most-held next hop is Dijkstra's on the mean costs) and
+# cost_error_max (the settled link costs' worst relative error, links of 10 ms and more). MQ rate control
+# (testbed/accounting/rates.py): rate_overflowed = submissions refused by a full client queue, all clients;
+# rate_starved_s = model seconds, summed over the clients, each had messages queued while its rate was below a
+# tenth of R/N.
 SUMMARY_METRICS = {"throughput_2plus_Bps": ("throughput", "model_bytes_per_s_2plus"),
                    "throughput_2plus_per_model_h": ("throughput", "per_model_hour"),
                    "delay_model_s": ("delay", "overall", "mean_model_s"),
+                   "delay_p99_model_s": ("delay", "overall", "p99_model_s"),
+                   "lost": ("lost",),
+                   "route_moves": ("routing", "moves"),
+                   "route_moves_per_hour": ("routing", "moves_per_hour"),
+                   "nexthop_match": ("routing", "table_match"),
+                   "better_path_share": ("routing", "better_share"),
+                   "modal_route_match": ("routing", "modal_match"),
+                   "cost_error_max": ("routing", "cost_error_max"),
                    "rate_overflowed": ("rate_control", "overflowed_total"),
                    "rate_starved_s": ("rate_control", "starved_s_total")}
 # ci95 = (hi - lo) / 2; ci_centre = the value [ci95_lo, ci95_hi] bounds (geometric mean for t on logs)

@@ -8,7 +8,8 @@
             -> NAME.csv and NAME.png in the figure folder (OUT/figure with --quick, so a smoke run never
             replaces the committed figure), and reps.csv there: one row per repetition (its value,
             accepted / delivered / late / lost, stalled, host CPU, saturated, wall time), and with
-            plot.ratio ratio.csv: the two cells' ratio repetition by repetition, with its CI
+            plot.ratio ratio.csv: the two cells' ratio repetition by repetition, with its CI; with `table:`
+            NAME-table.csv (its metrics per cell) and, for dynamic routing, routes.csv, tables.csv, links.csv
     statements: each of the file's statements on every repetition it is about, printed beside the paper's
             words and written to statements.csv in the figure folder; one that does not hold makes the
             status 1. The series they measure over time: NAME-series.csv and NAME-series.png there
@@ -30,7 +31,7 @@ import yaml
 from node.errors import UserError
 from testbed.experiment import runner, sweep
 from testbed.experiment.progress import Progress
-from testbed.reproduce import commits, plot, statements, table, traces
+from testbed.reproduce import commits, plot, routes, statements, table, traces
 from testbed.reproduce.spec import MESSAGE_SIZE, REPO, Reproduction
 
 EXIT_INTERRUPTED = runner.EXIT_INTERRUPTED
@@ -53,14 +54,17 @@ def set_arguments(repro: Reproduction, quick: bool) -> list[str]:
 
 
 def check_metric(repro: Reproduction) -> None:
-    """plot.y must be a metric of the report's summary table: say so before hours of runs, not after."""
-    if repro.plot.x == MESSAGE_SIZE:
-        return      # the spec already required the by-size table's mean_delay_s
+    """plot.y and table.metrics must be metrics of the report's summary table: say so before hours of runs,
+    not after."""
     from spark_analysis.compare import RUN_METRICS, SUMMARY_METRICS    # here: it loads pandas and pyspark
     metrics = [*RUN_METRICS, *SUMMARY_METRICS]
-    if repro.plot.y not in metrics:
-        raise UserError(f"{repro.source}: plot.y: {repro.plot.y!r} is not a metric of the report's summary table "
-                        f"(metrics: {', '.join(metrics)}).")
+    # with x message_size the spec already required the by-size table's mean_delay_s
+    wanted = [] if repro.plot.x == MESSAGE_SIZE else [("plot.y", repro.plot.y)]
+    wanted += [("table.metrics", m) for m in (repro.table.metrics if repro.table else [])]
+    for key, metric in wanted:
+        if metric not in metrics:
+            raise UserError(f"{repro.source}: {key}: {metric!r} is not a metric of the report's summary table "
+                            f"(metrics: {', '.join(metrics)}).")
 
 
 def reproduce(repro: Reproduction, out: Path, reps: int | None, quick: bool, progress: Progress,
@@ -142,6 +146,12 @@ def write_figure(repro: Reproduction, out: Path, figure_dir: Path) -> tuple[Path
         table.write_ratios(table.ratios(reps, table.cell_params(out / runner.EXPERIMENT_FILE), repro.plot),
                            figure_dir / "ratio.csv")
     plot.write_png(pts, repro.plot, repro.title, png_path, y_label)
+    if repro.table is not None:
+        table.write_metric_table(table.metric_table(out / "report" / "summary.csv",
+                                                    table.cell_params(out / runner.EXPERIMENT_FILE),
+                                                    repro.table.metrics, reps),
+                                 figure_dir / f"{repro.name}-table.csv")
+        routes.write(out, figure_dir, repro.table.nodes)
     return csv_path, png_path
 
 

@@ -241,3 +241,44 @@ def _summary(rep_dir: Path) -> dict[str, Any]:
 def _cell_text(value: str) -> Any:
     number = as_float(value)
     return "" if math.isnan(number) else _round(number)
+
+
+def metric_table(summary_csv: Path, params: dict[str, dict[str, Any]], metrics: list[str],
+                 reps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per cell: its swept values, n, the saturated repetitions (k/n: the point is not to be trusted
+    when k > 0) and for each metric its value (the CI's centre) and 95% bounds, from the report's summary table."""
+    try:
+        with open(summary_csv, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as exc:
+        raise UserError(f"cannot read the report's table {summary_csv}: {exc.strerror or exc}.") from None
+    by_cell: dict[str, dict[str, dict[str, str]]] = {}
+    for r in rows:
+        by_cell.setdefault(r.get("cell", ""), {})[r.get("metric", "")] = r
+    keys = list(dict.fromkeys(k for p in params.values() for k in p))
+    out: list[dict[str, Any]] = []
+    for cell in sorted(params, key=natural_key):
+        own = [r for r in reps if r.get("cell") == cell]
+        saturated = sum(1 for r in own if r.get("saturated") is True)
+        row: dict[str, Any] = {"cell": cell, **{k: params[cell].get(k, "") for k in keys},
+                               "reps": len(own), "saturated": f"{saturated}/{len(own)}"}
+        for metric in metrics:
+            r = by_cell.get(cell, {}).get(metric, {})
+            centre = as_float(r.get("ci_centre"))
+            value = centre if not math.isnan(centre) else as_float(r.get("mean"))
+            lo, hi = _bounds(r, value) if r else (math.nan, math.nan)
+            n = as_float(r.get("n"))
+            row.update({metric: _round(value), f"{metric}_lo": _round(lo), f"{metric}_hi": _round(hi),
+                        f"{metric}_n": "" if math.isnan(n) else int(n)})
+        out.append(row)
+    return out
+
+
+def write_metric_table(rows: list[dict[str, Any]], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        if not rows:
+            return
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
