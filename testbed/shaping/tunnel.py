@@ -48,7 +48,7 @@ def estimate(rtts: list[float]) -> TunnelEstimate:
         raise ValueError("no probe came back")
     halves = sorted(r / 2 for r in rtts)
     n = len(halves)
-    p10, p90 = halves[int(0.1 * (n - 1))], halves[int(round(0.9 * (n - 1)))]
+    p10, p90 = halves[round(0.1 * (n - 1))], halves[round(0.9 * (n - 1))]
     return TunnelEstimate(statistics.median(halves), halves[0], p90 - p10, n)
 
 
