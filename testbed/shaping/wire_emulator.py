@@ -3,7 +3,9 @@
 Run as `python -m testbed.shaping.wire_emulator --socket PATH --prefix PFX`; it
 outlives the CLI that started it and is controlled over a unix socket with JSON
 lines ({"op": "add_link" | "set_params" | "set_carrier" | "counters" |
-"shutdown", ...} -> {"ok": true, ...} or {"ok": false, "error": "..."}).
+"shutdown", ...} -> {"ok": true, ...} or {"ok": false, "error": "..."}); a link
+across machines adds "tunnel_open" | "tunnel_connect" | "tunnel_measure" |
+"tunnel_status" (one tunnel per other machine) and "add_remote" (its local end).
 
 Design choices:
 - ONE process for all links, one single-threaded select() loop and ONE timer
@@ -163,6 +165,7 @@ class Link:
     half: bool = False                      # duplex half: both directions share one transmitter
     medium_free: float = 0.0                # half duplex: when the shared transmitter is next free
     epoch: int = 0                          # bumped on carrier down: in-flight frames of an older epoch are dropped
+    carrier_gen: int = 0                    # split link: the last carrier change applied (see set_carrier)
     pcap: BinaryIO | None = None
     snaplen: int = 128
 
@@ -262,8 +265,12 @@ class Emulator:
             up = bool(req["up"])
             self.apply_carrier(link, up)
             if link.peer is not None and link.peer.connected:
-                # the other half drops too and turns its TAP's carrier off: the link goes down as a whole
-                self.tunnel_send(link.peer, tunnel.pack(tunnel.CARRIER, 0, self.link_number(link), 0, int(up)))
+                # The other half drops too and turns its TAP's carrier off: the link goes down as a whole. Each
+                # change is numbered past every change this half has seen, and a half ignores a forwarded change
+                # older than its own: a forward that arrives late cannot undo a newer change.
+                link.carrier_gen += 1
+                self.tunnel_send(link.peer, tunnel.pack(tunnel.CARRIER, 0, self.link_number(link), link.carrier_gen,
+                                                        int(up)))
             return {"ok": True}
         if op == "counters":
             self.flush()
@@ -390,7 +397,10 @@ class Emulator:
         if peer is None:
             return {"ok": False, "error": f"no tunnel to machine {name}"}
         if op == "tunnel_connect":
-            peer.sock.connect((str(req["host"]), int(req["port"])))
+            try:
+                peer.sock.connect((str(req["host"]), int(req["port"])))
+            except OSError as e:
+                return {"ok": False, "error": f"tunnel to machine {name}: cannot reach {req['host']}: {e.strerror}"}
             peer.connected = True
             return {"ok": True}
         if op == "tunnel_measure":
@@ -452,6 +462,9 @@ class Emulator:
                 self.tunnel_send(peer, tunnel.pack(tunnel.REPLY, 0, 0, seq), data[tunnel.HEADER.size:])
                 continue
             if kind == tunnel.REPLY:
+                if len(data) < tunnel.HEADER.size + tunnel.PROBE_BODY.size:
+                    peer.unknown += 1
+                    continue
                 probe, sent = tunnel.PROBE_BODY.unpack_from(data, tunnel.HEADER.size)
                 if probe < peer.probes_sent:
                     peer.rtts.append(time.monotonic() - sent)
@@ -461,7 +474,9 @@ class Emulator:
                 peer.unknown += 1
                 continue
             if kind == tunnel.CARRIER:
-                self.apply_carrier(link, bool(flags & 1))
+                if seq > link.carrier_gen:
+                    link.carrier_gen = seq
+                    self.apply_carrier(link, bool(flags & 1))
                 continue
             d = link.dirs[direction]
             if kind != tunnel.DATA or d.tunnel is not None:     # only the direction that arrives here
