@@ -20,6 +20,7 @@ import pytest
 from node.errors import UserError
 from shaping_rig import A_IP, B_IP, LinkRig, _run
 from testbed import registry
+from testbed.shaping import attach
 from testbed.shaping.base import LinkEnd
 from testbed.shaping.split import SplitWireShaper
 from testbed.topology.model import Direction
@@ -145,7 +146,9 @@ def test_carrier_down_at_one_half_cuts_both_directions(split) -> None:
     assert "NO-CARRIER" in _run(["ip", "-n", s.rig.ns_b, "link", "show", "eth1"]).stdout
     assert s.rig.ping(2, interval=0.2, wait=0.5) == []
     assert s.rig.ping(2, interval=0.2, wait=0.5, src="b") == []
-    s.shaper.set_carrier("ab", True)
+    again = attach(json.loads(json.dumps(s.shaper.state())))     # as a later `testbed` process would
+    again.set_carrier("ab", True)
+    again.detach()
     time.sleep(0.1)
     assert len(s.rig.ping(2, interval=0.05, src="b")) == 2
 
