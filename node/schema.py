@@ -100,7 +100,8 @@ RECORDS: dict[str, tuple[Field, ...]] = {
         _f("topic", str, "its topic"),
         _f("origin", str, "the node it was published at"),
         _f("publish_ts", Number, "when it was published (the origin's clock)"),
-        _f("latency", Number, "ts - publish_ts, seconds (one host clock: the testbed runs on one machine)"),
+        _f("latency", Number, "ts - publish_ts, seconds, as measured (two clocks when the subscriber and the origin "
+           "ran on different machines: the summary and the report correct it by machines.json)"),
         _f("size", int, "payload bytes"),
         _f("hops", int, "brokers it passed"),
     ),
@@ -201,6 +202,10 @@ OPTIONAL: dict[str, tuple[Field, ...]] = {
         _f("scope", str, "kill and restart faults: 'process' (the daemon, netns runtime) or 'container' (docker)"),
         _f("replumbed", list, "container restart: the interfaces moved into the new container's namespace"),
         _f("before", dict, "link_set: the changed fields' values until then, per direction of the link's own ends"),
+    ),
+    "host": (
+        _f("machine", str, "the machine sampled (its host name on one machine; the placement's name on several): "
+           "saturation is judged per machine"),
     ),
 }
 

@@ -6,13 +6,17 @@ emulated WAN. HostMonitor samples /proc every `interval` seconds in a thread
 and appends one "host" record (node/schema.py) per sample; `saturation`
 applies the saturation rule of the experiments: saturated when the CPU was above 90% for more than 10%
 of the samples (strictly more in both places: exactly 90% or exactly 10% is
-not saturated).
+not saturated). Each record carries the `machine` it was sampled on (the local
+host name unless the caller names the machine); on several machines
+`saturation_per_machine` judges each machine's samples apart, and any saturated
+machine flags the repetition.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -71,12 +75,19 @@ def read_process_ticks(pid: int, proc: Path = PROC) -> int | None:
     return int(fields[11]) + int(fields[12])
 
 
+def local_machine() -> str:
+    """The machine name records carry when no placement names one: this machine's host name."""
+    return socket.gethostname() or "local"
+
+
 class HostMonitor:
     """Append a "host" record to `path` every `interval` seconds until stop()."""
 
-    def __init__(self, path: Path, pids: Callable[[], dict[str, int]], interval: float = 1.0) -> None:
+    def __init__(self, path: Path, pids: Callable[[], dict[str, int]], interval: float = 1.0,
+                 machine: str | None = None) -> None:
         if interval <= 0:
             raise ValueError("HostMonitor interval must be positive")
+        self.machine = machine or local_machine()
         self.path = Path(path)
         self.pids = pids
         self.interval = interval
@@ -147,7 +158,7 @@ class HostMonitor:
         # per process: percent of ONE cpu over the interval (may exceed 100 for a multi-threaded process)
         procs = {name: round(100.0 * (ticks - p0[name]) / self._clock_ticks / seconds, 2)
                  for name, ticks in p1.items() if name in p0 and seconds > 0}
-        return {"ts": time.time(), "node": "testbed", "cpu_percent": round(min(100.0, max(0.0, cpu_percent)), 2),
+        return {"ts": time.time(), "node": "testbed", "machine": self.machine, "cpu_percent": round(min(100.0, max(0.0, cpu_percent)), 2),
                 "mem_percent": round(read_mem_percent(), 2), "procs": procs, "cpus": os.cpu_count() or 1}
 
 
@@ -162,3 +173,20 @@ def saturation(records: list[dict], threshold: float = 90.0, fraction: float = 0
             "samples": len(values), "threshold": threshold, "fraction": fraction,
             "max_cpu": max(values) if values else None,
             "mean_cpu": round(sum(values) / len(values), 2) if values else None}
+
+
+def saturation_per_machine(records: list[dict]) -> dict:
+    """saturation() of every machine's samples apart (host.jsonl's `machine`): the repetition is saturated when
+    any machine is. Records of one machine (or without the field) give exactly saturation()."""
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        name = r.get("machine") if isinstance(r, dict) else None
+        groups.setdefault(name if isinstance(name, str) else "", []).append(r)
+    overall = saturation(records)
+    if len(groups) <= 1:
+        return overall
+    machines = {name: saturation(recs) for name, recs in sorted(groups.items())}
+    worst = max(machines.items(), key=lambda kv: (kv[1]["saturated"], kv[1]["fraction_above"]))
+    # the headline figures are the worst machine's, so the console sentence is about a machine that saturated
+    return {**worst[1], "saturated": any(m["saturated"] for m in machines.values()), "machine": worst[0],
+            "max_cpu": overall["max_cpu"], "mean_cpu": overall["mean_cpu"], "machines": machines}

@@ -46,6 +46,11 @@ workload, and per wall second; when events.jsonl has the cell's
 "workload_end" event, also only those delivered within the workload window
 (the drain's late deliveries excluded), which is the thesis' measure. Delays (deliver_ts - submit_ts) are reported by
 the thesis Table 6.1 size ranges (1, 2-30, 31-100 fragments, plus >100).
+On several machines (a machines.json in the run directory) the delays and the
+delivery times are first put on the controller's clock (testbed/accounting/clocks.py),
+and `clock_uncertain` / `clock` say how far that correction can be trusted;
+`saturation` is judged per machine (host.jsonl's `machine`): any saturated
+machine flags the repetition. A one-machine run has neither key.
 """
 from __future__ import annotations
 
@@ -58,7 +63,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from testbed.accounting import Verdict, check_run, stall
+from testbed.accounting import Verdict, check_run, clocks, stall
 from testbed.accounting.check import node_directories
 from testbed.accounting.records import MAX_PROBLEM_SAMPLES, RecordReader, conforms, reason_group
 from testbed.accounting.text import where_text
@@ -103,9 +108,15 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
     refused_by_reason = Counter(reason_group(r["reason"]) for r in refused_recs)
 
     # ---- deliveries ------------------------------------------------------------------------
+    # on several machines a delivery's deliver_ts is the recipient machine's clock and its submit_ts the
+    # origin's: both are put on the controller's clock before any delay or window is computed
+    clock = clocks.load(rep_dir)
     first: dict[tuple[str, str], dict[str, Any]] = {}
     for d in node_dirs:
         for rec in checked_files.records(d / "deliveries.jsonl", "delivery"):
+            if clock is not None:
+                rec = {**rec, "deliver_ts": clock.correct(rec["node"], float(rec["deliver_ts"])),
+                       "submit_ts": clock.correct(rec["src"], float(rec["submit_ts"]))}
             key = (rec["msg_id"], rec["dst"])
             if key not in first or rec["deliver_ts"] < first[key]["deliver_ts"]:
                 first[key] = rec
@@ -202,7 +213,8 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
         "drain": drain,
         "throughput": throughput,
         "delay": {**{name: _stats(v, scale) for name, v in delays.items()}, "overall": _stats(all_delays, scale)},
-        "saturation": hostmon.saturation(host_records),
+        "saturation": hostmon.saturation_per_machine(host_records),
+        **({"clock_uncertain": clock.uncertain, "clock": clock.to_dict()} if clock is not None else {}),
         "host_samples": len(host_records),
         "events": dict(sorted(events.items())),
         "driver": driver,
@@ -271,8 +283,13 @@ def check(summary: dict) -> list[str]:
     problems.extend(_client_problems(acc.get("client"), summary.get("records_failed")))
     sat = summary.get("saturation")
     if isinstance(sat, dict) and sat.get("saturated"):
-        problems.append(f"host CPU above {sat.get('threshold')}% in {100 * float(sat.get('fraction_above', 0)):.0f}% "
+        where = f" on machine {sat['machine']}" if sat.get("machine") else ""
+        problems.append(f"host CPU{where} above {sat.get('threshold')}% in "
+                        f"{100 * float(sat.get('fraction_above', 0)):.0f}% "
                         f"of {sat.get('samples')} samples: the emulation results are not trustworthy")
+    uncertain = clocks.problem_text(summary.get("clock"))
+    if uncertain:
+        problems.append(uncertain)
     for sub in SUBSYSTEMS:
         problems.extend(sub.problems(summary))
     sch = summary.get("schema")
