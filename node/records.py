@@ -21,7 +21,7 @@ TEST_CLOCK_OFFSET_ENV = "WANBED_TEST_CLOCK_OFFSET"
 _STAMPED = ("deliver_ts",)
 
 
-def test_clock_offset(env: dict[str, str] | None = None) -> float:
+def offset_from_env(env: dict[str, str] | None = None) -> float:
     """The test-only offset from the environment, seconds (0 when unset); ConfigError when it is not a number."""
     text = (os.environ if env is None else env).get(TEST_CLOCK_OFFSET_ENV, "").strip()
     if not text:
@@ -46,7 +46,7 @@ class Records:
     def __init__(self, directory: Path, node: str, clock_offset: float | None = None) -> None:
         self.dir = Path(directory)
         self.node = node
-        self.clock_offset = test_clock_offset() if clock_offset is None else clock_offset
+        self.clock_offset = offset_from_env() if clock_offset is None else clock_offset
         self.dir.mkdir(parents=True, exist_ok=True)
         self._files: dict[str, IO[str]] = {}
         self.failed = 0      # record lines lost to a write error: Control Stats `records_failed` tells the testbed
