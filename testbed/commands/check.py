@@ -16,7 +16,7 @@ EXIT_FAILED = 1       # a repetition failed the checker (Verdict.ok) or a subsys
 
 def _check(args: argparse.Namespace) -> int:
     from testbed import accounting
-    from testbed.accounting import stall
+    from testbed.accounting import clocks, stall
     from testbed.subsystems import SUBSYSTEMS
 
     root = Path(args.run_dir)
@@ -38,10 +38,12 @@ def _check(args: argparse.Namespace) -> int:
         all_ok = all_ok and ok
         name = accounting.label(rep)
         stalled = _stall_info(rep)
+        clock = clocks.load(rep)     # None on one machine: nothing to say
         if args.json:
             rows.append({"repetition": name, "dir": str(rep), **verdict.to_dict(max_late, limit=None),
                          **{k: v for _, acc in checked for k, v in acc.items()},
-                         **({"stall": stalled} if stalled else {})})
+                         **({"stall": stalled} if stalled else {}),
+                         **({"clock": clock.to_dict()} if clock is not None else {})})
             continue
         _say(accounting.verdict_line(name, verdict, max_late))
         for line in accounting.verdict_details(verdict):
@@ -51,6 +53,9 @@ def _check(args: argparse.Namespace) -> int:
                 _say(f"  {line}")
         if stalled:
             _say(f"  {stall.text(stalled)}")
+        uncertain = clocks.problem_text(clock.to_dict()) if clock is not None else None
+        if uncertain:
+            _say(f"  {uncertain}")
         rows.append({"ok": ok, **{k: getattr(verdict, k) for k in _COUNTS}})
     total = {k: sum(r[k] for r in rows) for k in _COUNTS}
     passed = sum(1 for r in rows if r["ok"])

@@ -32,6 +32,7 @@ import yaml
 
 from node.errors import UserError
 from spark_analysis.render import console_table
+from testbed.accounting import clocks
 from testbed.experiment import cell as cell_runner, sweep
 from testbed.experiment.summary import check as summary_problems
 from testbed.experiment.progress import Progress
@@ -451,6 +452,7 @@ def run_experiment(path: str, out: Path, reps: int | None, resume: bool, quick: 
                 log.info("rep %s/%d %s in %.1f s%s", p.cell.name, p.rep, p.status, p.wall_s,
                          f": {p.reason}" if p.reason else "")
                 _report_saturation(p, progress)
+                _report_clock(p, progress)
                 save()
             if stop.is_set():
                 status = "incomplete"
@@ -492,6 +494,14 @@ def _report_saturation(p: RepPlan, progress: Progress) -> None:
             f"the emulation results of this rep are not trustworthy")
     log.info("%s", text)        # runner.log; the console gets it through the progress display
     progress.event(text)
+
+
+def _report_clock(p: RepPlan, progress: Progress) -> None:
+    """Say it on the console as soon as a rep over several machines had clocks too uncertain to correct by."""
+    text = clocks.problem_text(p.summary.get("clock"))
+    if text:
+        log.info("%s rep %s: %s", p.cell.name, p.rep, text)
+        progress.event(f"{p.cell.name} rep {p.rep}: {text}")
 
 
 def _read_summary(rep_dir: Path) -> dict[str, Any]:

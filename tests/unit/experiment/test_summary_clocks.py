@@ -146,3 +146,15 @@ def test_a_one_machine_run_is_untouched(tmp_path: Path) -> None:
     text = (plain / "summary.json").read_text()
     assert (one / "summary.json").read_text() == text.replace('"experiment": "a"', '"experiment": "b"')
     assert write_machines(one, {"only": measured(0.0, 0.0002)}) is None and not (one / "machines.json").exists()
+
+
+def test_testbed_check_shows_the_clock_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from testbed import cli
+    rep = write_run(tmp_path / "e" / "c" / "1", SHIFT)
+    write_machines(rep, {"ctl": measured(0.0, 0.0002), "m2": measured(SHIFT, 0.002)})
+    assert cli.main(["check", str(rep)]) == 0           # the losses are judged apart: none here
+    assert "clock uncertain" in capsys.readouterr().out
+    assert cli.main(["check", "--json", str(rep)]) == 0
+    row = json.loads(capsys.readouterr().out)["repetitions"][0]
+    assert row["clock"]["clock_uncertain"] is True and row["clock"]["machines"]["m2"]["offset_s"] == \
+        pytest.approx(SHIFT)
