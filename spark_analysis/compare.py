@@ -268,6 +268,10 @@ def health(runs: list, per_run_pd: pd.DataFrame, refused: pd.DataFrame, host: Da
             problems.append(f"undelivered={undelivered} (no loss checker verdict)")
         if saturated:
             problems.append("host saturated")
+        if "clock_uncertain" in s:      # a run over several machines (machines.json): its clock correction
+            row["clock_uncertain"] = s["clock_uncertain"]
+            if s["clock_uncertain"]:
+                problems.append("clock uncertain")
         if s.get("stalled"):
             info = s.get("stall") if isinstance(s.get("stall"), dict) else {}
             problems.append(f"STALLED from model time {info.get('since_model_s')} s with {info.get('held')} copies held")

@@ -12,6 +12,7 @@ from pyspark.sql.types import (ArrayType, BooleanType, DoubleType, LongType, Map
 from node.schema import validate
 from node.errors import UserError
 
+from . import clocks
 from .layout import Run
 from .storage import HadoopPath
 
@@ -106,6 +107,8 @@ def read(spark: SparkSession, runs: list[Run], kind: str) -> DataFrame:
         if not files:
             continue
         df = spark.read.schema(SCHEMAS[kind]).json([str(p) for p in files])
+        if kind == "delivery":       # several machines: the delays on the controller's clock (machines.json)
+            df = clocks.deliveries(df, clocks.load(run))
         frames.append(df.withColumn("cell", F.lit(run.cell)).withColumn("rep", F.lit(run.rep))
                       .withColumn("run_mode", F.lit(run.mode).cast("string"))
                       .withColumn("frag_size", F.lit(run.fragment_size)))

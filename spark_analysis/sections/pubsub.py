@@ -355,6 +355,7 @@ def _read(spark, runs: list[Run], files_of: Callable[[Run], list[Any]], kind: st
     """One DataFrame of the files of every run, with cell and rep; None when there are none."""
     from pyspark.sql import functions as F
 
+    from .. import clocks
     from ..records import check_file
 
     frames = []
@@ -365,6 +366,8 @@ def _read(spark, runs: list[Run], files_of: Callable[[Run], list[Any]], kind: st
                 check_file(kind, p)
         if files:
             df = spark.read.schema(schema).json([str(p) for p in files])
+            if kind == "receipt":        # several machines: the latency on the controller's clock (machines.json)
+                df = clocks.receipts(df, clocks.load(run))
             frames.append(df.withColumn("cell", F.lit(run.cell)).withColumn("rep", F.lit(run.rep)))
     if not frames:
         return None

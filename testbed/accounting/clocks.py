@@ -64,9 +64,10 @@ class Clocks:
                 "unplaced": sorted(self.unplaced)}
 
 
-def load(rep_dir: Path) -> Clocks | None:
-    """The run's clocks; None when it has no machines.json (one machine: nothing to correct)."""
-    rep_dir = Path(rep_dir)
+def load(rep_dir: Any) -> Clocks | None:
+    """The run's clocks; None when it has no machines.json (one machine: nothing to correct). `rep_dir` is a
+    path or any path-like with `/`, exists() and read_text() (the Spark analysis' HDFS paths)."""
+    rep_dir = Path(rep_dir) if isinstance(rep_dir, str) else rep_dir
     path = rep_dir / MACHINES_FILE
     if not path.exists():
         return None
@@ -94,7 +95,7 @@ def parse(doc: Any) -> dict[str, ClockModel]:
     return out
 
 
-def machine_of(rep_dir: Path) -> dict[str, str]:
+def machine_of(rep_dir: Any) -> dict[str, str]:
     """node -> machine: topology.json's placement first, then the host.jsonl records' `machine` and `procs`."""
     out: dict[str, str] = {}
     for rec in _lines(rep_dir / "host.jsonl"):
@@ -111,7 +112,7 @@ def machine_of(rep_dir: Path) -> dict[str, str]:
     return out
 
 
-def smallest_delay(rep_dir: Path) -> float | None:
+def smallest_delay(rep_dir: Any) -> float | None:
     """The smallest configured one-way delay of topology.json's links, s; None when no link has one."""
     delays = []
     for lk in _topology(rep_dir).get("links", []) or []:
@@ -134,7 +135,7 @@ def problem_text(clock: Any) -> str | None:
             f"({1000 * float(limit):.3f} ms allowed): cross-machine delays are not trustworthy")
 
 
-def _topology(rep_dir: Path) -> dict[str, Any]:
+def _topology(rep_dir: Any) -> dict[str, Any]:
     try:
         doc = json.loads((rep_dir / "topology.json").read_text())
     except (OSError, ValueError):
@@ -142,19 +143,19 @@ def _topology(rep_dir: Path) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
-    out = []
+def _lines(path: Any) -> list[dict[str, Any]]:
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue     # the summary's reader reports bad lines; the mapping just skips them
-                if isinstance(rec, dict):
-                    out.append(rec)
-    except OSError:
-        pass
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue     # the summary's reader reports bad lines; the mapping just skips them
+        if isinstance(rec, dict):
+            out.append(rec)
     return out
 
 

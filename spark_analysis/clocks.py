@@ -1,0 +1,46 @@
+"""Times of a run over several machines put on the controller's clock in Spark (machines.json, read by
+testbed/accounting/clocks.py, the same correction summary.json uses). A run without machines.json ran on one
+machine: its frames are returned as they are."""
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from testbed.accounting import clocks
+
+
+def load(run: Any) -> clocks.Clocks | None:
+    return clocks.load(run.path)
+
+
+def to_controller(clock: clocks.Clocks, ts: Column, node: Column) -> Column:
+    """`ts` stamped on `node`'s machine, on the controller's clock: ts - (offset + drift * (ts - at))."""
+    params = {n: clock.models[m] for n, m in clock.machine_of.items() if m in clock.models}
+    if not params:
+        return ts
+
+    def lookup(field: str) -> Column:
+        pairs = [x for n, model in sorted(params.items()) for x in (F.lit(n), F.lit(float(getattr(model, field))))]
+        return F.coalesce(F.create_map(*pairs)[node], F.lit(0.0))
+
+    return ts - (lookup("offset") + lookup("drift") * (ts - lookup("at")))
+
+
+def deliveries(df: DataFrame, clock: clocks.Clocks | None) -> DataFrame:
+    """deliver_ts (and ts) on the recipient's machine, submit_ts on the origin's: both corrected."""
+    if clock is None:
+        return df
+    return (df.withColumn("deliver_ts", to_controller(clock, F.col("deliver_ts"), F.col("node")))
+            .withColumn("submit_ts", to_controller(clock, F.col("submit_ts"), F.col("src")))
+            .withColumn("ts", to_controller(clock, F.col("ts"), F.col("node"))))
+
+
+def receipts(df: DataFrame, clock: clocks.Clocks | None) -> DataFrame:
+    """A receipt's ts on the subscriber's machine, its publish_ts on the origin's; latency recomputed."""
+    if clock is None:
+        return df
+    df = (df.withColumn("ts", to_controller(clock, F.col("ts"), F.col("node")))
+          .withColumn("publish_ts", to_controller(clock, F.col("publish_ts"), F.col("origin"))))
+    return df.withColumn("latency", F.col("ts") - F.col("publish_ts"))
