@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -55,6 +56,7 @@ def test_monitor_writes_schema_valid_records_at_its_interval(tmp_path: Path) -> 
     for r in records:
         assert schema.validate("host", r) == []
         assert r["node"] == "testbed"
+        assert r["machine"] == socket.gethostname() and schema.validate_optional("host", r) == []
         assert 0.0 <= r["cpu_percent"] <= 100.0
         assert 0.0 < r["mem_percent"] <= 100.0
         assert "gone" not in r["procs"]
