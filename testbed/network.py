@@ -97,6 +97,9 @@ class Network:
         self.shaper_message = ""
         self.link_state: dict[str, dict[str, Any]] = {}     # link name -> {"a_if","b_if","up"}
         self.partitions: list[list[list[str]]] = []
+        # host -> machine, set when the scenario places hosts on several machines; topology.json then names each
+        # host's machine (records' times are that machine's clock: testbed/accounting/clocks.py)
+        self.machines: dict[str, str] = {}
         self.lan_netns: list[str] = []
         self.partitioned_hosts: set[str] = set()
         self._started = False
@@ -720,6 +723,7 @@ class Network:
                 # vars() instead of asdict(): flat dataclasses, and asdict's deep copy costs seconds at 100 hosts
                 "interfaces": [dict(vars(i)) for i in self.plan.interfaces.get(n.name, [])],
                 "routes": [dict(vars(r)) for r in self.plan.routes.get(n.name, [])],
+                **({"machine": self.machines[n.name]} if n.name in self.machines else {}),
             })
         links = []
         for l in self.topology.links:

@@ -158,3 +158,19 @@ def test_testbed_check_shows_the_clock_flag(tmp_path: Path, capsys: pytest.Captu
     row = json.loads(capsys.readouterr().out)["repetitions"][0]
     assert row["clock"]["clock_uncertain"] is True and row["clock"]["machines"]["m2"]["offset_s"] == \
         pytest.approx(SHIFT)
+
+
+def test_topology_json_names_each_placed_hosts_machine(tmp_path: Path) -> None:
+    """Network.describe() (topology.json) gives a host its `machine` when placed, none on one machine; the
+    clocks read the mapping from there."""
+    from testbed.network import Network
+    from testbed.topology import addressing, generators as g
+
+    topo = g.ring(3)
+    net = Network(topo, addressing.plan(topo))          # never started: the description needs only the plan
+    assert all("machine" not in h for h in net.describe()["hosts"])
+    net.machines = {"n1": "ctl", "n2": "m2", "n3": "m2"}
+    desc = net.describe()
+    assert {h["name"]: h["machine"] for h in desc["hosts"]} == net.machines
+    (tmp_path / "topology.json").write_text(json.dumps(desc))
+    assert clocks.machine_of(tmp_path) == net.machines
