@@ -82,6 +82,8 @@ def load(rep_dir: Any) -> Clocks | None:
 
 def parse(doc: Any) -> dict[str, ClockModel]:
     """machine -> ClockModel from machines.json's content; ValueError (one sentence) when it is malformed."""
+    if isinstance(doc, dict) and doc.get("problem"):
+        raise ValueError(str(doc["problem"]).rstrip("."))
     machines = doc.get("machines") if isinstance(doc, dict) else None
     if not isinstance(machines, dict):
         raise ValueError("no `machines` object")

@@ -31,6 +31,7 @@ from testbed.experiment.daemons import NodeDaemons
 from testbed.experiment.driver import WorkloadDriver
 from testbed.experiment.faults import Timeline
 from testbed.experiment.hostmon import HostMonitor
+from testbed.experiment.machines import write_machines
 from testbed.experiment.progress import Progress
 from testbed.experiment.record_failures import RecordFailures
 from testbed.network import Network
@@ -108,6 +109,9 @@ class _CellRun:
         self.last_delivery: float | None = None
         self._last_total = -1
         self.record_failures = RecordFailures()     # what the nodes' Stats say about their failed record writes
+        # machine -> (start, end) clock estimates (testbed/clockservice.py), filled when the rep's hosts run on
+        # several machines; machines.json is written from them before the summary (one machine: nothing)
+        self.clock_estimates: dict[str, tuple[Estimate, Estimate]] = {}
 
     def phase(self, name: str) -> None:
         log.info("%s rep %d: %s", self.cell, self.rep, name)
@@ -134,6 +138,7 @@ class _CellRun:
             self._teardown()
         if self.stop.is_set() and not reason:
             complete, reason = False, "interrupted"
+        write_machines(self.rep_dir, self.clock_estimates)
         # Only now: the daemons are stopped, so every spool file holds what its node held at the end.
         verdict = accounting.check_run(self.rep_dir, SUBSYSTEMS)
         result = summary.write_summary(self.rep_dir, self.model, complete=complete, reason=reason, drain=self.drain,

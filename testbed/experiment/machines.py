@@ -14,26 +14,33 @@ from pathlib import Path
 from typing import Any
 
 from testbed.accounting.clocks import MACHINES_FILE
-from testbed.clockoffset import Estimate, clock_model
+from testbed.clockoffset import ClockError, Estimate, clock_model
 
 
 def write_machines(rep_dir: Path, measured: dict[str, tuple[Estimate, Estimate]]) -> Path | None:
     """machine -> (start, end estimate) written to rep_dir/machines.json atomically; nothing (None) for
-    one machine or none. ClockError (one sentence) when an end estimate does not follow its start."""
+    one machine or none. Estimates that give no clock model (an end before its start) are written as the file's
+    `problem`, so the run is flagged rather than its summary lost or its times used uncorrected."""
     if len(measured) <= 1:
         return None
     machines: dict[str, Any] = {}
+    problem = ""
     for name, (start, end) in sorted(measured.items()):
-        model = clock_model(start, end)
+        try:
+            model = clock_model(start, end)
+        except ClockError as exc:
+            problem = f"machine {name}: {exc}"
+            break
         machines[name] = {"offset": model.offset, "drift": model.drift, "at": model.at,
                           "uncertainty": model.uncertainty, "start": _estimate(start), "end": _estimate(end),
                           "samples": start.samples + end.samples}
+    doc: dict[str, Any] = {"machines": {}, "problem": problem} if problem else {"machines": machines}
     rep_dir = Path(rep_dir)
     rep_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".machines.", suffix=".tmp", dir=rep_dir)
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump({"machines": machines}, f, indent=2)
+            json.dump(doc, f, indent=2)
             f.write("\n")
         os.replace(tmp, rep_dir / MACHINES_FILE)
     except BaseException:

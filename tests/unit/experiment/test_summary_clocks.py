@@ -174,3 +174,11 @@ def test_topology_json_names_each_placed_hosts_machine(tmp_path: Path) -> None:
     assert {h["name"]: h["machine"] for h in desc["hosts"]} == net.machines
     (tmp_path / "topology.json").write_text(json.dumps(desc))
     assert clocks.machine_of(tmp_path) == net.machines
+
+
+def test_estimates_that_give_no_clock_flag_the_run(tmp_path: Path) -> None:
+    rep = write_run(tmp_path / "e" / "c" / "1", SHIFT)
+    start, end = measured(SHIFT, 0.0002)
+    write_machines(rep, {"ctl": measured(0.0, 0.0002), "m2": (end, start)})      # the end before the start
+    s = summary.summarize(rep, scen(), complete=True)
+    assert s["clock_uncertain"] is True and "machine m2" in s["clock"]["problem"]
