@@ -158,7 +158,8 @@ class HostMonitor:
         # per process: percent of ONE cpu over the interval (may exceed 100 for a multi-threaded process)
         procs = {name: round(100.0 * (ticks - p0[name]) / self._clock_ticks / seconds, 2)
                  for name, ticks in p1.items() if name in p0 and seconds > 0}
-        return {"ts": time.time(), "node": "testbed", "machine": self.machine, "cpu_percent": round(min(100.0, max(0.0, cpu_percent)), 2),
+        return {"ts": time.time(), "node": "testbed", "machine": self.machine,
+                "cpu_percent": round(min(100.0, max(0.0, cpu_percent)), 2),
                 "mem_percent": round(read_mem_percent(), 2), "procs": procs, "cpus": os.cpu_count() or 1}
 
 
