@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)    # the user's terminal closing must not take the network down
 
     net = None
+    linkmon = None
     try:
         # imported here so that a failing import, too, reaches the parent as a report
         from testbed.network import Network
@@ -74,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             net = Network.from_scenario(scenario, Path(args.run_dir), run_id=args.run_id, kind=netstate.UP_KIND,
                                         handle_signals=False, **kw)
         net.start()
+        linkmon = net.link_monitor(Path(args.run_dir) / "links.jsonl")
+        linkmon.start()
         # A concurrent `up` may have slipped past the parent's check: the older one wins.
         others = [r for r in netstate.running() if r.run_id != args.run_id and r.started <= registry.load(
             args.run_id).started]
@@ -88,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:
         msg = str(exc) if isinstance(exc, UserError) else f"building the network failed: {exc!r}"
         log.error("%s", msg, exc_info=not isinstance(exc, UserError))
+        if linkmon is not None:
+            linkmon.stop()
         if net is not None:
             net.stop()
         registry.unregister(args.run_id)
@@ -99,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     while not stop.wait(3600):
         pass
     log.info("tearing down network %s", args.run_id)
+    linkmon.stop()
     net.stop()
     log.info("network %s is down", args.run_id)
     return 0

@@ -119,6 +119,34 @@ class NetemShaper(Shaper):
             out.append(c)
         return out[0], out[1]
 
+    def counters_all(self) -> dict[str, tuple[DirectionCounters, DirectionCounters]]:
+        """Every link's counters over netlink (pyroute2): one qdisc dump and one link dump per host namespace,
+        whatever the number of links; `tc` per link end would fork hundreds of processes a second."""
+        wanted: dict[str, set[str]] = {}
+        for link in self.links.values():
+            for end in (link["a"], link["b"]):
+                wanted.setdefault(end["netns"], set()).add(end["ifname"])
+        stats = {ns: self._root_qdisc_stats(ns, names) for ns, names in wanted.items()}
+        out = {}
+        for link_id, link in self.links.items():
+            pair = [stats[end["netns"]].get(end["ifname"], DirectionCounters()) for end in (link["a"], link["b"])]
+            out[link_id] = (pair[0], pair[1])
+        return out
+
+    def _root_qdisc_stats(self, netns: str, names: set[str]) -> dict[str, DirectionCounters]:
+        from pyroute2 import NetNS
+        out: dict[str, DirectionCounters] = {}
+        with NetNS(netns) as nl:
+            index = {m["index"]: m.get_attr("IFLA_IFNAME") for m in nl.get_links()}
+            for q in nl.get_qdiscs():
+                name = index.get(q["index"])
+                if name not in names or q["parent"] != 0xFFFFFFFF:     # the root qdisc carries the impairments
+                    continue
+                st = q.get_attr("TCA_STATS") or {}
+                out[name] = DirectionCounters(packets=int(st.get("packets", 0)), bytes=int(st.get("bytes", 0)),
+                                              dropped_queue=int(st.get("drop", 0)))
+        return out
+
     def _link(self, link_id: str) -> dict[str, Any]:
         if link_id not in self.links:
             raise UserError(f"unknown link {link_id!r}.")
