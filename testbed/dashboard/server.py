@@ -102,7 +102,8 @@ class DashboardServer:
     source: Path
     port: int = 0
     bind: str = LOCAL
-    follow: bool = False               # the folder may not exist yet (testbed run --dashboard)
+    check: bool = True                 # refuse a path that is not a run; off: it may not be written yet
+    experiment: bool | None = None     # an experiment folder (testbed run); None: by what the folder holds
     interval: float = 1.0              # seconds between reads of the run directory (and at most one event)
     max_clients: int = 8
     send_timeout: float = 10.0         # a stream whose write stalls this long is dropped
@@ -110,7 +111,7 @@ class DashboardServer:
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
 
     def __post_init__(self) -> None:
-        self.state: State = open_source(self.source, follow=self.follow)
+        self.state: State = open_source(self.source, check=self.check, experiment=self.experiment)
         self.hub = Hub(self.max_clients)
         self._stop = threading.Event()
         self._state_lock = threading.Lock()

@@ -270,17 +270,18 @@ def looks_like_run(path: Path) -> bool:
     return any((path / n).exists() for n in ("topology.json", "experiment.json", "events.jsonl", "nodes"))
 
 
-def open_source(path: Path, until: float | None = None, follow: bool = False) -> State:
-    """The state of a run directory or an experiment folder. `follow`: the folder may not exist yet (`testbed
-    run --dashboard` starts serving before the first repetition); otherwise a path that is not a run is a
-    UserError."""
+def open_source(path: Path, until: float | None = None, check: bool = True,
+                experiment: bool | None = None) -> State:
+    """The state of a run directory or of an experiment folder (`experiment`: None = by what the folder holds).
+    Without `check` the folder may be empty or not there yet (`up --dashboard` and `run --dashboard` serve
+    before the first file is written); with it, a path that is not a run is a UserError."""
     path = Path(path)
-    if not follow:
+    if check:
         if not path.is_dir():
             raise UserError(f"{path} is not a directory; give a run directory of `testbed run` or `testbed up`.")
         if not looks_like_run(path):
             raise UserError(f"{path} is not a run directory (no topology.json, experiment.json, events.jsonl or "
                             f"nodes/ in it).")
-    if follow or (path / "experiment.json").exists() or (path / "progress.jsonl").exists():
-        return ExperimentState(path, until)
-    return RunState(path, until)
+    if experiment is None:
+        experiment = (path / "experiment.json").exists() or (path / "progress.jsonl").exists()
+    return ExperimentState(path, until) if experiment else RunState(path, until)
