@@ -36,6 +36,7 @@ UNLIMITED = ("unlimited", "none")      # `link --rate` words for no rate limit (
 # ---- up / down -----------------------------------------------------------------------------
 
 def _up(args: argparse.Namespace) -> int:
+    dash = dashboard.options(args)
     if os.geteuid() != 0:
         raise UserError("the testbed must run as root to create network namespaces and interfaces.")
     if not Path(args.scenario).is_file():
@@ -47,7 +48,6 @@ def _up(args: argparse.Namespace) -> int:
         raise UserError("--test checks the node daemons: it cannot go with --no-nodes.")
     if args.factory and args.set:
         raise UserError("--set applies to a scenario file; --factory builds its network without one.")
-    dash = dashboard.options(args)
     scenario = None
     if not args.no_nodes and not args.factory:     # a test factory's network has no scenario to configure nodes from
         from testbed import live_nodes

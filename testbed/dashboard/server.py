@@ -133,7 +133,8 @@ class DashboardServer:
         with self._state_lock:
             self.state.poll()
             self.hub.publish(sse(self.state.snapshot()))
-        for target, name in ((self.httpd.serve_forever, "dashboard-http"), (self._poll_loop, "dashboard-poll")):
+        for target, name in ((lambda: self.httpd.serve_forever(poll_interval=0.2), "dashboard-http"),
+                             (self._poll_loop, "dashboard-poll")):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
