@@ -115,6 +115,7 @@ class DashboardServer:
         self.hub = Hub(self.max_clients)
         self._stop = threading.Event()
         self._state_lock = threading.Lock()
+        self._published = -1            # the state version last sent to the streams
         self._threads: list[threading.Thread] = []
         handler = _handler(self)
         try:
@@ -132,6 +133,7 @@ class DashboardServer:
     def start(self) -> "DashboardServer":
         with self._state_lock:
             self.state.poll()
+            self._published = self.state.version
             self.hub.publish(sse(self.state.snapshot()))
         for target, name in ((lambda: self.httpd.serve_forever(poll_interval=0.2), "dashboard-http"),
                              (self._poll_loop, "dashboard-poll")):
@@ -152,8 +154,12 @@ class DashboardServer:
         while not self._stop.wait(self.interval):
             try:
                 with self._state_lock:
-                    changed = self.state.poll()
-                    payload = sse(self.state.snapshot()) if changed else None
+                    self.state.poll()
+                    # by version, not by this poll's answer: a /state request may have read the change first
+                    payload = None
+                    if self.state.version != self._published:
+                        self._published = self.state.version
+                        payload = sse(self.state.snapshot())
             except Exception:  # noqa: BLE001 - a reading bug must not end the live view; the page keeps the last
                 log.exception("dashboard: reading the run directory failed")
                 continue
@@ -163,6 +169,7 @@ class DashboardServer:
     def snapshot(self, until: float | None = None) -> dict[str, Any]:
         if until is None:
             with self._state_lock:
+                self.state.poll()           # as of now, not as of the last tick
                 return self.state.snapshot()
         replay = type(self.state)(self.source, until)      # read afresh up to `until`: the run as it stood then
         replay.poll()
