@@ -47,6 +47,10 @@ class RunState:
         self.rate: dict[str, dict[str, Any]] = {}
         self.last_ts = 0.0
         self.version = 0                                   # grows with every change poll() found
+        # replay: topology.json holds the links' LAST state; at `until` a link is as its last link_down/link_up
+        # before then said, or, with none, as it was before its first one after then
+        self.link_at: dict[str, str] = {}
+        self.link_before: dict[str, str] = {}
 
     # ---- reading -----------------------------------------------------------------------------------------
 
@@ -103,6 +107,12 @@ class RunState:
         ts = rec.get("ts")
         if not _ok_number(ts):
             return
+        if key == "events.jsonl" and rec["event"] in ("link_down", "link_up") and isinstance(rec["target"], str):
+            state = "down" if rec["event"] == "link_down" else "up"
+            if self.until is None or ts <= self.until:
+                self.link_at[rec["target"]] = state
+            else:
+                self.link_before.setdefault(rec["target"], "up" if state == "down" else "down")
         if self.until is not None and ts > self.until:
             return
         self.last_ts = max(self.last_ts, float(ts))
@@ -153,7 +163,11 @@ class RunState:
         for l in topo.get("links", []):
             if not isinstance(l, dict):
                 continue
-            entry = {"name": l.get("name"), "a": l.get("a"), "b": l.get("b"), "state": l.get("state", "up")}
+            state = l.get("state", "up")
+            if self.until is not None:
+                name = str(l.get("name"))
+                state = self.link_at.get(name) or self.link_before.get(name) or state
+            entry = {"name": l.get("name"), "a": l.get("a"), "b": l.get("b"), "state": state}
             seen = self.links.get(str(l.get("name")), {})
             for d in ("a_to_b", "b_to_a"):
                 cfg = l.get(d) or {}

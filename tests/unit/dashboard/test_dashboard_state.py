@@ -125,12 +125,19 @@ def test_the_state_of_a_recorded_run(run: Path, net: Network) -> None:
     assert len(s["problems"]) == 1 and "events.jsonl line 2" in s["problems"][0]["text"]
 
 
-def test_replay_at_a_time_leaves_out_what_came_later(run: Path) -> None:
+def test_replay_at_a_time_leaves_out_what_came_later(run: Path, net: Network) -> None:
+    net.topology.links[0].up = False                     # the run ended with the link cut
+    write_topology(run, net)
     st = RunState(run, until=T0 + 1.6)
     st.poll()
     s = st.snapshot()
     assert [e["event"] for e in s["timeline"]] == ["link_down"]
-    assert s["last_ts"] == T0 + 1.5
+    assert s["last_ts"] == T0 + 1.5 and s["links"][0]["state"] == "down"
+    st = RunState(run, until=T0 + 1.0)
+    st.poll()
+    s = st.snapshot()
+    assert s["timeline"] == [] and s["links"][0]["state"] == "up"     # before the cut, whatever the end says
+    assert s["links"][0]["a_to_b"]["bps"] == 500_000.0                # the link sample of T0 + 1
 
 
 def test_a_folder_that_is_not_a_run_is_refused(tmp_path: Path) -> None:
