@@ -212,7 +212,7 @@ def _handler(server: DashboardServer) -> Callable[..., http.server.BaseHTTPReque
             if not given:
                 for part in (self.headers.get("Cookie") or "").split(";"):
                     name, _, value = part.strip().partition("=")
-                    if name == COOKIE:
+                    if name == f"{COOKIE}_{server.port}":
                         given = value
             return bool(given) and secrets.compare_digest(given.encode(), server.token.encode())
 
@@ -223,7 +223,9 @@ def _handler(server: DashboardServer) -> Callable[..., http.server.BaseHTTPReque
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
             if cookie:
-                self.send_header("Set-Cookie", f"{COOKIE}={server.token}; Path=/; HttpOnly; SameSite=Strict")
+                # named by port: cookies ignore ports, and two dashboards on one machine must not overwrite each other's
+                self.send_header("Set-Cookie", f"{COOKIE}_{server.port}={server.token}; Path=/; HttpOnly; "
+                                               f"SameSite=Strict")
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(body)

@@ -57,8 +57,16 @@ def test_the_token_is_needed_and_paths_stay_inside_the_assets(server: DashboardS
     assert server.url.startswith(f"http://127.0.0.1:{server.port}/?token=") and len(server.token) >= 24
     assert get(server, "/", token=None)[0] == 403
     assert get(server, "/state", token="wrong")[0] == 403
-    status, body = get(server, "/")
-    assert status == 200 and b"EventSource" in body
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    c.request("GET", f"/?token={server.token}")
+    r = c.getresponse()
+    assert r.status == 200 and b"EventSource" in r.read()
+    cookie = (r.getheader("Set-Cookie") or "").split(";")[0]
+    assert cookie == f"testbed_dashboard_{server.port}={server.token}"
+    c.request("GET", "/state", headers={"Cookie": cookie})      # what the page's own requests carry
+    r = c.getresponse()
+    assert r.status == 200 and r.read()
+    c.close()
     status, body = get(server, "/state")
     assert status == 200 and json.loads(body)["counts"] == {"hosts": 2, "links": 1}
     for path in ("/page/../server.py", "/page/%2e%2e/server.py", "/page/..%2fserver.py", "/page//etc/passwd",
