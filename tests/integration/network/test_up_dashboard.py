@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -61,3 +62,18 @@ def test_up_serves_the_dashboard_until_down(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stderr
     with pytest.raises(urllib.error.URLError):
         state(url)
+
+
+def test_up_with_the_dashboard_port_in_use_builds_nothing(tmp_path: Path) -> None:
+    if netstate.running():
+        pytest.skip("a `testbed up` network is running on this machine; not touching it")
+    scen = tmp_path / "x.yaml"
+    scen.write_text("name: x\n")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        r = cli("up", str(scen), "--run-dir", str(tmp_path / "run"), *FACTORY, "--dashboard", "--port",
+                str(busy.getsockname()[1]))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("testbed: the dashboard cannot listen on 127.0.0.1:")
+    assert not netstate.running() and not (tmp_path / "run" / "topology.json").exists()

@@ -19,6 +19,7 @@ from testbed import cli
 from testbed.dashboard.server import DashboardServer, bind_warning
 
 INTERVAL = 0.2
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -150,6 +151,11 @@ def test_bad_input_is_one_sentence_and_exit_2(run: Path, tmp_path: Path, capsys)
         code = cli.main(["dashboard", *args])
         err = capsys.readouterr().err
         assert code == 2 and words in err and len(err.strip().splitlines()) == 1, (args, err)
+    out = tmp_path / "out"
+    code = cli.main(["run", str(ROOT / "scenarios" / "quickstart.yaml"), "--out", str(out), "--dashboard", "--port",
+                     str(busy.getsockname()[1])])
+    err = capsys.readouterr().err
+    assert code == 2 and "pick another --port" in err and not out.exists(), err     # before anything runs
     for args, words in ((["run", "x.yaml", "--port", "8000"], "go with --dashboard"),
                         (["up", "x.yaml", "--dashboard-bind", "0.0.0.0"], "go with --dashboard")):
         assert cli.main(args) == 2 and words in capsys.readouterr().err

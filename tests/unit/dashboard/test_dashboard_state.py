@@ -16,7 +16,7 @@ from node.errors import UserError
 from testbed.dashboard.state import ExperimentState, RunState, open_source
 from testbed.experiment import runner
 from testbed.experiment.linkmon import link_records
-from testbed.experiment.progress import NullProgress
+from testbed.experiment.progress import NullProgress, ProgressLog
 from testbed.network import Network
 from testbed.scenario import load
 from testbed.shaping.base import DirectionCounters
@@ -184,3 +184,25 @@ def test_the_runner_tees_progress_and_an_experiment_is_followed_rep_by_rep(tmp_p
     (out / "experiment.json.tmp").write_text(json.dumps(doc))
     os.replace(out / "experiment.json.tmp", out / "experiment.json")
     assert st.poll() and st.snapshot()["experiment"]["showing"] == "default/1"
+
+
+def test_progress_log_passes_everything_on_and_an_unwritable_file_costs_only_its_lines(tmp_path: Path) -> None:
+    class Console(NullProgress):
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def event(self, text: str) -> None:
+            self.seen.append(text)
+
+        def close(self) -> None:
+            self.seen.append("closed")
+    inner = Console()
+    tee = ProgressLog(inner, tmp_path / "missing-dir" / "progress.jsonl")    # cannot be written
+    tee.event("fault applied")
+    tee.phase("c", 1, "drain")
+    tee.close()                                                              # what the console offers, too
+    assert inner.seen == ["fault applied", "closed"]
+    tee = ProgressLog(inner, tmp_path / "progress.jsonl")
+    tee.event("x")
+    [rec] = [json.loads(l) for l in (tmp_path / "progress.jsonl").read_text().splitlines()]
+    assert rec | {"ts": 0} == {"ts": 0, "node": "testbed", "event": "message", "text": "x"}
