@@ -733,8 +733,9 @@ class Network:
             links.append({"name": l.name, "a": l.a, "b": l.b, "a_if": st.get("a_if"), "b_if": st.get("b_if"),
                           "state": "up" if l.up else "down",
                           "a_to_b": l.a_to_b.to_dict(), "b_to_a": l.b_to_a.to_dict()})
-        return {"run_id": self.run_id, "topology": self.topology.name, "generator": self.generator, "runtime": getattr(self.runtime, "name", "")
-                or str(self._runtime_choice), "shaper": self.shaper_name, "shaper_message": self.shaper_message,
+        return {"run_id": self.run_id, "topology": self.topology.name, "generator": self.generator,
+                "runtime": getattr(self.runtime, "name", "") or str(self._runtime_choice),
+                "shaper": self.shaper_name, "shaper_message": self.shaper_message,
                 "mgmt_subnet": str(self._mgmt_network()), "mgmt_bridge": mgmt_bridge_name(self.run_id),
                 "mgmt_gateway": self.mgmt_gateway(),
                 "hosts": hosts, "links": links, "partitions": self.partitions}
