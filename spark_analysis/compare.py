@@ -22,11 +22,30 @@ RUN_METRICS = ["submitted", "accepted", "delivered", "undelivered", "duplicates"
 # throughput_2plus_Bps (`thr2+B/s`) = bytes of messages of 2+ fragments delivered within the workload window
 # per model second, the thesis' "throughput of large transfers" (Brachman 1989, Figs 6.3-6.10);
 # throughput_2plus_per_model_h (`thr2+/h`) = messages of 2+ fragments delivered per model hour of workload;
-# delay_model_s = mean delay of the delivered messages in model seconds. The records' own figures
-# (throughput_multi, latency_*) are in wall seconds.
+# delay_model_s = mean delay of the delivered messages in model seconds, delay_p99_model_s their 99th
+# percentile; lost = the loss checker's lost copies. The records' own figures (throughput_multi, latency_*)
+# are in wall seconds. The routing metrics are summary.json's `routing` (testbed/accounting/routing.py):
+# route_moves (next-hop changes in the workload window, every node and destination) and per model hour,
+# nexthop_match (share of next hops equal to Dijkstra's on the configured costs at the end of each phase),
+# better_path_share (share of time on the better path, over the routes whose better path changed),
+# modal_route_match (share of routes whose most-held next hop is Dijkstra's on the mean costs) and
+# cost_error_max (the settled link costs' worst relative error, links of 10 ms and more). MQ rate control
+# (testbed/accounting/rates.py): rate_overflowed = submissions refused by a full client queue, all clients;
+# rate_starved_s = model seconds, summed over the clients, each had messages queued while its rate was below a
+# tenth of R/N.
 SUMMARY_METRICS = {"throughput_2plus_Bps": ("throughput", "model_bytes_per_s_2plus"),
                    "throughput_2plus_per_model_h": ("throughput", "per_model_hour"),
-                   "delay_model_s": ("delay", "overall", "mean_model_s")}
+                   "delay_model_s": ("delay", "overall", "mean_model_s"),
+                   "delay_p99_model_s": ("delay", "overall", "p99_model_s"),
+                   "lost": ("lost",),
+                   "route_moves": ("routing", "moves"),
+                   "route_moves_per_hour": ("routing", "moves_per_hour"),
+                   "nexthop_match": ("routing", "table_match"),
+                   "better_path_share": ("routing", "better_share"),
+                   "modal_route_match": ("routing", "modal_match"),
+                   "cost_error_max": ("routing", "cost_error_max"),
+                   "rate_overflowed": ("rate_control", "overflowed_total"),
+                   "rate_starved_s": ("rate_control", "starved_s_total")}
 # ci95 = (hi - lo) / 2; ci_centre = the value [ci95_lo, ci95_hi] bounds (geometric mean for t on logs)
 CI_COLUMNS = ["ci95", "ci95_lo", "ci95_hi", "ci_centre", "ci_method"]
 
@@ -106,9 +125,18 @@ def per_run(subs: DataFrame, dels: DataFrame, metrics: DataFrame | None = None) 
                                                  / F.col("bytes_delivered"))))
     extra = ["copies_accepted", "delivered_copies", "bytes_delivered", "bytes_relayed"]
     runs_pd = _to_pandas(runs.select(*keys, "mode", *RUN_METRICS, *extra)).sort_values(keys).reset_index(drop=True)
-    delay_pd = (uniq.withColumn("bucket", _bucket_col(F.col("nfrag"))).join(run_mode, keys)
-                .groupBy(*keys, "mode", "bucket")
-                .agg(F.avg("delay").alias("mean_delay_s"), F.count(F.lit(1)).alias("messages")))
+    delivered_b = (uniq.withColumn("bucket", _bucket_col(F.col("nfrag"))).groupBy(*keys, "bucket")
+                   .agg(F.avg("delay").alias("mean_delay_s"), F.count(F.lit(1)).alias("messages")))
+    # the accepted copies per bucket too: a mean delay over the delivered ones says nothing of those still
+    # held at the run's end, so the delivered share stands beside every delay (Brachman Fig. 6.8)
+    accepted_b = (subs.where(F.col("accepted"))
+                  .withColumn("nfrag", F.greatest(F.lit(1).cast("long"),
+                                                  F.ceil(F.col("size") / F.col("frag_size")).cast("long")))
+                  .withColumn("bucket", _bucket_col(F.col("nfrag"))).where(F.col("bucket").isNotNull())
+                  .groupBy(*keys, "bucket").agg(F.sum(_recipients(F.col("dst"))).alias("accepted")))
+    delay_pd = (delivered_b.join(accepted_b, [*keys, "bucket"], "full").join(run_mode, keys)
+                .select(*keys, "mode", "bucket", "mean_delay_s", "messages", "accepted")
+                .fillna(0, ["messages", "accepted"]))
     delay_pd = _to_pandas(delay_pd)
     return runs_pd, delay_pd
 
@@ -342,6 +370,24 @@ def _ci_cols(iv: Interval) -> dict:
             "ci_method": iv.method}
 
 
+SHARE_COLUMNS = ["accepted", "delivered_share", "delivered_share_lo", "delivered_share_hi"]
+
+
+def delivered_share(g: pd.DataFrame) -> dict:
+    """A size bucket's delivered copies over its accepted ones, pooled over the repetitions in `g` (columns
+    messages, accepted), with its Wilson 95% interval: the share its mean delay speaks for. Messages not
+    delivered by the run's end are censored: the mean delay of the rest is only read beside this share.
+    NaN without an `accepted` column (records from before it) or with none accepted."""
+    if "accepted" not in g.columns:
+        return {"accepted": math.nan, "delivered_share": math.nan, "delivered_share_lo": math.nan,
+                "delivered_share_hi": math.nan}
+    accepted = float(pd.to_numeric(g["accepted"], errors="coerce").fillna(0).sum())
+    delivered = float(pd.to_numeric(g["messages"], errors="coerce").fillna(0).sum())
+    iv = wilson(delivered, accepted, n=len(g))
+    return {"accepted": int(accepted), "delivered_share": iv.centre, "delivered_share_lo": iv.lo,
+            "delivered_share_hi": iv.hi}
+
+
 def summarize(runs: pd.DataFrame, delay: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Mean, CI and n over repetitions: (per cell/mode/metric, per cell/mode/bucket)."""
     rows = []
@@ -358,8 +404,9 @@ def summarize(runs: pd.DataFrame, delay: pd.DataFrame) -> tuple[pd.DataFrame, pd
     for (cell, mode, bucket), g in delay.groupby(["cell", "mode", "bucket"], sort=True):
         iv = metric_ci("mean_delay_s", g["mean_delay_s"].tolist())
         rows.append({"cell": cell, "mode": mode, "bucket": bucket, "mean_delay_s": iv.mean, **_ci_cols(iv),
-                     "n": iv.n, "messages": int(g["messages"].sum())})
-    delays = pd.DataFrame(rows, columns=["cell", "mode", "bucket", "mean_delay_s", *CI_COLUMNS, "n", "messages"])
+                     "n": iv.n, "messages": int(g["messages"].sum()), **delivered_share(g)})
+    delays = pd.DataFrame(rows, columns=["cell", "mode", "bucket", "mean_delay_s", *CI_COLUMNS, "n", "messages",
+                                         *SHARE_COLUMNS])
     if len(delays):
         delays["_o"] = delays["bucket"].map(BUCKET_ORDER.index)
         delays = delays.sort_values(["cell", "mode", "_o"]).drop(columns="_o").reset_index(drop=True)

@@ -25,10 +25,13 @@ NO_CI = ""            # n < 2
 
 # metrics whose per-run values are strictly positive when defined: delays and throughputs
 POSITIVE_METRICS = frozenset({"throughput_multi", "throughput_2plus_Bps", "throughput_2plus_per_model_h",
-                              "latency_mean", "latency_p50", "mean_delay_s", "delay_model_s"})
+                              "latency_mean", "latency_p50", "mean_delay_s", "delay_model_s",
+                              "delay_p99_model_s"})
 # per-run counts and other quantities that cannot be negative: t on raw values, lower bound cut at 0
 NONNEGATIVE_METRICS = frozenset({"submitted", "accepted", "delivered", "undelivered", "duplicates", "hops_mean",
-                                 "lost", "late"})
+                                 "lost", "late", "route_moves", "route_moves_per_hour", "nexthop_match",
+                                 "better_path_share", "modal_route_match", "cost_error_max",
+                                 "rate_overflowed", "rate_starved_s"})
 
 
 def t975(df: int) -> float:

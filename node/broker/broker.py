@@ -243,7 +243,8 @@ class Broker:
                                    hops=0, payload=payload, publisher=publisher, size=n)
         transform = self._transform_for(topic)
         if transform is None:
-            return await self._publish([pub], None)
+            # shielded as below: a store the client's cancelled call queued still updates the backlog counts
+            return await asyncio.shield(self._publish([pub], None))
         # shielded: once the transform numbered the publication, it must hear how the store ended, even when the
         # client's call is cancelled meanwhile (the store itself goes on regardless)
         return await asyncio.shield(self._publish_transformed(pub, transform))
@@ -609,8 +610,8 @@ class Broker:
             sub = self.durable.get(name)
             if sub is None:
                 self._check_durable_quota(user, admin)
-                await self.spool.run(store.op_subscribe(name, start.pattern, time.time(), user))
-                sub = self.durable.setdefault(name, DurableSubscription(name, start.pattern, owner=user))
+                queued = await self.spool.run(store.op_subscribe(name, start.pattern, time.time(), user))
+                sub = self.durable.setdefault(name, DurableSubscription(name, start.pattern, queued, owner=user))
                 self._interest_changed()
                 log.info("%s: durable subscription %s on %s, owner %s", self.me, name, start.pattern,
                          user or "the admin")
@@ -690,9 +691,15 @@ class Broker:
             return
         seqs = [s for s in (sub.inflight.pop(p, None) for p in pub_ids) if s is not None]
         if seqs:
-            await self.spool.run(store.op_ack(sub.name, seqs))
-            sub.backlog = max(0, sub.backlog - len(seqs))
-            sub.wake()
+            # shielded: the rows go once queued, so the count must follow even when the caller is cancelled (a
+            # Subscribe call ending while its acks commit); it counts the rows really gone, not the acks (after a
+            # takeover the old stream's ack may have removed a row the new stream was sent again)
+            await asyncio.shield(self._forget(sub, seqs))
+
+    async def _forget(self, sub: DurableSubscription, seqs: list[int]) -> None:
+        removed = await self.spool.run(store.op_ack(sub.name, seqs))
+        sub.backlog = max(0, sub.backlog - removed)
+        sub.wake()
 
     async def unsubscribe(self, name: str, user: str, admin: bool) -> tuple[bool, int]:
         """Remove a subscription (durable: with what waits for it). (removed, publications discarded); only its

@@ -57,9 +57,12 @@ def op_create() -> Op:
 
 
 def op_subscribe(name: str, pattern: str, now: float, owner: str) -> Op:
-    def op(c: sqlite3.Connection) -> None:
+    """Create a durable subscription; returns the rows already queued under its name (its backlog count starts
+    there: a publication stored while a subscription of that name was being removed leaves its row behind)."""
+    def op(c: sqlite3.Connection) -> int:
         c.execute("INSERT OR IGNORE INTO pub_subscription(name, pattern, created, owner) VALUES (?,?,?,?)",
                   (name, pattern, now, owner))
+        return c.execute("SELECT COUNT(*) FROM pub_queue WHERE name=?", (name,)).fetchone()[0]
     return op
 
 
@@ -80,9 +83,9 @@ def op_next(name: str, after: int, limit: int) -> Op:
 
 
 def op_ack(name: str, seqs: list[int]) -> Op:
+    """Remove acknowledged rows; returns how many were still there (the backlog count goes down by that)."""
     def op(c: sqlite3.Connection) -> int:
-        c.executemany("DELETE FROM pub_queue WHERE name=? AND seq=?", [(name, s) for s in seqs])
-        return len(seqs)
+        return c.executemany("DELETE FROM pub_queue WHERE name=? AND seq=?", [(name, s) for s in seqs]).rowcount
     return op
 
 

@@ -5,7 +5,8 @@ deterministic function of (state, command): it never mutates its input, never re
 source, and breaks every tie by name in natural order (node/natural.py: PS2 before PS10).
 
 The state is one JSON-able dict:
-  term         Raft term of the leader that proposed the last applied command
+  term         Raft term of the leader that proposed the last applied command (a new leader's first command,
+               `office`, changes nothing else)
   version      map version, +1 for every applied command that changes apps, consumers or connections
   apps         Application Map: app -> {algorithm, move_share, default_load, types, instances: {instance ->
                {node, state: active | leaving}}}
@@ -252,8 +253,13 @@ def _load(st: dict, cmd: dict) -> None:
     st["load"].setdefault(consumer, {})[app] = float(rate)
 
 
+def _office(st: dict, cmd: dict) -> None:
+    """A new leader's first command: it changes nothing but the term (apply sets it), so that once it is applied
+    every command committed before the leader's term is applied too."""
+
+
 _OPS: dict[str, Callable[[dict, dict], None]] = {
-    "define_app": _define_app, "instance_join": _instance_join, "instance_leave": _instance_leave,
+    "office": _office, "define_app": _define_app, "instance_join": _instance_join, "instance_leave": _instance_leave,
     "instance_gone": _instance_gone, "instance_crash": _instance_crash, "consumer_join": _consumer_join,
     "consumer_leave": _consumer_leave, "load": _load,
 }

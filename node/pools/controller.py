@@ -7,6 +7,20 @@ the daemon; a constructor argument here), so all replicas hold the same state. A
 (ValueError), or one proposed in a term older than the state's (a deposed leader's late command), is refused on
 every replica alike and changes nothing.
 
+A partitioned leader (what pysyncobj 0.3.17 does): a leader commits an entry only once a majority holds it and it
+is of the leader's own term, and applies committed entries only; cut off from the majority it commits and applies
+nothing more. Its proposals wait uncommitted in its log (`submit` ends with CommitTimeout, or NotLeader), and the
+new leader's log replaces them after the heal. It goes on believing it leads until no majority has answered for
+`leaderFallbackTimeout` (RaftTimeouts.leader_fallback_s, 2.8 s; pysyncobj's default is 30 s), then follows. It
+stands for election (in vain: it reaches no voter) while its silent connections still count as up, until
+`connectionTimeout` (connection_s, 3.5 s), so its term may grow by one or two; pysyncobj has no pre-vote, so after
+the heal that term can depose the new leader once more, and another election follows. Meanwhile the other replicas
+elect a leader of a newer term within the election timeout. So nothing a cut-off leader proposes takes effect, and
+what it publishes (its
+host publishes committed states only, each under the state's own term: node/pools/host.py) is a map already
+committed, never newer than what the new leader publishes under its newer term; consumers refuse the older one
+wherever it arrives late (a `refused` line).
+
 Threads: pysyncobj runs in one thread of its own, which builds the SyncObj, ticks it and destroys it (autoTick off,
 so the thread's life is ours: `close()` ends it). That thread never touches an asyncio object: every callback is
 handed to the loop with `call_soon_threadsafe`. The loop only reads attributes and queues proposals (pysyncobj's

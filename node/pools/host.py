@@ -2,9 +2,10 @@
 the broker.
 
 Every replica applies the same commands (Raft); only the leader acts on the outside world:
-  - elected: it writes `elected`, enters the applications of `pools.apps` (define_app, for those the state
-    lacks or holds differently), and publishes every consumer's assignment under its own term, so every
-    consumer hears the new term even when nothing moves;
+  - elected: it writes `elected`, commits `office` (so that it holds every command committed before its
+    term, and the state carries its term), enters the applications of `pools.apps` (define_app, for those the
+    state lacks or holds differently), and publishes every consumer's assignment, so every consumer hears the
+    new term even when nothing moves;
   - heartbeats (`_pools.hb.<name>`, non-durable; every replica listens, so a new leader knows who is alive): a
     consumer or instance it has not seen registers (consumer_join, instance_join), an instance announcing
     "leaving" leaves (instance_leave), a consumer's load that changed enough becomes a `load` command;
@@ -14,7 +15,11 @@ Every replica applies the same commands (Raft); only the leader acts on the outs
   - each applied change: a `map` line, and the assignment of every consumer whose connections changed, durable
     on `_pools.assign.<consumer>` ({term, version, connections, fences}); one whose subscription is not known
     here yet is owed its assignment until it is.
-A deposed leader that has not heard so yet may still publish: its term is older, and consumers refuse it.
+Only committed states are published, each under its own term (the term of the leader that committed its last
+command): (term, version) grows along the Raft log, and a consumer keeps the highest it has seen, so it takes maps
+in log order. A leader cut off from the other replicas commits nothing (node/pools/controller.py), so it publishes
+nothing new; an assignment it published before the cut that arrives late (held by store-and-forward while a path
+was cut) carries an older term than the new leader's and is refused (`refused`, the map kept).
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from typing import Any, Callable
 from node.broker.broker import Broker
 from node.pools import assign
 from node.pools.config import PoolsConfig
-from node.pools.controller import CommandRefused, ControllerError, PoolController
+from node.pools.controller import CommandRefused, CommitTimeout, ControllerError, PoolController
 from node.pools.listen import Listener
 from node.pools.messages import BadMessage, ConsumerBeat, InstanceBeat, parse_heartbeat
 from node.records import Records
@@ -39,7 +44,6 @@ ASSIGN_TOPIC = "_pools.assign"        # + .<consumer>: durable, from the leader
 HB_TOPIC = "_pools.hb"                # + .<name>: non-durable heartbeats (registration, load, leave)
 LOAD_CHANGE = 0.2                     # a consumer's load is proposed again once it moved by this share ...
 LOAD_FLOOR = 0.5                      # ... or by this many events/s, whichever is more
-CATCH_UP = 1.0                        # seconds a new leader waits to have applied what it knows is committed
 
 
 def assignment_body(state: dict, consumer: str, term: int) -> bytes:
@@ -92,14 +96,8 @@ class ControllerHost:
         self._spawn(self._take_office(term))
 
     async def _take_office(self, term: int) -> None:
-        # a new leader holds every committed command but may not have applied them all yet: its first
-        # assignments must not carry an older map under its newer term
-        deadline = time.monotonic() + CATCH_UP
-        while time.monotonic() < deadline:
-            st = self.controller.status()
-            if st["last_applied"] >= st["commit_index"]:
-                break
-            await asyncio.sleep(0.02)
+        if not await self._commit_office(term):
+            return
         state = self.controller.state()
         for app, a in sorted(self.sec.apps.items()):
             have = state["apps"].get(app)
@@ -110,11 +108,29 @@ class ControllerHost:
         self.owed |= set(self.controller.state()["consumers"])
         await self._pay()
 
+    async def _commit_office(self, term: int) -> bool:
+        """Commit `office` in this leader's term; False once it is no longer the leader of `term`.
+
+        A new leader holds every command its predecessor committed, but may not know yet that the last ones
+        committed: Raft tells it with its first commit of its own term. Until then its state can be older than a
+        map the predecessor already published; under the newer term, consumers would take that older map. Once
+        `office` is applied, so is everything before it, and the state's term is this leader's."""
+        while self.controller.is_leader() and self.controller.term() == term:
+            try:
+                await self.controller.submit({"op": "office"})
+                return True
+            except CommitTimeout:
+                continue                       # no majority yet: still the leader, it may come
+            except ControllerError as exc:     # deposed meanwhile (NotLeader), or refused
+                log.info("%s: pools: office of term %d not committed: %s", self.me, term, exc)
+                return False
+        return False
+
     def _applied(self, state: dict, moves: list, command: dict) -> None:
         self.state = state
         if not self.controller.is_leader():
             return
-        if command.get("op") != "load":
+        if command.get("op") not in ("load", "office"):
             apps = sorted({m.app for m in moves})
             self.records.write("pool", event="map", version=state["version"], term=state["term"], op=command.get("op"),
                                algorithm={a: state["apps"][a]["algorithm"] for a in apps if a in state["apps"]},
@@ -129,11 +145,17 @@ class ControllerHost:
 
     # -- assignments --------------------------------------------------------------------------------------
     async def _pay(self) -> None:
-        """Publish the assignments owed, each once its consumer's subscription is known here."""
-        if not self.controller.is_leader():
-            return
-        term, state = self.controller.term(), self.state
+        """Publish the assignments owed, each once its consumer's subscription is known here.
+
+        An assignment is a committed state under that state's own term (the term of the leader that committed its
+        last command), never under the Raft term of the moment: along the Raft log (term, version) only grows, so
+        a consumer that keeps the highest (term, version) takes the maps in log order, whoever publishes them and
+        whenever they arrive; a deposed leader's late one is refused."""
+        state = self.state
+        term = state["term"]
         for consumer in sorted(self.owed):
+            if not self.controller.is_leader():
+                return                         # deposed (or stepped down without a majority): the next leader pays
             topic = f"{ASSIGN_TOPIC}.{consumer}"
             if consumer not in state["consumers"]:
                 self.owed.discard(consumer)

@@ -31,6 +31,7 @@ METRICS: dict[str, str] = {
     "events_duplicated": "events duplicated",
     "affinity_violations": "affinity violations",
     "refused": "refused control lines",
+    "refused_stale": "stale-term assignments refused",
 }
 COMPARE_COLUMNS = ["metric", "cell", "n", "mean", "lo", "hi", "text"]
 EVENT_COLUMNS = ["cell", "event", "lines", "per_run"]

@@ -33,6 +33,12 @@ OVERFLOW = "overflow"            # node/rate/admission.py OVERFLOW (the refusal 
 SERIES_COLUMNS = ["cell", "rep", "control", "t", "client", "queue_bytes", "rate_bps", "assigned_bps"]
 OVERFLOW_COLUMNS = ["cell", "rep", "control", "client", "accepted", "overflowed", "overflowed_in_burst"]
 STATEMENT_COLUMNS = ["statement (paper §4.4)", "paper", "ours", "holds"]
+# per client and repetition from summary.json's rate account (testbed/accounting/rates.py): starved_s = model
+# seconds with messages queued while the rate in force was below a tenth of R/N
+STARVATION_COLUMNS = ["cell", "rep", "rule", "client", "starved_s", "overflowed", "max_queue_bytes"]
+# the same per cell, rule and client over the repetitions: mean and 95% CI (t on raw values, cut at 0)
+BY_RULE_COLUMNS = ["cell", "rule", "client", "n", "starved_s", "starved_s_ci_lo", "starved_s_ci_hi",
+                   "overflowed", "overflowed_ci_lo", "overflowed_ci_hi"]
 ABSENT_NOTE = "no rate control in these runs."
 
 
@@ -44,6 +50,8 @@ class RateTables:
     root: pd.DataFrame = field(default_factory=lambda: empty_table(["cell", "rep", "control", "t", "queue_bytes", "ma"]))
     overflow: pd.DataFrame = field(default_factory=lambda: empty_table(OVERFLOW_COLUMNS))
     statements: pd.DataFrame = field(default_factory=lambda: empty_table(STATEMENT_COLUMNS))
+    starvation: pd.DataFrame = field(default_factory=lambda: empty_table(STARVATION_COLUMNS))
+    by_rule: pd.DataFrame = field(default_factory=lambda: empty_table(BY_RULE_COLUMNS))
     burst: tuple[float, float] | None = None
     client2: str = ""
     # (cell, rep) -> (wall clock of the paper's 0, time_scale): where the run's phases go on the figures
@@ -52,7 +60,8 @@ class RateTables:
 
     def named(self) -> dict[str, pd.DataFrame]:
         return {"rate_overflow": self.overflow, "rate_statements": self.statements,
-                "rate_client_series": self.series, "rate_root_queue": self.root}
+                "rate_client_series": self.series, "rate_root_queue": self.root,
+                "rate_starvation": self.starvation, "rate_by_rule": self.by_rule}
 
 
 # ---- per run facts ------------------------------------------------------------------------------------------
@@ -183,7 +192,36 @@ def build(spark, runs: list[Run], submissions) -> RateTables:
     rt.root = pd.concat(roots, ignore_index=True) if roots else rt.root
     rt.overflow = pd.DataFrame(rows, columns=OVERFLOW_COLUMNS)
     rt.statements = statements(rt)
+    rt.starvation = starvation([r for r in runs if (r.cell, r.rep) in clocks])
+    rt.by_rule = by_rule(rt.starvation)
     return rt
+
+
+def starvation(runs: list[Run]) -> pd.DataFrame:
+    """STARVATION_COLUMNS: one row per client and repetition, from each run's summary.json."""
+    rows = []
+    for r in sorted(runs, key=lambda r: (r.cell, r.rep)):
+        rc = (r.summary or {}).get("rate_control") or {}
+        for client, acc in (rc.get("clients") or {}).items():
+            acc = acc if isinstance(acc, dict) else {}
+            rows.append({"cell": r.cell, "rep": r.rep, "rule": rc.get("rule", ""), "client": client,
+                         "starved_s": acc.get("starved_s"), "overflowed": acc.get("overflowed"),
+                         "max_queue_bytes": acc.get("max_queue_bytes")})
+    return pd.DataFrame(rows, columns=STARVATION_COLUMNS)
+
+
+def by_rule(per_rep: pd.DataFrame) -> pd.DataFrame:
+    """BY_RULE_COLUMNS: each cell's clients over its repetitions (a run from before starved_s has none)."""
+    from ..stats import ci95
+
+    rows = []
+    for (cell, rule, client), g in per_rep.groupby(["cell", "rule", "client"], sort=True):
+        row: dict[str, Any] = {"cell": cell, "rule": rule, "client": client, "n": len(g)}
+        for col in ("starved_s", "overflowed"):
+            iv = ci95(pd.to_numeric(g[col], errors="coerce").tolist(), nonnegative=True)
+            row.update({col: iv.mean, f"{col}_ci_lo": iv.lo, f"{col}_ci_hi": iv.hi})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=BY_RULE_COLUMNS)
 
 
 def _mean(df: pd.DataFrame, col: str) -> float | None:
@@ -318,6 +356,10 @@ The runs' phases (warm-up, workload, drain) are shaded and their faults dotted, 
 {table(rt.statements, "rate-statements-table")}
 <h3>Overflow per client</h3>
 {table(rt.overflow, "rate-overflow-table")}
+<h3>Starvation per client and rule</h3>
+<p>Model seconds each client had messages queued while the rate in force was below a tenth of R/N (rate 0
+included), from its reports every T/2; and its overflow. Mean over the repetitions with its 95% CI.</p>
+{table(rt.by_rule, "rate-by-rule-table")}
 {imgs}
 """
 

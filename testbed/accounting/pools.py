@@ -148,6 +148,9 @@ def account(rep_dir: Path, reader: RecordReader | None = None) -> dict[str, Any]
         "events_late": late, "events_lost": lost, "events_duplicated": duplicated,
         "affinity_violations": violations, "affinity_unchecked": unchecked, "lost_pairs": lost_pairs,
         "refused": sum(1 for lines in pool_lines.values() for r in lines if r["event"] == "refused"),
+        # of those, assignments of a deposed leader (a stale term) that arrived late: what a leader partition shows
+        "refused_stale": sum(1 for lines in pool_lines.values() for r in lines if r["event"] == "refused"
+                             and str(r.get("reason", "")).startswith("stale term")),
         "elections": sum(1 for lines in pool_lines.values() for r in lines if r["event"] == "elected"),
         "instances": {k: {f: v.get(f) for f in ("node", "state", "received", "duplicates", "refused", "takeovers",
                                                   "fence_pauses_s")}

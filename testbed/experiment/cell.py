@@ -26,6 +26,7 @@ from node.errors import UserError
 from testbed import accounting
 from testbed.accounting import stall
 from testbed.experiment import nodeconfig, summary, timescale, workload
+from testbed.experiment.busy import BusyLoad
 from testbed.experiment.daemons import NodeDaemons
 from testbed.experiment.driver import WorkloadDriver
 from testbed.experiment.faults import Timeline
@@ -98,6 +99,7 @@ class _CellRun:
         self.network: Network | None = None
         self.daemons: NodeDaemons | None = None
         self.hostmon: HostMonitor | None = None
+        self.busy: BusyLoad | None = None
         self.linkmon: LinkMonitor | None = None
         self.driver: WorkloadDriver | None = None
         self.timeline: Timeline | None = None
@@ -187,6 +189,10 @@ class _CellRun:
         if missing:
             self.progress.event(f"neighbour sessions of {', '.join(missing)} not all up after "
                                 f"{SESSION_TIMEOUT:.0f} s; starting anyway")
+        if wall.hosts.busy:
+            self.busy = BusyLoad(self.network, nodeconfig.daemon_hosts(wall, self.network), wall.hosts.busy,
+                                 docker=wall.runtime == "docker")
+            self.busy.start()
         self.hostmon = HostMonitor(self.rep_dir / "host.jsonl", self.daemons.pids)
         self.hostmon.start()
         self.linkmon = self.network.link_monitor(self.rep_dir / "links.jsonl")
@@ -360,6 +366,7 @@ class _CellRun:
         steps += [("fault timeline", lambda: self.timeline and self.timeline.stop()),
                   ("host monitor", lambda: self.hostmon and self.hostmon.stop()),
                   ("link monitor", lambda: self.linkmon and self.linkmon.stop()),
+                  ("busy processes", lambda: self.busy and self.busy.stop()),
                   ("count of failed record writes", self._record_failures),
                   ("daemons", lambda: self.daemons and self.daemons.stop_all()),
                   ("network", lambda: self.network and self.network.stop())]

@@ -65,6 +65,7 @@ class RepPlan:
     status: str = "pending"          # pending | running | complete | incomplete | interrupted | failed | skipped
     reason: str = ""
     wall_s: float | None = None
+    commit: str | None = None        # the checkout's short commit (+ "-dirty") the rep ran at
     summary: dict[str, Any] = field(default_factory=dict)
 
 
@@ -157,6 +158,8 @@ def _experiment_doc(base: Scenario, path: str, plans: list[RepPlan], status: str
             entry["reason"] = p.reason
         if p.wall_s is not None:
             entry["wall_s"] = round(p.wall_s, 3)
+        if p.commit:
+            entry["commit"] = p.commit
         c["reps"].append(entry)
     return {"scenario": base.name, "source": str(path), "quick": quick, "sets": loader.hide_secret_sets(sets), "seed": base.seed,
             "time_scale": base.time_scale, "reps": max((p.rep for p in plans), default=0), "status": status,
@@ -164,12 +167,12 @@ def _experiment_doc(base: Scenario, path: str, plans: list[RepPlan], status: str
             "provenance": _provenance(base, sets, plans, started)}
 
 
-def _git_commit() -> str | None:
+def _git_commit(short: bool = False) -> str | None:
     """The checkout's commit (with "-dirty" when it has changes); None outside a git checkout."""
     repo = Path(__file__).resolve().parents[2]
     try:
-        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=5)
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", *(["--short"] if short else []), "HEAD"],
+                              capture_output=True, text=True, timeout=5)
         if head.returncode != 0:
             return None
         dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
@@ -210,6 +213,17 @@ def _same_seed(p: RepPlan) -> bool:
         log.info("rep %s/%d ran with seed %d, planned now %d: it runs again", p.cell.name, p.rep, seed, p.seed)
         return False
     return True
+
+
+def _earlier_commits(out: Path) -> dict[str, str]:
+    """rep dir -> the commit it ran at, from the experiment.json a resumed run finds (a skipped rep keeps it)."""
+    try:
+        doc = json.loads((out / EXPERIMENT_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(rep.get("dir")): str(rep["commit"])
+            for cell in (doc.get("cells", []) if isinstance(doc, dict) else []) if isinstance(cell, dict)
+            for rep in cell.get("reps", []) if isinstance(rep, dict) and rep.get("commit")}
 
 
 def _earlier_wall_times(out: Path) -> dict[str, float]:
@@ -385,12 +399,14 @@ def run_experiment(path: str, out: Path, reps: int | None, resume: bool, quick: 
     log.info("experiment %s: %d cell(s) x %d rep(s) from %s%s%s", base.name, len({p.cell.name for p in plans}),
              max(p.rep for p in plans), path, " (quick)" if quick else "", f" with --set {' '.join(sets)}" if sets else "")
     earlier = _earlier_wall_times(out) if resume else {}
+    earlier_commits = _earlier_commits(out) if resume else {}
     try:
         with _StopOnSignal(stop, progress) as sig:
             for p in plans:
                 if (p.dir / COMPLETE_MARKER).exists() and resume and _same_seed(p):
                     p.status, p.summary = "skipped", _read_summary(p.dir)
                     p.wall_s = earlier.get(f"{p.cell.name}/{p.rep}")     # keep what the rep took when it ran
+                    p.commit = earlier_commits.get(f"{p.cell.name}/{p.rep}")
                     log.info("rep %s/%d skipped: already complete", p.cell.name, p.rep)
                     progress.event(f"{p.cell.name} rep {p.rep}: already complete, skipped")
                     continue
@@ -410,6 +426,7 @@ def run_experiment(path: str, out: Path, reps: int | None, resume: bool, quick: 
                     shutil.rmtree(p.dir)
                 p.dir.mkdir(parents=True)
                 p.status = "running"
+                p.commit = _git_commit(short=True)
                 save()
                 log.info("rep %s/%d started (seed %d)", p.cell.name, p.rep, p.seed)
                 t0 = time.monotonic()

@@ -39,7 +39,12 @@ def write_png(pts: list[Point], plot: Plot, title: str, path: Path, y_label: str
     import matplotlib.pyplot as plt
 
     lay = layout(pts, plot)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    shares = any(pt.share is not None for pt in pts)
+    if shares:
+        # a second panel: the delivered share each mean delay covers (the undelivered ones are censored)
+        fig, (ax, ax_share) = plt.subplots(2, 1, figsize=(7, 7), sharex=True, height_ratios=(3, 1.4))
+    else:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
     for series, xs in lay.xs.items():
         own = [pt for pt in pts if pt.series == series]
         ys = [pt.mean for pt in own]
@@ -47,12 +52,24 @@ def write_png(pts: list[Point], plot: Plot, title: str, path: Path, y_label: str
         low = [0.0 if math.isnan(pt.ci_lo) else max(0.0, pt.mean - pt.ci_lo) for pt in own]
         high = [0.0 if math.isnan(pt.ci_hi) else max(0.0, pt.ci_hi - pt.mean) for pt in own]
         ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, label=series)
+        if shares:
+            share = [pt.share or (math.nan,) * 4 for pt in own]
+            ax_share.errorbar(xs, [v[1] for v in share],
+                              yerr=[[0.0 if math.isnan(v[2]) else max(0.0, v[1] - v[2]) for v in share],
+                                    [0.0 if math.isnan(v[3]) else max(0.0, v[3] - v[1]) for v in share]],
+                              marker=".", capsize=2, linewidth=0.8)
     if lay.side_by_side and lay.ticks is not None:
         ax.set_xticks(range(len(lay.ticks)), lay.ticks, fontsize="x-small")
         ax.set_xlim(-0.5, len(lay.ticks) - 0.5)
     elif lay.ticks is not None:
         ax.set_xticks(range(len(lay.ticks)), lay.ticks)
-    ax.set_xlabel(lay.x_label)
+    if shares:
+        ax_share.set_ylabel("delivered share\n(Wilson 95% CI)", fontsize="small")
+        ax_share.set_ylim(0, 1.05)
+        ax_share.grid(alpha=0.3)
+        ax_share.set_xlabel(lay.x_label)
+    else:
+        ax.set_xlabel(lay.x_label)
     methods = {pt.method for pt in pts if pt.method}
     centre = "geometric mean, 95% CI t on logs" if methods == {"t on logs"} else "mean, 95% CI"
     ax.set_ylabel(f"{y_label or plot.y}\n({centre})")

@@ -8,13 +8,21 @@
             -> NAME.csv and NAME.png in the figure folder (OUT/figure with --quick, so a smoke run never
             replaces the committed figure), and reps.csv there: one row per repetition (its value,
             accepted / delivered / late / lost, stalled, host CPU, saturated, wall time), and with
-            plot.ratio ratio.csv: the two cells' ratio repetition by repetition, with its CI
+            plot.ratio ratio.csv: the two cells' ratio repetition by repetition, with its CI; with `table:`
+            NAME-table.csv (its metrics per cell) and, for dynamic routing, routes.csv, tables.csv, links.csv
     statements: each of the file's statements on every repetition it is about, printed beside the paper's
             words and written to statements.csv in the figure folder; one that does not hold makes the
             status 1. The series they measure over time: NAME-series.csv and NAME-series.png there
+    section tables: the report's tables and figures of a subsystem section the figure's runs have (the MQ
+            rate control's rate_*.csv and rate_*.png), copied to the figure folder: every CSV behind a
+            figure is committed with it
+    commits: every CSV the run wrote there gets a `commit` column (the commit each row's repetitions ran
+            at) and commits.txt says in one sentence whether the rows mix commits (commits.py)
 """
 from __future__ import annotations
 
+import shutil
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,7 +31,7 @@ import yaml
 from node.errors import UserError
 from testbed.experiment import runner, sweep
 from testbed.experiment.progress import Progress
-from testbed.reproduce import plot, statements, table, traces
+from testbed.reproduce import commits, plot, routes, statements, table, traces
 from testbed.reproduce.spec import MESSAGE_SIZE, REPO, Reproduction
 
 EXIT_INTERRUPTED = runner.EXIT_INTERRUPTED
@@ -46,14 +54,17 @@ def set_arguments(repro: Reproduction, quick: bool) -> list[str]:
 
 
 def check_metric(repro: Reproduction) -> None:
-    """plot.y must be a metric of the report's summary table: say so before hours of runs, not after."""
-    if repro.plot.x == MESSAGE_SIZE:
-        return      # the spec already required the by-size table's mean_delay_s
+    """plot.y and table.metrics must be metrics of the report's summary table: say so before hours of runs,
+    not after."""
     from spark_analysis.compare import RUN_METRICS, SUMMARY_METRICS    # here: it loads pandas and pyspark
     metrics = [*RUN_METRICS, *SUMMARY_METRICS]
-    if repro.plot.y not in metrics:
-        raise UserError(f"{repro.source}: plot.y: {repro.plot.y!r} is not a metric of the report's summary table "
-                        f"(metrics: {', '.join(metrics)}).")
+    # with x message_size the spec already required the by-size table's mean_delay_s
+    wanted = [] if repro.plot.x == MESSAGE_SIZE else [("plot.y", repro.plot.y)]
+    wanted += [("table.metrics", m) for m in (repro.table.metrics if repro.table else [])]
+    for key, metric in wanted:
+        if metric not in metrics:
+            raise UserError(f"{repro.source}: {key}: {metric!r} is not a metric of the report's summary table "
+                            f"(metrics: {', '.join(metrics)}).")
 
 
 def reproduce(repro: Reproduction, out: Path, reps: int | None, quick: bool, progress: Progress,
@@ -71,13 +82,33 @@ def reproduce(repro: Reproduction, out: Path, reps: int | None, quick: bool, pro
     if rc == EXIT_INTERRUPTED or rc >= 128:
         return rc
     figure_dir = out / "figure" if quick else repro.figure_dir
+    written_from = time.time()
     csv_path, png_path = write_figure(repro, out, figure_dir)
     print(f"figure: {png_path}\ntable:  {csv_path}", file=stream)
     if repro.paper is not None:
         print("paper:  " + yaml.safe_dump(repro.paper, default_flow_style=True, width=200).strip(), file=stream)
     if not check_statements(repro, out, figure_dir, stream) and rc == 0:
         rc = 1
+    copied = copy_section_tables(out / "report", figure_dir)
+    if copied:
+        print(f"tables: {', '.join(p.name for p in copied)} (in {figure_dir})", file=stream)
+    print(f"commits: {commits.stamp_folder(out, figure_dir, written_from)}", file=stream)
     return rc
+
+
+# report tables and figures of a subsystem section, by name prefix: a figure drawn from them needs them committed
+SECTION_PREFIXES = ("rate_",)
+
+
+def copy_section_tables(report_dir: Path, figure_dir: Path) -> list[Path]:
+    """The report's section CSVs and PNGs (SECTION_PREFIXES) copied into the figure folder; the copies."""
+    copied: list[Path] = []
+    for src in sorted(Path(report_dir).glob("*")):
+        if src.suffix in (".csv", ".png") and src.name.startswith(SECTION_PREFIXES) and src.is_file():
+            figure_dir.mkdir(parents=True, exist_ok=True)
+            # a fresh modification time (copyfile keeps none): the commit stamp takes the files written now
+            copied.append(Path(shutil.copyfile(src, figure_dir / src.name)))
+    return copied
 
 
 def check_statements(repro: Reproduction, out: Path, figure_dir: Path, stream: TextIO) -> bool:
@@ -115,6 +146,12 @@ def write_figure(repro: Reproduction, out: Path, figure_dir: Path) -> tuple[Path
         table.write_ratios(table.ratios(reps, table.cell_params(out / runner.EXPERIMENT_FILE), repro.plot),
                            figure_dir / "ratio.csv")
     plot.write_png(pts, repro.plot, repro.title, png_path, y_label)
+    if repro.table is not None:
+        table.write_metric_table(table.metric_table(out / "report" / "summary.csv",
+                                                    table.cell_params(out / runner.EXPERIMENT_FILE),
+                                                    repro.table.metrics, reps),
+                                 figure_dir / f"{repro.name}-table.csv")
+        routes.write(out, figure_dir, repro.table.nodes)
     return csv_path, png_path
 
 

@@ -14,6 +14,10 @@
       quick:    {dotted.key: value}: overrides for --quick only (on top of the scenario's quick: section)
       figure_dir: where the PNG and CSV go, relative to this file
                   (default docs/reproductions/<paper>/<name>, <paper> = the name up to its first "-")
+      table:    {metrics: [metric of the summary table, ...], nodes: [node, ...]}: the figure's numbers as a
+                table, NAME-table.csv (one row per cell: each metric's value and 95% CI, n, saturated
+                repetitions); with dynamic routing also routes.csv, tables.csv and links.csv (the routing
+                account of every repetition, testbed/reproduce/routes.py), their rows cut to `nodes` if given
       paper:    free-form: the paper's numbers or shape, printed beside ours
       statements: the paper's claims as numbers with tolerances, checked on every repetition
                 (testbed/reproduce/statements.py)
@@ -34,7 +38,8 @@ from testbed.scenario.loader import plain_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 FOLDER = REPO / "reproductions"
-KEYS = ("title", "scenario", "set", "sweep", "plot", "quick", "figure_dir", "paper", "statements")
+KEYS = ("title", "scenario", "set", "sweep", "plot", "quick", "figure_dir", "paper", "statements", "table")
+TABLE_KEYS = ("metrics", "nodes")
 PLOT_KEYS = ("x", "y", "series", "ratio")
 RATIO_KEYS = ("key", "of", "to")
 SWEEP_KEYS = ("grid", "reps", "exclude", "seeds")
@@ -60,6 +65,13 @@ class Plot:
 
 
 @dataclass
+class Table:
+    """The figure's numbers as a table: these summary metrics per cell; the routing rows of these nodes."""
+    metrics: list[str]
+    nodes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Reproduction:
     name: str
     source: Path
@@ -72,6 +84,7 @@ class Reproduction:
     figure_dir: Path
     paper: Any = None
     statements: list[claims.Statement] = field(default_factory=list)
+    table: Table | None = None
 
 
 def names(folder: Path = FOLDER) -> list[str]:
@@ -124,7 +137,7 @@ def load(path: Path) -> Reproduction:
     statements = claims.parse(where, top.get("statements"), swept)
     return Reproduction(name=path.stem, source=path, title=title, scenario=scenario, sets=sets, sweep=sweep,
                         plot=plot, quick=quick, figure_dir=figure_dir, paper=top.get("paper"),
-                        statements=statements)
+                        statements=statements, table=_table(where, top.get("table")))
 
 
 def _scenario_swept(scenario: Path) -> list[str]:
@@ -201,6 +214,22 @@ def _plot(where: str, value: Any, sweep: dict[str, Any] | None) -> Plot:
                 raise UserError(f"{where}: plot: {key!r} is not a key of sweep.grid "
                                 f"({', '.join(sweep['grid'])}).")
     return Plot(x=x, y=y, series=list(series), ratio=_ratio(where, m.get("ratio"), list(series), sweep))
+
+
+def _table(where: str, value: Any) -> Table | None:
+    """table: the metrics are checked against the report's before anything runs (run.check_metric)."""
+    if value is None:
+        return None
+    m = _mapping(where, "table", value, TABLE_KEYS)
+    lists: dict[str, list[str]] = {}
+    for key in TABLE_KEYS:
+        items = m.get(key, [])
+        if not isinstance(items, list) or not all(isinstance(i, str) and i for i in items):
+            raise UserError(f"{where}: table.{key}: expected a list of names.")
+        lists[key] = list(items)
+    if not lists["metrics"]:
+        raise UserError(f"{where}: table.metrics: expected at least one metric of the report's summary table.")
+    return Table(metrics=lists["metrics"], nodes=lists["nodes"])
 
 
 def _ratio(where: str, value: Any, series: list[str], sweep: dict[str, Any] | None) -> Ratio | None:

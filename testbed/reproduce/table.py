@@ -20,6 +20,9 @@ from testbed.reproduce.spec import MESSAGE_SIZE, Plot
 
 # value: what the CI bounds (the report's ci_centre: the geometric mean for t on logs), else the mean
 COLUMNS = ("x", "series", "value", "ci_lo", "ci_hi", "n", "ci_method", "cell")
+# a figure by message size also says, beside each mean delay, which share of the bucket's accepted copies it
+# covers (the rest were not delivered by the run's end: censored), with its Wilson 95% interval
+SHARE_COLUMNS = ("accepted", "delivered_share", "delivered_share_lo", "delivered_share_hi")
 # reps.csv: one row per repetition, what a reader needs to trust a point (the value behind it, whether the
 # host was saturated or the run stalled, what it cost)
 REP_COLUMNS = ("cell", "rep", "seed", "status", "value", "accepted", "delivered", "late", "lost", "stalled",
@@ -36,10 +39,18 @@ class Point:
     n: int
     cell: str
     method: str = ""
+    # (accepted, delivered share, its lo, hi) for a point by message size; None otherwise
+    share: tuple[float, float, float, float] | None = None
 
     def row(self) -> list[Any]:
         return [self.x, self.series, _round(self.mean), _round(self.ci_lo), _round(self.ci_hi), self.n,
                 self.method, self.cell]
+
+    def share_row(self) -> list[Any]:
+        if self.share is None:
+            return ["", "", "", ""]
+        accepted, *share = self.share
+        return ["" if math.isnan(accepted) else int(accepted), *(_round(v) for v in share)]
 
 
 def cell_params(experiment_json: Path) -> dict[str, dict[str, Any]]:
@@ -80,8 +91,11 @@ def points(table_csv: Path, params: dict[str, dict[str, Any]], plot: Plot) -> li
         lo, hi = _bounds(r, mean)
         series = ", ".join(f"{k.split('.')[-1]}={p.get(k)}" for k in plot.series) or "all"
         n = as_float(r.get("n"))
+        share = (tuple(as_float(r.get(c)) for c in SHARE_COLUMNS)
+                 if by_size and "delivered_share" in r else None)
         out.append(Point(x=r.get("bucket") if by_size else p.get(plot.x), series=series, mean=mean, ci_lo=lo, ci_hi=hi,
-                         n=0 if math.isnan(n) else int(n), cell=cell, method=r.get("ci_method") or ""))
+                         n=0 if math.isnan(n) else int(n), cell=cell, method=r.get("ci_method") or "",
+                         share=share))  # type: ignore[arg-type]
     out.sort(key=lambda pt: (pt.series, natural_key(pt.x)))
     return out
 
@@ -108,9 +122,10 @@ def write_csv(pts: list[Point], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(COLUMNS)
+        shares = any(pt.share is not None for pt in pts)
+        w.writerow([*COLUMNS, *(SHARE_COLUMNS if shares else ())])
         for pt in pts:
-            w.writerow(pt.row())
+            w.writerow([*pt.row(), *(pt.share_row() if shares else ())])
 
 
 def _bounds(row: dict[str, str], mean: float) -> tuple[float, float]:
@@ -226,3 +241,44 @@ def _summary(rep_dir: Path) -> dict[str, Any]:
 def _cell_text(value: str) -> Any:
     number = as_float(value)
     return "" if math.isnan(number) else _round(number)
+
+
+def metric_table(summary_csv: Path, params: dict[str, dict[str, Any]], metrics: list[str],
+                 reps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per cell: its swept values, n, the saturated repetitions (k/n: the point is not to be trusted
+    when k > 0) and for each metric its value (the CI's centre) and 95% bounds, from the report's summary table."""
+    try:
+        with open(summary_csv, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as exc:
+        raise UserError(f"cannot read the report's table {summary_csv}: {exc.strerror or exc}.") from None
+    by_cell: dict[str, dict[str, dict[str, str]]] = {}
+    for r in rows:
+        by_cell.setdefault(r.get("cell", ""), {})[r.get("metric", "")] = r
+    keys = list(dict.fromkeys(k for p in params.values() for k in p))
+    out: list[dict[str, Any]] = []
+    for cell in sorted(params, key=natural_key):
+        own = [r for r in reps if r.get("cell") == cell]
+        saturated = sum(1 for r in own if r.get("saturated") is True)
+        row: dict[str, Any] = {"cell": cell, **{k: params[cell].get(k, "") for k in keys},
+                               "reps": len(own), "saturated": f"{saturated}/{len(own)}"}
+        for metric in metrics:
+            r = by_cell.get(cell, {}).get(metric, {})
+            centre = as_float(r.get("ci_centre"))
+            value = centre if not math.isnan(centre) else as_float(r.get("mean"))
+            lo, hi = _bounds(r, value) if r else (math.nan, math.nan)
+            n = as_float(r.get("n"))
+            row.update({metric: _round(value), f"{metric}_lo": _round(lo), f"{metric}_hi": _round(hi),
+                        f"{metric}_n": "" if math.isnan(n) else int(n)})
+        out.append(row)
+    return out
+
+
+def write_metric_table(rows: list[dict[str, Any]], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        if not rows:
+            return
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)

@@ -1,7 +1,9 @@
 """Link shaping: one meaning, two backends (kernel netem, userspace `wire` emulator).
 
 make_shaper() picks the backend ("auto" = netem when the kernel has it, else
-wire); attach() rebuilds a shaper from its state() in a later process.
+wire); attach() rebuilds a shaper from its state() in a later process. A network
+over several machines uses split.SplitWireShaper: one wire emulator per machine,
+links across machines joined by UDP tunnels.
 """
 from __future__ import annotations
 
@@ -35,6 +37,10 @@ def attach(state: dict[str, Any]) -> Shaper:
     if backend == "wire":
         from testbed.shaping.wire import WireShaper
         return WireShaper(state["run_id"], Path(state["workdir"]), state=state)
+    if backend == "wire-split":
+        from testbed.shaping.split import SplitWireShaper
+        return SplitWireShaper(state["run_id"], Path(state["workdir"]), state["machines"], state["placement"],
+                               state=state)
     if backend == "netem":
         from testbed.shaping.netem import NetemShaper
         return NetemShaper(state["run_id"], Path(state["workdir"]), state=state)

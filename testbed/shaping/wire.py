@@ -4,6 +4,10 @@ The emulator outlives the process that started it (`testbed up` returns to the
 shell); state() records its pid and control socket so attach() in a later
 process can change links. close() asks it to shut down, then kills it by pid;
 its TAP devices vanish with its file descriptors either way.
+
+`half` numbers one of several emulators of a run (one per machine of a network
+split over machines, testbed/shaping/split.py): it keeps their control sockets
+and temporary TAP names apart.
 """
 from __future__ import annotations
 
@@ -39,9 +43,11 @@ def direction_to_wire(d: Direction) -> dict[str, Any]:
 class WireShaper(Shaper):
     name = "wire"
 
-    def __init__(self, run_id: str, workdir: Path, state: dict[str, Any] | None = None) -> None:
+    def __init__(self, run_id: str, workdir: Path, state: dict[str, Any] | None = None,
+                 half: int | None = None) -> None:
         self.run_id = run_id
         self.workdir = Path(workdir)
+        self.half = half
         self.links: dict[str, dict[str, Any]] = {}
         self._conn: socket.socket | None = None
         self._buf = b""
@@ -51,16 +57,19 @@ class WireShaper(Shaper):
         if state is not None:
             self.pid = int(state["pid"])
             self.sock_path = state["socket"]
+            self.half = state.get("half")
             self.links = dict(state.get("links", {}))
             return
         if not os.path.exists("/dev/net/tun"):
             raise UserError("the wire shaper needs TUN/TAP support, but /dev/net/tun does not exist (modprobe tun).")
         self.workdir.mkdir(parents=True, exist_ok=True)
         registry.REGISTRY_DIR.mkdir(parents=True, exist_ok=True)
-        self.sock_path = str(registry.REGISTRY_DIR / f"{registry.prefix(run_id)}-wire.sock")
+        # a half's names stay within the run's prefix (testbed clean finds them) and the 15 characters of a TAP
+        tag = registry.prefix(run_id) + (f"h{half}" if half is not None else "")
+        self.sock_path = str(registry.REGISTRY_DIR / f"{tag}-wire.sock")
         logf = open(self.workdir / "wire.log", "ab")
         proc = subprocess.Popen(pycmd.module_argv("testbed.shaping.wire_emulator", "--socket", self.sock_path,
-                                                  "--prefix", registry.prefix(run_id)), stdout=logf, stderr=logf,
+                                                  "--prefix", tag), stdout=logf, stderr=logf,
                                 stdin=subprocess.DEVNULL, start_new_session=True, env=pycmd.env())
         logf.close()
         self.pid = proc.pid
@@ -106,6 +115,10 @@ class WireShaper(Shaper):
         line, _, self._buf = self._buf.partition(b"\n")
         return json.loads(line)
 
+    def request(self, req: dict[str, Any]) -> dict[str, Any]:
+        """One control request; its answer, or a UserError with the emulator's reason."""
+        return self._checked(req)
+
     def _checked(self, req: dict[str, Any]) -> dict[str, Any]:
         try:
             resp = self._call(req)
@@ -147,7 +160,7 @@ class WireShaper(Shaper):
 
     def state(self) -> dict[str, Any]:
         return {"backend": "wire", "run_id": self.run_id, "workdir": str(self.workdir), "pid": self.pid,
-                "socket": self.sock_path, "links": self.links}
+                "socket": self.sock_path, "links": self.links, "half": self.half}
 
     def detach(self) -> None:
         """Drop the control connection, leaving the emulator running (for attach()ed users)."""

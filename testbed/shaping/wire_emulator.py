@@ -4,7 +4,9 @@ Run as `python -m testbed.shaping.wire_emulator --socket PATH --prefix PFX`; it
 outlives the CLI that started it and is controlled over a unix socket with JSON
 lines ({"op": "add_link" | "set_params" | "set_carrier" | "counters" |
 "counters_all" (every link at once) |
-"shutdown", ...} -> {"ok": true, ...} or {"ok": false, "error": "..."}).
+"shutdown", ...} -> {"ok": true, ...} or {"ok": false, "error": "..."}); a link
+across machines adds "tunnel_open" | "tunnel_connect" | "tunnel_measure" |
+"tunnel_status" (one tunnel per other machine) and "add_remote" (its local end).
 
 Design choices:
 - ONE process for all links, one single-threaded select() loop and ONE timer
@@ -38,6 +40,19 @@ Design choices:
   rate takes no time on the medium but still waits for it to be free.
 - Carrier down drops everything arriving and everything still in flight
   (counted as dropped_down) and sets the TAP carrier off (TUNSETCARRIER).
+- Links across machines (a "split" link, add_remote): this process holds only
+  the TAP of the link's local end and is the sending half for the direction
+  leaving it. That direction is impaired here as above, with the tunnel's
+  measured one-way delay subtracted from the delay, and each frame is then sent
+  to the peer machine's emulator over the UDP tunnel of that machine pair
+  (testbed/shaping/tunnel.py: the header, the probes); the other direction
+  arrives from the tunnel and is written to the TAP at once, with no second
+  impairment. The sending half counts the impairment drops, the receiving half
+  what it wrote (packets, bytes) and the pcap. A carrier change at either half
+  is also sent to the other, so it applies to the link as a whole. The TAP of
+  a split link is opened without TSO: the kernel hands over MTU-sized frames,
+  each of which fits in one datagram. Half duplex needs both ends in one
+  process (one transmitter) and is refused for a split link.
 - Capture: per link a pcap file (linktype Ethernet, NANOSECOND timestamps,
   magic 0xa1b23c4d) with both directions; the timestamp is the wall-clock time
   the frame is written to the receiving TAP (delivery). GSO super-frames are
@@ -63,6 +78,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
+
+from testbed.shaping import tunnel
 
 log = logging.getLogger("wire")
 
@@ -104,10 +121,33 @@ class DirParams:
 
 
 @dataclass
+class Peer:
+    """The other machine's emulator, reached over one UDP socket shared by every split link to it."""
+    name: str
+    sock: socket.socket
+    connected: bool = False
+    links: dict[int, "Link"] = field(default_factory=dict)     # by the link number of the tunnel header
+    estimate: tunnel.TunnelEstimate | None = None
+    subtract: float = 0.0                   # the last estimate's delay: taken off every frame sent to this peer
+    rtts: list[float] = field(default_factory=list)
+    probes_left: int = 0
+    probes_sent: int = 0
+    probe_interval: float = 0.002
+    next_probe: float = 0.0
+    last_probe: float = 0.0
+    unknown: int = 0                        # datagrams for no known link (or malformed)
+
+
+@dataclass
 class Direction:
     params: DirParams
-    out_fd: int
+    out_fd: int                             # -1 when the direction leaves over a tunnel
     label: int                              # 0 = a->b, 1 = b->a (pcap and counters)
+    tunnel: Peer | None = None              # split link, sending half: frames go to this peer
+    number: int = 0                         # split link: the link number in the tunnel header
+    tx_seq: int = 0                         # split link, sending half: datagrams sent
+    rx_next: int = 0                        # split link, receiving half: next expected sequence number
+    tunnel_lost: int = 0                    # split link, receiving half: sequence gaps (lost between the halves)
     busy_until: float = 0.0                 # rate limiter: when the last queued frame finishes serialising
     in_limiter: deque = field(default_factory=deque)   # finish times of frames still serialising/queued
     last_departure: float = 0.0
@@ -119,12 +159,14 @@ class Direction:
 @dataclass
 class Link:
     link_id: str
-    fds: tuple[int, int]
+    fds: tuple[int, ...]                    # both TAPs, or the local one of a split link
     dirs: tuple[Direction, Direction]
+    peer: Peer | None = None                # split link: the emulator holding the other end
     up: bool = True
     half: bool = False                      # duplex half: both directions share one transmitter
     medium_free: float = 0.0                # half duplex: when the shared transmitter is next free
     epoch: int = 0                          # bumped on carrier down: in-flight frames of an older epoch are dropped
+    carrier_gen: int = 0                    # split link: the last carrier change applied (see set_carrier)
     pcap: BinaryIO | None = None
     snaplen: int = 128
 
@@ -142,12 +184,13 @@ def wire_bytes(frame: bytes) -> int:
     return length + (segs - 1) * hdr + segs * ETH_OVERHEAD
 
 
-def open_tap(name: str) -> int:
+def open_tap(name: str, gso: bool = True) -> int:
+    """A TAP with virtio-net headers; gso=False makes the kernel segment to MTU-sized frames (split links)."""
     fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
     try:
         fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TAP | IFF_NO_PI | IFF_VNET_HDR))
         fcntl.ioctl(fd, TUNSETVNETHDRSZ, struct.pack("i", VNET_HDR_LEN))
-        fcntl.ioctl(fd, TUNSETOFFLOAD, TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6)
+        fcntl.ioctl(fd, TUNSETOFFLOAD, TUN_F_CSUM | (TUN_F_TSO4 | TUN_F_TSO6 if gso else 0))
     except OSError:
         os.close(fd)
         raise
@@ -185,6 +228,8 @@ class Emulator:
         self.listener.setblocking(False)
         self.sock_path = sock_path
         self.clients: dict[int, tuple[socket.socket, bytearray]] = {}
+        self.peers: dict[str, Peer] = {}
+        self.by_sock: dict[int, Peer] = {}
         self.last_flush = time.monotonic()
 
     # ---- control -------------------------------------------------------
@@ -192,6 +237,10 @@ class Emulator:
         op = req.get("op")
         if op == "add_link":
             return self.add_link(req)
+        if op == "add_remote":
+            return self.add_remote(req)
+        if op in ("tunnel_open", "tunnel_connect", "tunnel_measure", "tunnel_status"):
+            return self.tunnel_op(op, req)
         link = self.links.get(req.get("link_id", ""))
         if op == "shutdown":
             self.running = False
@@ -206,22 +255,55 @@ class Emulator:
         if link is None:
             return {"ok": False, "error": f"unknown link {req.get('link_id')!r}"}
         if op == "set_params":
-            for i, key in enumerate(("a_to_b", "b_to_a")):
-                if req.get(key) is not None:
-                    link.dirs[i].params = DirParams.from_dict(req[key])
+            new = [DirParams.from_dict(req[key]) if req.get(key) is not None else None
+                   for key in ("a_to_b", "b_to_a")]
+            for i, p in enumerate(new):
+                d = link.dirs[i]
+                if p is not None and d.tunnel is not None:
+                    err = tunnel.delay_error(link.link_id, i, p.delay, d.tunnel.name, d.tunnel.subtract)
+                    if err:
+                        return {"ok": False, "error": err}
+            for i, p in enumerate(new):
+                if p is not None:
+                    link.dirs[i].params = p
             return {"ok": True}
         if op == "set_carrier":
             up = bool(req["up"])
-            if not up and link.up:
-                link.epoch += 1
-            link.up = up
-            for fd in link.fds:
-                set_tap_carrier(fd, up)
+            self.apply_carrier(link, up)
+            if link.peer is not None and link.peer.connected:
+                # The other half drops too and turns its TAP's carrier off: the link goes down as a whole. Each
+                # change is numbered past every change this half has seen, and a half ignores a forwarded change
+                # older than its own: a forward that arrives late cannot undo a newer change.
+                link.carrier_gen += 1
+                self.tunnel_send(link.peer, tunnel.pack(tunnel.CARRIER, 0, self.link_number(link), link.carrier_gen,
+                                                        int(up)))
             return {"ok": True}
         if op == "counters":
             self.flush()
-            return {"ok": True, "a_to_b": link.dirs[0].counters, "b_to_a": link.dirs[1].counters}
+            out: dict[str, Any] = {"ok": True, "a_to_b": link.dirs[0].counters, "b_to_a": link.dirs[1].counters}
+            if link.peer is not None:
+                out["tunnel"] = {"sent": sum(d.tx_seq for d in link.dirs),
+                                 "lost": sum(d.tunnel_lost for d in link.dirs)}
+            return out
         return {"ok": False, "error": f"unknown op {op!r}"}
+
+    def make_tap(self, end: dict[str, str], fds: list[int], gso: bool = True) -> None:
+        """Open a TAP, append its fd to fds (before anything can fail), move it into end's namespace as its name."""
+        tmp = f"{self.prefix}w{self.next_index}"
+        self.next_index += 1
+        fds.append(open_tap(tmp, gso))
+        ns, ifname = end["netns"], end["ifname"]
+        run_ip(["link", "set", "dev", tmp, "netns", ns])
+        run_ip(["-n", ns, "link", "set", "dev", tmp, "name", ifname])
+        run_ip(["-n", ns, "link", "set", "dev", ifname, "up"])
+
+    @staticmethod
+    def open_pcap(link: Link, req: dict[str, Any]) -> None:
+        if req.get("pcap"):
+            link.snaplen = int(req.get("snaplen") or 128)
+            link.pcap = open(req["pcap"], "wb")
+            # nanosecond-resolution pcap header, linktype 1 (Ethernet)
+            link.pcap.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, link.snaplen, 1))
 
     def add_link(self, req: dict[str, Any]) -> dict[str, Any]:
         link_id = req["link_id"]
@@ -233,14 +315,7 @@ class Emulator:
         fds: list[int] = []
         try:
             for end in ("a", "b"):
-                tmp = f"{self.prefix}w{self.next_index}"
-                self.next_index += 1
-                fd = open_tap(tmp)
-                fds.append(fd)
-                ns, ifname = req[end]["netns"], req[end]["ifname"]
-                run_ip(["link", "set", "dev", tmp, "netns", ns])
-                run_ip(["-n", ns, "link", "set", "dev", tmp, "name", ifname])
-                run_ip(["-n", ns, "link", "set", "dev", ifname, "up"])
+                self.make_tap(req[end], fds)
         except Exception as e:
             for fd in fds:
                 os.close(fd)        # the TAPs vanish with their fds
@@ -248,15 +323,178 @@ class Emulator:
         dirs = (Direction(DirParams.from_dict(req.get("a_to_b") or {}), fds[1], 0),
                 Direction(DirParams.from_dict(req.get("b_to_a") or {}), fds[0], 1))
         link = Link(link_id, (fds[0], fds[1]), dirs, half=duplex == "half")
-        if req.get("pcap"):
-            link.snaplen = int(req.get("snaplen") or 128)
-            link.pcap = open(req["pcap"], "wb")
-            # nanosecond-resolution pcap header, linktype 1 (Ethernet)
-            link.pcap.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, link.snaplen, 1))
+        self.open_pcap(link, req)
         self.links[link_id] = link
         self.by_fd[fds[0]] = (link, dirs[0])
         self.by_fd[fds[1]] = (link, dirs[1])
         return {"ok": True}
+
+    def add_remote(self, req: dict[str, Any]) -> dict[str, Any]:
+        """One end of a split link: {"link_id", "number", "peer", "end": "a" | "b", "local": {netns, ifname},
+        "a_to_b", "b_to_a", "duplex", "pcap", "snaplen"}; this half sends the direction leaving `end`."""
+        link_id, number = req["link_id"], int(req["number"])
+        peer = self.peers.get(req.get("peer", ""))
+        if link_id in self.links:
+            return {"ok": False, "error": f"link {link_id!r} exists"}
+        if peer is None or not peer.connected or peer.estimate is None:
+            return {"ok": False, "error": f"link {link_id}: the tunnel to machine {req.get('peer')} is not "
+                                          f"connected and measured"}
+        if number in peer.links:
+            return {"ok": False, "error": f"link {link_id}: link number {number} is taken on the tunnel to "
+                                          f"machine {peer.name}"}
+        if (req.get("duplex") or "full") != "full":
+            return {"ok": False, "error": f"link {link_id}: half duplex needs both ends on one machine (one "
+                                          f"transmitter); its ends are on two"}
+        if req.get("end") not in ("a", "b"):
+            return {"ok": False, "error": f"link {link_id}: end must be a or b, got {req.get('end')!r}"}
+        local = 0 if req["end"] == "a" else 1
+        params = (DirParams.from_dict(req.get("a_to_b") or {}), DirParams.from_dict(req.get("b_to_a") or {}))
+        err = tunnel.delay_error(link_id, local, params[local].delay, peer.name, peer.estimate.delay)
+        if err:
+            return {"ok": False, "error": err}
+        fds: list[int] = []
+        try:
+            self.make_tap(req["local"], fds, gso=False)
+        except Exception as e:
+            for fd in fds:
+                os.close(fd)
+            return {"ok": False, "error": str(e)}
+        sending = Direction(params[local], -1, local, tunnel=peer, number=number)
+        receiving = Direction(params[1 - local], fds[0], 1 - local, number=number)
+        dirs = (sending, receiving) if local == 0 else (receiving, sending)
+        link = Link(link_id, (fds[0],), dirs, peer=peer)
+        self.open_pcap(link, req)
+        self.links[link_id] = link
+        self.by_fd[fds[0]] = (link, sending)
+        peer.links[number] = link
+        return {"ok": True}
+
+    @staticmethod
+    def link_number(link: Link) -> int:
+        return link.dirs[0].number
+
+    def apply_carrier(self, link: Link, up: bool) -> None:
+        if not up and link.up:
+            link.epoch += 1
+        link.up = up
+        for fd in link.fds:
+            set_tap_carrier(fd, up)
+
+    # ---- tunnels to other machines' emulators ----------------------------
+    def tunnel_op(self, op: str, req: dict[str, Any]) -> dict[str, Any]:
+        name = str(req.get("peer") or "")
+        peer = self.peers.get(name)
+        if op == "tunnel_open":
+            if peer is not None:
+                return {"ok": False, "error": f"a tunnel to machine {name} exists"}
+            host = str(req["bind"])
+            s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, tunnel.SOCKET_BUFFER)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, tunnel.SOCKET_BUFFER)
+                s.bind((host, int(req.get("port") or 0)))
+            except OSError as e:
+                s.close()
+                return {"ok": False, "error": f"tunnel to machine {name}: cannot bind {host}: {e.strerror}"}
+            s.setblocking(False)
+            self.peers[name] = Peer(name, s)
+            self.by_sock[s.fileno()] = self.peers[name]
+            return {"ok": True, "port": s.getsockname()[1]}
+        if peer is None:
+            return {"ok": False, "error": f"no tunnel to machine {name}"}
+        if op == "tunnel_connect":
+            try:
+                peer.sock.connect((str(req["host"]), int(req["port"])))
+            except OSError as e:
+                return {"ok": False, "error": f"tunnel to machine {name}: cannot reach {req['host']}: {e.strerror}"}
+            peer.connected = True
+            return {"ok": True}
+        if op == "tunnel_measure":
+            if not peer.connected:
+                return {"ok": False, "error": f"the tunnel to machine {name} is not connected"}
+            peer.rtts, peer.estimate = [], None
+            peer.probes_left, peer.probes_sent = int(req.get("probes") or 50), 0
+            peer.probe_interval = float(req.get("interval") or 0.002)
+            peer.next_probe = time.monotonic()
+            return {"ok": True}
+        # tunnel_status: done once every probe is sent and back, or the stragglers had a second
+        waiting = peer.probes_left > 0 or (len(peer.rtts) < peer.probes_sent
+                                           and time.monotonic() - peer.last_probe < 1.0)
+        out: dict[str, Any] = {"ok": True, "done": not waiting, "sent": peer.probes_sent, "back": len(peer.rtts)}
+        if not waiting and peer.rtts:
+            if peer.estimate is None:
+                peer.estimate = tunnel.estimate(peer.rtts)
+                peer.subtract = peer.estimate.delay
+            out.update(delay=peer.estimate.delay, minimum=peer.estimate.minimum, jitter=peer.estimate.jitter)
+        return out
+
+    def tunnel_send(self, peer: Peer, *parts: bytes) -> bool:
+        try:
+            peer.sock.sendmsg(parts)
+            return True
+        except OSError:             # buffer full, or the peer's socket is gone (ICMP refused): a lost datagram
+            return False
+
+    def send_probes(self, now: float) -> None:
+        for peer in self.peers.values():
+            if peer.probes_left > 0 and peer.next_probe <= now:
+                body = tunnel.PROBE_BODY.pack(peer.probes_sent, time.monotonic())
+                self.tunnel_send(peer, tunnel.pack(tunnel.PROBE, 0, 0, peer.probes_sent), body)
+                peer.probes_sent += 1
+                peer.probes_left -= 1
+                peer.last_probe = now
+                peer.next_probe = now + peer.probe_interval
+
+    def next_probe_due(self) -> float | None:
+        due = [p.next_probe for p in self.peers.values() if p.probes_left > 0]
+        return min(due) if due else None
+
+    def read_tunnel(self, peer: Peer) -> None:
+        for _ in range(READ_BATCH):
+            try:
+                data = peer.sock.recv(65536 + VNET_HDR_LEN + 64)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:         # an ICMP error of an earlier send (the peer not yet or no longer there)
+                continue
+            if len(data) < tunnel.HEADER.size:
+                peer.unknown += 1
+                continue
+            version, kind, direction, flags, number, seq = tunnel.HEADER.unpack_from(data)
+            if version != tunnel.VERSION or direction > 1:
+                peer.unknown += 1
+                continue
+            if kind == tunnel.PROBE:
+                self.tunnel_send(peer, tunnel.pack(tunnel.REPLY, 0, 0, seq), data[tunnel.HEADER.size:])
+                continue
+            if kind == tunnel.REPLY:
+                if len(data) < tunnel.HEADER.size + tunnel.PROBE_BODY.size:
+                    peer.unknown += 1
+                    continue
+                probe, sent = tunnel.PROBE_BODY.unpack_from(data, tunnel.HEADER.size)
+                if probe < peer.probes_sent:
+                    peer.rtts.append(time.monotonic() - sent)
+                continue
+            link = peer.links.get(number)
+            if link is None:
+                peer.unknown += 1
+                continue
+            if kind == tunnel.CARRIER:
+                if seq > link.carrier_gen:
+                    link.carrier_gen = seq
+                    self.apply_carrier(link, bool(flags & 1))
+                continue
+            d = link.dirs[direction]
+            if kind != tunnel.DATA or d.tunnel is not None:     # only the direction that arrives here
+                peer.unknown += 1
+                continue
+            if seq >= d.rx_next:
+                d.tunnel_lost += seq - d.rx_next
+                d.rx_next = seq + 1
+            if not link.up:
+                d.counters["dropped_down"] += 1
+                continue
+            self.write_frame(link, d, data[tunnel.HEADER.size:])
 
     # ---- data path -----------------------------------------------------
     def lost(self, d: Direction) -> bool:
@@ -292,6 +530,8 @@ class Emulator:
         else:
             t = now
         delay = p.delay
+        if d.tunnel is not None:
+            delay -= d.tunnel.subtract      # the tunnel adds it on the way to the receiving half
         if p.jitter:
             delay = max(0.0, delay + self.rng.uniform(-p.jitter, p.jitter))
         t += delay
@@ -330,19 +570,31 @@ class Emulator:
             if epoch != link.epoch or not link.up:
                 d.counters["dropped_down"] += 1
                 continue
-            try:
-                os.write(d.out_fd, frame)
-            except OSError:
-                d.counters["dropped_queue"] += 1     # receiving side refused (queue full / gone)
+            if d.tunnel is not None:
+                # the receiving half counts and captures what it writes; a datagram lost on the way shows as
+                # a gap in its sequence numbers
+                if self.tunnel_send(d.tunnel, tunnel.pack(tunnel.DATA, d.label, d.number, d.tx_seq), frame):
+                    d.tx_seq += 1
+                else:
+                    d.counters["dropped_queue"] += 1
                 continue
-            d.counters["packets"] += 1
-            d.counters["bytes"] += len(frame) - VNET_HDR_LEN
-            if link.pcap is not None:
-                ns = time.time_ns()
-                body = frame[VNET_HDR_LEN:VNET_HDR_LEN + link.snaplen]
-                link.pcap.write(struct.pack("<IIII", ns // 1_000_000_000, ns % 1_000_000_000,
-                                            len(body), len(frame) - VNET_HDR_LEN))
-                link.pcap.write(body)
+            self.write_frame(link, d, frame)
+
+    def write_frame(self, link: Link, d: Direction, frame: bytes) -> None:
+        """Hand a frame to the receiving TAP; count and capture it."""
+        try:
+            os.write(d.out_fd, frame)
+        except OSError:
+            d.counters["dropped_queue"] += 1     # receiving side refused (queue full / gone)
+            return
+        d.counters["packets"] += 1
+        d.counters["bytes"] += len(frame) - VNET_HDR_LEN
+        if link.pcap is not None:
+            ns = time.time_ns()
+            body = frame[VNET_HDR_LEN:VNET_HDR_LEN + link.snaplen]
+            link.pcap.write(struct.pack("<IIII", ns // 1_000_000_000, ns % 1_000_000_000,
+                                        len(body), len(frame) - VNET_HDR_LEN))
+            link.pcap.write(body)
 
     def flush(self) -> None:
         for link in self.links.values():
@@ -378,16 +630,22 @@ class Emulator:
         while self.running:
             now = time.monotonic()
             self.deliver_due(now)
-            timeout = 1.0
-            if self.heap:
-                timeout = max(0.0, self.heap[0][0] - time.monotonic())
-            fds = [self.listener.fileno(), *self.clients, *self.by_fd]
+            if self.peers:
+                self.send_probes(now)
+            due = [self.heap[0][0]] if self.heap else []
+            probe = self.next_probe_due()
+            if probe is not None:
+                due.append(probe)
+            timeout = max(0.0, min(due) - time.monotonic()) if due else 1.0
+            fds = [self.listener.fileno(), *self.clients, *self.by_fd, *self.by_sock]
             readable, _, _ = select.select(fds, [], [], min(timeout, 1.0))
             now = time.monotonic()
             self.deliver_due(now)       # due frames first: reading a batch must not make them late
             for fd in readable:
                 if fd in self.by_fd:
                     self.read_tap(fd, now)
+                elif fd in self.by_sock:
+                    self.read_tunnel(self.by_sock[fd])
             if len(readable) > 0:
                 self.serve_clients(readable)
             if now - self.last_flush > 1.0:
@@ -403,6 +661,9 @@ class Emulator:
             for fd in link.fds:
                 os.close(fd)
         self.links.clear()
+        for peer in self.peers.values():
+            peer.sock.close()
+        self.peers.clear()
         self.listener.close()
         if os.path.exists(self.sock_path):
             os.unlink(self.sock_path)

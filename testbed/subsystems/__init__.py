@@ -5,7 +5,7 @@ loss checker loop over it and name none. A new subsystem adds its module here an
 """
 from __future__ import annotations
 
-from testbed.subsystems import broker, gateway, pools, rate
+from testbed.subsystems import broker, gateway, pools, rate, routing
 from testbed.subsystems.base import Clients, RunContext, Subsystem
 
 SUBSYSTEMS: tuple[Subsystem, ...] = (
@@ -13,6 +13,7 @@ SUBSYSTEMS: tuple[Subsystem, ...] = (
     rate.SUBSYSTEM,
     gateway.SUBSYSTEM,
     pools.SUBSYSTEM,
+    routing.SUBSYSTEM,
 )
 
 

@@ -7,8 +7,8 @@ the section's attribute, with its `default`, from it; neither needs a change.
 """
 from __future__ import annotations
 
-from testbed.scenario.sections import (accounting, capture, faults, gateway, general, links, nodes, placement, pools,
-                                       quick, rate_control, routing, security, subscriptions, sweep, sysctls,
+from testbed.scenario.sections import (accounting, capture, faults, gateway, general, hosts, links, nodes, placement,
+                                       pools, quick, rate_control, routing, security, subscriptions, sweep, sysctls,
                                        topology, workload)
 from testbed.scenario.sections.base import Section, read_order
 
@@ -16,7 +16,7 @@ _FILE_SECTIONS: tuple[Section, ...] = (
     general.NAME, general.SEED, general.DURATION, general.TIME_SCALE,
     topology.TOPOLOGY, links.LINK_DEFAULTS, links.LINKS,
     general.RUNTIME, placement.PLACEMENT, routing.ROUTING, general.SHAPER,
-    capture.CAPTURE, sysctls.SYSCTLS, nodes.NODES, security.SECURITY,
+    capture.CAPTURE, sysctls.SYSCTLS, hosts.HOSTS, nodes.NODES, security.SECURITY,
     subscriptions.SUBSCRIPTIONS, rate_control.RATE_CONTROL, gateway.GATEWAY, pools.POOLS,
     workload.WORKLOAD, faults.FAULTS, accounting.MAX_LATE, sweep.SWEEP,
 )

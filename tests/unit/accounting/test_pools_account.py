@@ -109,3 +109,12 @@ def test_a_lost_a_duplicated_and_a_misrouted_event_fail(tmp_path: Path) -> None:
     assert SUBSYSTEM.fails({"pools": acc})                  # testbed run fails the repetition too
     assert _fails_check({"pools": acc, "accounting": {"ok": True}})
     assert pools.account(tmp_path / "nothing") is None
+
+
+def test_refused_lines_are_counted_and_stale_term_ones_apart(tmp_path: Path) -> None:
+    rep = run_dir(tmp_path)
+    write(rep / "nodes" / "c1" / "pools.jsonl", "pool", [
+        pool("c1", 30.0, "refused", consumer="c1", term=1, version=2, reason="stale term 1 < 2", highest_term=2),
+        pool("c1", 31.0, "refused", consumer="c1", reason="assignment: term is missing", pub_id="r1-y")])
+    acc = pools.account(rep)
+    assert (acc["refused"], acc["refused_stale"]) == (2, 1)

@@ -53,3 +53,24 @@ def test_the_console_line_names_every_clients_overflow():
     acc = {"rule": "fixed", "clients": {"mq1": {"overflowed": 0}, "mq2": {"overflowed": 8727}},
            "root": {"max_queue_bytes": 185000, "not_now": 0}}
     assert line(acc) == 'rate control (fixed): overflowed mq1 0, mq2 8727; root queue at most 185 kB, 0 "not now"'
+
+
+def test_starvation_per_client_and_its_interval_over_the_repetitions(tmp_path):
+    from spark_analysis.layout import Run
+    from spark_analysis.sections.rates import by_rule, starvation
+
+    def run(rep: str, starved: float, over: int) -> Run:
+        clients = {"mq1": {"starved_s": starved, "overflowed": 0, "max_queue_bytes": 150_000},
+                   "mq2": {"starved_s": 0.0, "overflowed": over, "max_queue_bytes": 80_000}}
+        return Run(tmp_path, "decile", rep, summary={"rate_control": {"rule": "decile", "clients": clients}})
+
+    per_rep = starvation([run("1", 100.0, 0), run("2", 120.0, 0), run("3", 110.0, 3)])
+    assert list(per_rep["starved_s"]) == [100.0, 0.0, 120.0, 0.0, 110.0, 0.0]
+    table = by_rule(per_rep).set_index("client")
+    assert table.loc["mq1", "n"] == 3 and table.loc["mq1", "starved_s"] == 110.0
+    assert table.loc["mq1", "starved_s_ci_lo"] < 110.0 < table.loc["mq1", "starved_s_ci_hi"]
+    assert table.loc["mq2", "overflowed"] == 1.0 and table.loc["mq2", "overflowed_ci_lo"] == 0.0
+    rt = tables()
+    rt.by_rule = by_rule(per_rep)
+    assert {"rate_client_series", "rate_root_queue", "rate_starvation", "rate_by_rule"} <= set(rt.named())
+    assert "rate-by-rule-table" in section_html(rt, lambda df, ident: f"<table id={ident}></table>")

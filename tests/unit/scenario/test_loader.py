@@ -284,6 +284,7 @@ def test_every_scenario_key_is_a_section_written_back_in_file_order():
     assert list(to_plain(load_text("name: x\n"))) == list(SCENARIO_KEYS)
     with pytest.raises(ScenarioError, match=r"<string>:1 colour: unknown key 'colour' \(expected one of: name, seed, "
                                             r"duration, time_scale, topology, link_defaults, links, runtime, placement, "
-                                            r"routing, shaper, capture, sysctls, nodes, security, subscriptions, rate_control, "
+                                            r"routing, shaper, capture, sysctls, hosts, nodes, security, subscriptions, "
+                                            r"rate_control, "
                                             r"gateway, pools, workload, faults, max_late, sweep, quick\)"):
         load_text("colour: red\n")

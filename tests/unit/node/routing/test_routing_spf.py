@@ -404,7 +404,8 @@ BOTH_SIDES = {(1, 2): 1, (2, 10): 1, (10, 20): 1, (1, 3): 1, (3, 21): 1, (21, 20
 
 
 def ring(n1_n2: float) -> dict[str, dict[str, float]]:
-    """drill-flap's ring of four with 10 ms links; n1 reaches n3 for 20 both ways while n1-n2 is 10."""
+    """A ring of four 10 ms links (drill-flap's before its n4-n1 link became 25 ms); n1 reaches n3 for 20 both
+    ways while n1-n2 is 10."""
     edges = {("n1", "n2"): n1_n2, ("n2", "n3"): 10, ("n3", "n4"): 10, ("n4", "n1"): 10}
     graph: dict[str, dict[str, float]] = {}
     for (a, b), cost in edges.items():
@@ -418,7 +419,7 @@ def test_an_exact_tie_keeps_the_current_next_hop() -> None:
     sel.update(B3_SIDE)                                 # b20 via b3 is the only path
     assert sel.update(undirected(BOTH_SIDES)).get("b20") is None       # via b2 ties: no gain, no move
     assert sel.routes["b20"] == Route("b3", 3, ("b1", "b3", "b21", "b20"))
-    # drill-flap: n1-n2 goes to 40 (n1 moves to n4) and comes back: the tie does not move n1 back to n2
+    # the equal ring: n1-n2 goes to 40 (n1 moves to n4) and comes back: the tie does not move n1 back to n2
     sel = RouteSelector("n1", hysteresis=0.1)
     sel.update(ring(10))
     assert sel.routes["n3"].next_hop == "n2"            # chosen afresh: the natural-order first hop
