@@ -231,6 +231,9 @@ def _handler(server: DashboardServer) -> Callable[..., http.server.BaseHTTPReque
                 self.wfile.write(body)
 
         def do_HEAD(self) -> None:
+            if urllib.parse.urlsplit(self.path).path == "/events":
+                self._send(405, b"the event stream takes GET\n")     # a stream has no head to give
+                return
             self.do_GET()
 
         def do_GET(self) -> None:

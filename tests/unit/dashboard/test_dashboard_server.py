@@ -8,7 +8,6 @@ import json
 import socket
 import threading
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Iterator
 
