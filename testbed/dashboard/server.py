@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from node.errors import UserError
-from testbed.dashboard.state import State, open_source
+from testbed.dashboard.state import ExperimentState, RunState, State, open_source
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,11 @@ class DashboardServer:
             with self._state_lock:
                 self.state.poll()           # as of now, not as of the last tick
                 return self.state.snapshot()
-        replay = type(self.state)(self.source, until)      # read afresh up to `until`: the run as it stood then
+        # read afresh up to `until`: the run as it stood then
+        if isinstance(self.state, ExperimentState):
+            replay: State = ExperimentState(self.state.folder, until, pin=self.state.pin)
+        else:
+            replay = RunState(self.state.run_dir, until)
         replay.poll()
         return replay.snapshot()
 

@@ -199,9 +199,11 @@ class RunState:
 class ExperimentState:
     """An experiment folder: the repetition that runs now (or the last one), and the experiment's progress."""
 
-    def __init__(self, folder: Path, until: float | None = None) -> None:
+    def __init__(self, folder: Path, until: float | None = None, pin: str | None = None) -> None:
         self.folder = Path(folder)
         self.until = until
+        self.pin = pin                  # "cell/rep": show that repetition only (RUN_DIR named one)
+        self._ours = pin is None        # the progress lines since the last phase line are about the shown rep
         self.doc_file = JsonFile(self.folder / "experiment.json")
         self.doc: dict[str, Any] = {}
         self.progress = JsonlReader(self.folder / "progress.jsonl")
@@ -219,7 +221,9 @@ class ExperimentState:
                     yield rep
 
     def _pick(self) -> str | None:
-        """The repetition to show: the one running, else the last one that has a folder."""
+        """The repetition to show: the pinned one, the one running, else the last one that has a folder."""
+        if self.pin is not None:
+            return self.pin
         reps = list(self._reps())
         for rep in reps:
             if rep.get("status") == "running":
@@ -249,6 +253,10 @@ class ExperimentState:
             if self.until is not None and _ok_number(rec.get("ts")) and rec["ts"] > self.until:
                 continue
             event = rec.get("event")
+            if event == "phase":
+                self._ours = self.pin is None or f"{rec.get('cell')}/{rec.get('rep')}" == self.pin
+            if not self._ours:
+                continue
             if event == "phase":
                 self.phase = {k: rec.get(k) for k in ("ts", "cell", "rep", "phase")}
                 self.tick = {}
@@ -298,4 +306,8 @@ def open_source(path: Path, until: float | None = None, check: bool = True,
                             f"nodes/ in it).")
     if experiment is None:
         experiment = (path / "experiment.json").exists() or (path / "progress.jsonl").exists()
+        folder = path.parent.parent
+        if not experiment and (folder / "experiment.json").exists():
+            # one repetition of an experiment: shown alone, with its phases from the experiment's progress.jsonl
+            return ExperimentState(folder, until, pin=f"{path.parent.name}/{path.name}")
     return ExperimentState(path, until) if experiment else RunState(path, until)

@@ -184,6 +184,11 @@ def test_the_runner_tees_progress_and_an_experiment_is_followed_rep_by_rep(tmp_p
     (out / "experiment.json.tmp").write_text(json.dumps(doc))
     os.replace(out / "experiment.json.tmp", out / "experiment.json")
     assert st.poll() and st.snapshot()["experiment"]["showing"] == "default/1"
+    # RUN_DIR naming one repetition: that one alone, with its own phases
+    one = open_source(out / "default" / "1")
+    assert isinstance(one, ExperimentState) and one.poll()
+    s = one.snapshot()
+    assert s["experiment"]["showing"] == "default/1" and s["phase"]["rep"] == 1 and s["counts"]["links"] > 0
 
 
 def test_progress_log_passes_everything_on_and_an_unwritable_file_costs_only_its_lines(tmp_path: Path) -> None:
