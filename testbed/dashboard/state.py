@@ -70,7 +70,11 @@ class RunState:
         for key, reader in self.readers.items():
             for item in reader.read():
                 changed = True
-                self._take(key, item)
+                try:
+                    self._take(key, item)
+                except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                    # a line that passed the schema but holds values of the wrong shape inside: shown, skipped
+                    self._problem(f"{key} line {reader.lineno}: unexpected value ({exc!r}); skipped")
             late = reader.take_problem()
             if late:
                 self._problem(late)

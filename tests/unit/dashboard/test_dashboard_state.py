@@ -40,6 +40,12 @@ def write_topology(run: Path, net: Network) -> None:
     tmp.replace(run / "topology.json")          # replaced, as Network._save_state does
 
 
+def metrics_line(ts: float) -> dict:
+    return {"ts": ts, "node": "c1n1", "spool_messages": 3, "spool_bytes": 300, "delivered": 5, "held_messages": 1,
+            "orphans": 0,
+            "neighbours": {"c1g1": {"queue_messages": 2, "up": True}, "c1n2": {"queue_messages": 1, "up": False}}}
+
+
 @pytest.fixture
 def net() -> Network:
     topo = generators.clusters(k=2, n=2, defaults=Direction(delay=0.01, rate=1e6))
@@ -63,10 +69,7 @@ def run(tmp_path: Path, net: Network) -> Path:
            *link_records(T0 + 1, ends, second, first, 1.0))
     append(run / "events.jsonl", {"ts": T0 + 1.5, "node": "testbed", "event": "link_down", "target": l0.name})
     append(run / "host.jsonl", {"ts": T0 + 1, "node": "testbed", "cpu_percent": 12.5, "mem_percent": 40.0})
-    metrics = {"ts": T0 + 1, "node": "c1n1", "spool_messages": 3, "spool_bytes": 300, "delivered": 5,
-               "held_messages": 1, "orphans": 0,
-               "neighbours": {"c1g1": {"queue_messages": 2, "up": True}, "c1n2": {"queue_messages": 1, "up": False}}}
-    append(run / "nodes" / "c1n1" / "metrics.jsonl", metrics)
+    append(run / "nodes" / "c1n1" / "metrics.jsonl", metrics_line(T0 + 1))
     append(run / "nodes" / "c1n1" / "routes.jsonl",
            {"ts": T0, "node": "c1n1", "dst": "c2n1", "next_hop": "c1g1", "cost": 2, "reason": "initial"},
            {"ts": T0 + 1.8, "node": "c1n1", "dst": "c2n1", "next_hop": "c1n2", "cost": 3, "reason": "switch"})
@@ -118,11 +121,15 @@ def test_the_state_of_a_recorded_run(run: Path, net: Network) -> None:
                                                       "broker": {"published": 4}})
     with open(run / "events.jsonl", "a") as f:
         f.write('{"ts": 3, "node": "testbed"}\n')
+    append(run / "nodes" / "c1n1" / "metrics.jsonl", {**metrics_line(T0 + 2), "neighbours": {"c1g1": {
+        "queue_messages": "many"}}})                  # passes the schema, not the reading of it
     assert st.poll()
     s = st.snapshot()
     assert s["links"][0]["state"] == "down"
     assert s["panels"]["broker"]["c2n1"]["published"] == 4
-    assert len(s["problems"]) == 1 and "events.jsonl line 2" in s["problems"][0]["text"]
+    assert [p["text"].split(":")[0] for p in s["problems"]] == ["events.jsonl line 2",
+                                                                "nodes/c1n1/metrics.jsonl line 2"]
+    assert s["nodes"]["c1n1"]["queue_messages"] == 3                   # the last good line stands
 
 
 def test_replay_at_a_time_leaves_out_what_came_later(run: Path, net: Network) -> None:
