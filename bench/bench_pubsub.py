@@ -100,8 +100,10 @@ import sys
 import threading
 import time
 from collections import Counter, deque
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import grpc
 import yaml
@@ -139,6 +141,7 @@ STALE, SLOW = "closed: Stale Connection", "Slow Consumer Detected"     # nats-se
 BEFORE_ROUNDS = 2                # --before: turns of each code (before, after, before, after)
 PROFILE_NODE = "c1g1"            # --profile: the first transit broker (every copy passes it)
 MATCHED_PING = 1.0               # NATS ping interval (s) for the cut run with failure detection like ours
+PROBE_GAP = 0.1                  # s between probe publications
 JS_ACK_WAIT = 10.0               # JetStream consumers' ack_wait (s): a delivery not acknowledged by then comes again
 
 MODES = {
@@ -255,32 +258,57 @@ def pct(values: list[float], q: float) -> float:
     return v[max(0, math.ceil(q * len(v)) - 1)]          # nearest rank
 
 
+def completion(tallies: list[Tally], phase: int, expected: int, idle: float, deadline: float,
+               since: float) -> bool | None:
+    """True when every subscriber has `expected` publications of `phase`; False when nothing came for `idle` s
+    (counted from `since`, the end of publishing, at the earliest) or the monotonic `deadline` passed; None:
+    keep waiting."""
+    check()
+    if all(t.counts[phase] >= expected for t in tallies):
+        return True
+    last = max([since] + [t.last.get(phase, 0.0) for t in tallies])
+    if time.time() - last > idle or time.monotonic() > deadline:
+        return False
+    return None
+
+
 def wait_until_complete(tallies: list[Tally], phase: int, expected: int, idle: float, cap: float,
                         since: float) -> bool:
-    """Until every subscriber has `expected` publications of `phase`, or nothing came for `idle` s (counted
-    from `since`, the end of publishing, at the earliest), or `cap` s passed."""
+    """Until `completion` decides, at most `cap` s."""
     deadline = time.monotonic() + cap
-    while True:
-        check()
-        if all(t.counts[phase] >= expected for t in tallies):
-            return True
-        last = max([since] + [t.last.get(phase, 0.0) for t in tallies])
-        if time.time() - last > idle or time.monotonic() > deadline:
-            return False
+    while (done := completion(tallies, phase, expected, idle, deadline, since)) is None:
         time.sleep(0.05)
+    return done
 
 
 async def async_wait_until_complete(tallies: list[Tally], phase: int, expected: int, idle: float, cap: float,
                                     since: float) -> bool:
     deadline = time.monotonic() + cap
-    while True:
-        check()
-        if all(t.counts[phase] >= expected for t in tallies):
-            return True
-        last = max([since] + [t.last.get(phase, 0.0) for t in tallies])
-        if time.time() - last > idle or time.monotonic() > deadline:
-            return False
+    while (done := completion(tallies, phase, expected, idle, deadline, since)) is None:
         await asyncio.sleep(0.05)
+    return done
+
+
+def probe_rounds(tallies: list[Tally], who: str, timeout: float = 30.0) -> Iterator[int]:
+    """Probe sequence numbers until every subscriber heard one probe (the caller publishes each, PROBE_GAP s
+    apart); RuntimeError naming the silent ones after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    seq = 0
+    while not all(t.counts[PROBE] for t in tallies):
+        check()
+        if time.monotonic() > deadline:
+            missing = [t.node for t in tallies if not t.counts[PROBE]]
+            raise RuntimeError(f"{who} subscribers at {missing} heard no probe within {timeout:.0f} s")
+        yield seq
+        seq += 1
+
+
+def pacing(count: int, rate: float) -> Iterator[tuple[int, float]]:
+    """(sequence number, s to wait before publishing it) for `count` publications at `rate`/s from now."""
+    t0 = time.monotonic()
+    for seq in range(count):
+        check()
+        yield seq, t0 + seq / rate - time.monotonic()
 
 
 def phase_summary(tallies: list[Tally], phase: int, expected: int, first_send: float | None = None) -> dict:
@@ -394,12 +422,21 @@ class Ours:
                 pass
         return dict(total)
 
-    def session(self, nodes: list[str], durable: bool, topic: str, cfg: dict, tag: str) -> dict:
+    @contextmanager
+    def _subscribed(self, nodes: list[str], durable: bool, topic: str, tag: str) -> Iterator[list[OurSubscriber]]:
+        """One subscriber per entry of `nodes`, each confirmed; closed on the way out."""
         subs = [OurSubscriber(self.address(n), n, topic, f"{tag}-{i}", durable) for i, n in enumerate(nodes)]
         try:
             for s in subs:
                 if not wait_event(s.subscribed, 30):
                     raise RuntimeError(f"subscription at {s.node} not confirmed: {s.error}")
+            yield subs
+        finally:
+            for s in subs:
+                s.close()
+
+    def session(self, nodes: list[str], durable: bool, topic: str, cfg: dict, tag: str) -> dict:
+        with self._subscribed(nodes, durable, topic, tag) as subs:
             tallies = [s.tally for s in subs]
             drops_before = self.broker_drops()
             with NodeClient(self.address(PUBLISHER), timeout=60) as c:
@@ -422,30 +459,17 @@ class Ours:
             if expected < len(nodes):
                 result["errors"].append(f"a publication matched only {expected} of {len(nodes)} subscriptions")
             return result
-        finally:
-            for s in subs:
-                s.close()
 
-    def _probe(self, c: NodeClient, topic: str, tallies: list[Tally], timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        seq = 0
-        while not all(t.counts[PROBE] for t in tallies):
-            check()
-            if time.monotonic() > deadline:
-                missing = [t.node for t in tallies if not t.counts[PROBE]]
-                raise RuntimeError(f"our subscribers at {missing} heard no probe within {timeout:.0f} s")
+    def _probe(self, c: NodeClient, topic: str, tallies: list[Tally]) -> None:
+        for seq in probe_rounds(tallies, "our"):
             c.publish(topic, payload=make_payload(seq, PROBE)[0])
-            seq += 1
-            time.sleep(0.1)
+            time.sleep(PROBE_GAP)
 
     @staticmethod
     def _paced(c: NodeClient, topic: str, phase: int, count: int, rate: float) -> list[int]:
         """Publish `count` at `rate`/s (blocking calls); the accepted sequence numbers."""
-        t0 = time.monotonic()
         accepted = []
-        for seq in range(count):
-            check()
-            delay = t0 + seq / rate - time.monotonic()
+        for seq, delay in pacing(count, rate):
             if delay > 0:
                 time.sleep(delay)
             try:
@@ -488,11 +512,7 @@ class Ours:
 
     def cut_session(self, nodes: list[str], durable: bool, topic: str, cfg: dict, tag: str,
                     cut: Callable[[], None], heal: Callable[[], None]) -> dict:
-        subs = [OurSubscriber(self.address(n), n, topic, f"{tag}-{i}", durable) for i, n in enumerate(nodes)]
-        try:
-            for s in subs:
-                if not wait_event(s.subscribed, 30):
-                    raise RuntimeError(f"subscription at {s.node} not confirmed: {s.error}")
+        with self._subscribed(nodes, durable, topic, tag) as subs:
             tallies = [s.tally for s in subs]
             count = int(cfg["cut_rate"] * cfg["cut_secs"])
             with NodeClient(self.address(PUBLISHER), timeout=60) as c:
@@ -506,9 +526,6 @@ class Ours:
             complete = wait_until_complete(tallies, CUT, len(sent), cfg["cut_idle"], cfg["cut_wait"],
                                            time.time())
             return cut_summary(tallies, set(sent), timer, complete)
-        finally:
-            for s in subs:
-                s.close()
 
 
 class CutTimer(threading.Thread):
@@ -558,56 +575,99 @@ def cut_summary(tallies: list[Tally], sent: set[int], timer: CutTimer, complete:
 
 # ---- NATS ---------------------------------------------------------------------------------------------------
 
-class Nats:
-    """nats-py clients against a NatsServers arrangement; each session runs in its own asyncio loop."""
+@dataclass
+class PeerClients:
+    """One session's connections: the publisher's (`js` its JetStream context, when it has one) and the
+    subscribers', with their tallies."""
+
+    pub: Any
+    conns: list = field(default_factory=list)
+    tallies: list[Tally] = field(default_factory=list)
+    js: Any = None
+
+
+class NatsPeer:
+    """nats-py clients against a NatsServers arrangement, each session in its own asyncio loop: what NATS core
+    (`Nats`) and JetStream (`JetStream`) do alike. They differ in how a subscriber is reached (`_subject`), how
+    one publication goes out (`_send`), the rate phase's burst (`_blast`), and `acked`."""
+
+    label = ""
+    who = ""                # names the subscribers in a probe timeout
+    acked = False           # the publisher awaits the server's acknowledgement, a subscriber acks each delivery
+    redelivery = 0.0        # s after which an unacknowledged delivery comes again (0: never)
 
     def __init__(self, servers: NatsServers) -> None:
         self.servers = servers
-        self.label = f"NATS {servers.arrangement}"
 
     async def _connect(self, node: str):
         import nats
         return await nats.connect(self.servers.client_url(node), allow_reconnect=True, max_reconnect_attempts=-1,
                                   connect_timeout=5)
 
-    async def _subscribe(self, nodes: list[str], topic: str) -> tuple[list, list[Tally]]:
-        conns, tallies = [], []
-        for n in nodes:
-            nc = await self._connect(n)
-            t = Tally(n)
+    async def _prepare(self, c: PeerClients, topic: str) -> None:
+        """Before the subscribers: what the session needs at the publisher's server."""
 
-            async def cb(msg, t=t) -> None:
-                t.record(msg.data, time.time())
-            await nc.subscribe(topic, cb=cb)
-            await nc.flush()
-            conns.append(nc)
-            tallies.append(t)
-        return conns, tallies
+    async def _subject(self, nc, topic: str, i: int) -> str:
+        """What subscriber `i` (connection `nc`) subscribes to."""
+        return topic
 
-    async def _probe(self, pub, topic: str, tallies: list[Tally], timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        seq = 0
-        while not all(t.counts[PROBE] for t in tallies):
-            check()
-            if time.monotonic() > deadline:
-                missing = [t.node for t in tallies if not t.counts[PROBE]]
-                raise RuntimeError(f"NATS subscribers at {missing} heard no probe within {timeout:.0f} s")
-            await pub.publish(topic, make_payload(seq, PROBE)[0])
-            await pub.flush()
-            seq += 1
-            await asyncio.sleep(0.1)
+    async def _send(self, c: PeerClients, topic: str, data: bytes) -> None:
+        raise NotImplementedError
 
-    @staticmethod
-    async def _paced(pub, topic: str, phase: int, count: int, rate: float) -> list[int]:
-        t0 = time.monotonic()
+    async def _blast(self, c: PeerClients, topic: str, count: int) -> tuple[float, float, int]:
+        """`count` publications of RATE as fast as they go out: (first send, end, accepted)."""
+        raise NotImplementedError
+
+    async def _cleanup(self, c: PeerClients, topic: str) -> None:
+        """After the session, before the connections close."""
+
+    async def _open(self, nodes: list[str], topic: str) -> PeerClients:
+        c = PeerClients(await self._connect(PUBLISHER))
+        try:
+            await self._prepare(c, topic)
+            for i, n in enumerate(nodes):
+                nc = await self._connect(n)
+                c.conns.append(nc)
+                t = Tally(n)
+
+                async def cb(msg, t=t) -> None:
+                    t.record(msg.data, time.time())
+                    if self.acked:
+                        await msg.ack()          # after recording it, as our clients do
+                await nc.subscribe(await self._subject(nc, topic, i), cb=cb)
+                await nc.flush()
+                c.tallies.append(t)
+        except BaseException:
+            await self._close(c, topic)
+            raise
+        return c
+
+    async def _close(self, c: PeerClients, topic: str) -> None:
+        await self._cleanup(c, topic)
+        for nc in [c.pub, *c.conns]:
+            try:
+                await nc.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    async def _probe(self, c: PeerClients, topic: str) -> None:
+        for seq in probe_rounds(c.tallies, self.who):
+            await self._send(c, topic, make_payload(seq, PROBE)[0])
+            await asyncio.sleep(PROBE_GAP)
+
+    async def _paced(self, c: PeerClients, topic: str, phase: int, count: int, rate: float) -> list[int]:
+        """Publish `count` at `rate`/s, each out on the wire (acknowledged, when `acked`) before the next; the
+        sequence numbers that went out (were acknowledged)."""
         sent = []
-        for seq in range(count):
-            check()
-            delay = t0 + seq / rate - time.monotonic()
+        for seq, delay in pacing(count, rate):
             if delay > 0:
                 await asyncio.sleep(delay)
-            await pub.publish(topic, make_payload(seq, phase)[0])
-            await pub.flush(timeout=5)      # out on the wire now, as our blocking Publish call is
+            try:
+                await self._send(c, topic, make_payload(seq, phase)[0])
+            except Exception:  # noqa: BLE001 - not acknowledged: not expected anywhere
+                if not self.acked:
+                    raise
+                continue
             sent.append(seq)
         return sent
 
@@ -615,37 +675,25 @@ class Nats:
         return asyncio.run(self._session(nodes, topic, cfg))
 
     async def _session(self, nodes: list[str], topic: str, cfg: dict) -> dict:
-        conns, tallies = await self._subscribe(nodes, topic)
-        pub = await self._connect(PUBLISHER)
+        c = await self._open(nodes, topic)
+        tallies = c.tallies
         try:
-            await self._probe(pub, topic, tallies)
-            sent = await self._paced(pub, topic, LATENCY, cfg["lat_count"], cfg["lat_rate"])
+            await self._probe(c, topic)
+            sent = await self._paced(c, topic, LATENCY, cfg["lat_count"], cfg["lat_rate"])
             await async_wait_until_complete(tallies, LATENCY, len(sent), cfg["idle"], 60, time.time())
             result = {"latency": phase_summary(tallies, LATENCY, len(sent))}
-            count = cfg["rate_count"]
-            first = None
-            for seq in range(count):
-                data, ts = make_payload(seq, RATE)
-                first = first if first is not None else ts
-                await pub.publish(topic, data)
-                if seq % 64 == 63:
-                    check()
-                    await asyncio.sleep(0)          # let the subscribers' callbacks run too
-            await pub.flush(timeout=60)
-            end = time.time()
-            complete = await async_wait_until_complete(tallies, RATE, count, cfg["idle"], cfg["rate_cap"], end)
-            rate = phase_summary(tallies, RATE, count, first)
-            rate.update(published=count, accepted=count, pub_rate=count / max(end - first, 1e-9), complete=complete,
-                        interest=len(nodes))
+            first, end, accepted = await self._blast(c, topic, cfg["rate_count"])
+            # a delivery lost on the way may come again: wait that long past a quiet spell
+            complete = await async_wait_until_complete(tallies, RATE, accepted, cfg["idle"] + self.redelivery,
+                                                       cfg["rate_cap"], end)
+            rate = phase_summary(tallies, RATE, accepted, first)
+            rate.update(published=cfg["rate_count"], accepted=accepted, pub_rate=accepted / max(end - first, 1e-9),
+                        complete=complete, interest=len(nodes))
             result["rate"] = rate
             result["errors"] = []
             return result
         finally:
-            for nc in [pub, *conns]:
-                try:
-                    await nc.close()
-                except Exception:  # noqa: BLE001
-                    pass
+            await self._close(c, topic)
 
     def cut_session(self, nodes: list[str], topic: str, cfg: dict, cut: Callable[[], None],
                     heal: Callable[[], None]) -> dict:
@@ -653,114 +701,101 @@ class Nats:
 
     async def _cut_session(self, nodes: list[str], topic: str, cfg: dict, cut: Callable[[], None],
                            heal: Callable[[], None]) -> dict:
-        conns, tallies = await self._subscribe(nodes, topic)
-        pub = await self._connect(PUBLISHER)
+        c = await self._open(nodes, topic)
+        tallies = c.tallies
         try:
-            await self._probe(pub, topic, tallies)
+            await self._probe(c, topic)
             timer = CutTimer(cfg["cut_at"], cfg["cut_len"], cut, heal)
             timer.start()
             try:
-                sent = await self._paced(pub, topic, CUT, int(cfg["cut_rate"] * cfg["cut_secs"]), cfg["cut_rate"])
+                sent = await self._paced(c, topic, CUT, int(cfg["cut_rate"] * cfg["cut_secs"]), cfg["cut_rate"])
             finally:
                 await asyncio.get_running_loop().run_in_executor(None, timer.finish)
-            complete = await async_wait_until_complete(tallies, CUT, len(sent), cfg["cut_idle"], cfg["cut_wait"],
-                                                       time.time())
+            complete = await async_wait_until_complete(tallies, CUT, len(sent), cfg["cut_idle"] + self.redelivery,
+                                                       cfg["cut_wait"], time.time())
+            if self.redelivery:
+                # what comes again although it had arrived: the duplicates redelivery makes
+                await asyncio.sleep(min(self.redelivery, cfg["cut_idle"]))
             return cut_summary(tallies, set(sent), timer, complete)
         finally:
-            for nc in [pub, *conns]:
-                try:
-                    await nc.close()
-                except Exception:  # noqa: BLE001
-                    pass
+            await self._close(c, topic)
 
 
-class JetStream:
-    """nats-py JetStream clients against a NatsServers leaf tree whose publisher's server runs JetStream: per
-    session one stream (file storage) on that server capturing the session's topic, one durable push consumer
-    per subscriber (explicit acks, deliveries to a subject the subscriber's own connection subscribes to, so
-    they cross the leafnode tree), created from the subscriber's server through the JetStream domain. The
-    publisher publishes with JetStream acknowledgements (the stream fsynced the message: `sync_interval:
-    always`), WINDOW in flight, as ours accepts a publication once it is durable; a subscriber acknowledges a
-    delivery after recording it."""
+class Nats(NatsPeer):
+    """NATS core: publish and subscribe on the topic, nothing acknowledged."""
 
-    label = "JetStream"
+    who = "NATS"
 
     def __init__(self, servers: NatsServers) -> None:
-        self.servers = servers
+        super().__init__(servers)
+        self.label = f"NATS {servers.arrangement}"
 
-    async def _connect(self, node: str):
-        import nats
-        return await nats.connect(self.servers.client_url(node), allow_reconnect=True, max_reconnect_attempts=-1,
-                                  connect_timeout=5)
+    async def _send(self, c: PeerClients, topic: str, data: bytes) -> None:
+        await c.pub.publish(topic, data)
+        await c.pub.flush(timeout=5)      # out on the wire now, as our blocking Publish call is
 
-    async def _setup(self, nodes: list[str], topic: str, stream: str):
-        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
-        pub = await self._connect(PUBLISHER)
-        js = pub.jetstream()
-        await js.add_stream(StreamConfig(name=stream, subjects=[topic], storage=StorageType.FILE))
-        conns, tallies = [], []
-        for i, n in enumerate(nodes):
-            nc = await self._connect(n)
-            t = Tally(n)
-            inbox = f"deliver.{stream}.{i}"
-            await nc.jetstream(domain=JS_DOMAIN).add_consumer(stream, ConsumerConfig(
-                durable_name=f"{stream}-{i}", deliver_subject=inbox, ack_policy=AckPolicy.EXPLICIT,
-                deliver_policy=DeliverPolicy.NEW, ack_wait=JS_ACK_WAIT))
-
-            async def cb(msg, t=t) -> None:
-                t.record(msg.data, time.time())
-                await msg.ack()              # after recording it, as our clients do
-            await nc.subscribe(inbox, cb=cb)
-            await nc.flush()
-            conns.append(nc)
-            tallies.append(t)
-        return pub, js, conns, tallies
-
-    @staticmethod
-    async def _teardown(pub, js, stream: str, conns: list) -> None:
-        try:
-            await js.delete_stream(stream)           # its consumers and its files go with it
-        except Exception as exc:  # noqa: BLE001 - the servers and their storage go with the run anyway
-            log(f"JetStream: deleting stream {stream} failed: {exc!r}")
-        for nc in [pub, *conns]:
-            try:
-                await nc.close()
-            except Exception:  # noqa: BLE001
-                pass
-
-    @staticmethod
-    async def _probe(js, topic: str, tallies: list[Tally], timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        seq = 0
-        while not all(t.counts[PROBE] for t in tallies):
-            check()
-            if time.monotonic() > deadline:
-                missing = [t.node for t in tallies if not t.counts[PROBE]]
-                raise RuntimeError(f"JetStream subscribers at {missing} heard no probe within {timeout:.0f} s")
-            await js.publish(topic, make_payload(seq, PROBE)[0], timeout=10)
-            seq += 1
-            await asyncio.sleep(0.1)
-
-    @staticmethod
-    async def _paced(js, topic: str, phase: int, count: int, rate: float) -> list[int]:
-        """Publish `count` at `rate`/s, each awaited until the stream acknowledged it; the acknowledged ones."""
-        t0 = time.monotonic()
-        acked = []
+    async def _blast(self, c: PeerClients, topic: str, count: int) -> tuple[float, float, int]:
+        """nats-py's buffered publish, flushed once at the end."""
+        pub = c.pub
+        first = None
         for seq in range(count):
-            check()
-            delay = t0 + seq / rate - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            try:
-                await js.publish(topic, make_payload(seq, phase)[0], timeout=10)
-            except Exception:  # noqa: BLE001 - not acknowledged: not expected anywhere
-                continue
-            acked.append(seq)
-        return acked
+            data, ts = make_payload(seq, RATE)
+            first = first if first is not None else ts
+            await pub.publish(topic, data)
+            if seq % 64 == 63:
+                check()
+                await asyncio.sleep(0)          # let the subscribers' callbacks run too
+        await pub.flush(timeout=60)
+        return first, time.time(), count
+
+
+class JetStream(NatsPeer):
+    """NATS JetStream against a NatsServers leaf tree whose publisher's server runs JetStream: per session one
+    stream (file storage) on that server capturing the session's topic, one durable push consumer per
+    subscriber (explicit acks, deliveries to a subject the subscriber's own connection subscribes to, so they
+    cross the leafnode tree), created from the subscriber's server through the JetStream domain. The publisher
+    publishes with JetStream acknowledgements (the stream fsynced the message: `sync_interval: always`), WINDOW
+    in flight, as ours accepts a publication once it is durable; a subscriber acknowledges a delivery after
+    recording it."""
+
+    label = "JetStream"
+    who = "JetStream"
+    acked = True
+    redelivery = JS_ACK_WAIT
 
     @staticmethod
-    async def _blast(js, topic: str, count: int) -> tuple[float, float, int]:
-        """`count` publications with WINDOW acknowledgements outstanding: (first send, last ack, acknowledged)."""
+    def stream(topic: str) -> str:
+        return topic.replace(".", "-")          # a stream's name may not contain dots
+
+    async def _prepare(self, c: PeerClients, topic: str) -> None:
+        from nats.js.api import StorageType, StreamConfig
+        js = c.pub.jetstream()
+        await js.add_stream(StreamConfig(name=self.stream(topic), subjects=[topic], storage=StorageType.FILE))
+        c.js = js                               # set once the stream exists: `_cleanup` deletes it
+
+    async def _subject(self, nc, topic: str, i: int) -> str:
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+        stream = self.stream(topic)
+        inbox = f"deliver.{stream}.{i}"
+        await nc.jetstream(domain=JS_DOMAIN).add_consumer(stream, ConsumerConfig(
+            durable_name=f"{stream}-{i}", deliver_subject=inbox, ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.NEW, ack_wait=JS_ACK_WAIT))
+        return inbox
+
+    async def _cleanup(self, c: PeerClients, topic: str) -> None:
+        if c.js is None:
+            return
+        try:
+            await c.js.delete_stream(self.stream(topic))     # its consumers and its files go with it
+        except Exception as exc:  # noqa: BLE001 - the servers and their storage go with the run anyway
+            log(f"JetStream: deleting stream {self.stream(topic)} failed: {exc!r}")
+
+    async def _send(self, c: PeerClients, topic: str, data: bytes) -> None:
+        await c.js.publish(topic, data, timeout=10)
+
+    async def _blast(self, c: PeerClients, topic: str, count: int) -> tuple[float, float, int]:
+        """WINDOW acknowledgements outstanding; accepted: the acknowledged ones."""
+        js = c.js
         window = asyncio.Semaphore(WINDOW)
         acked = 0
         first = None
@@ -784,52 +819,6 @@ class JetStream:
             tasks.append(asyncio.ensure_future(one(seq)))
         await asyncio.gather(*tasks)
         return first, time.time(), acked
-
-    def session(self, nodes: list[str], topic: str, cfg: dict, stream: str) -> dict:
-        return asyncio.run(self._session(nodes, topic, cfg, stream))
-
-    async def _session(self, nodes: list[str], topic: str, cfg: dict, stream: str) -> dict:
-        pub, js, conns, tallies = await self._setup(nodes, topic, stream)
-        try:
-            await self._probe(js, topic, tallies)
-            sent = await self._paced(js, topic, LATENCY, cfg["lat_count"], cfg["lat_rate"])
-            await async_wait_until_complete(tallies, LATENCY, len(sent), cfg["idle"], 60, time.time())
-            result = {"latency": phase_summary(tallies, LATENCY, len(sent))}
-            first, end, acked = await self._blast(js, topic, cfg["rate_count"])
-            # a delivery lost on the way comes again after JS_ACK_WAIT: wait that long past a quiet spell
-            complete = await async_wait_until_complete(tallies, RATE, acked, cfg["idle"] + JS_ACK_WAIT,
-                                                       cfg["rate_cap"], end)
-            rate = phase_summary(tallies, RATE, acked, first)
-            rate.update(published=cfg["rate_count"], accepted=acked, pub_rate=acked / max(end - first, 1e-9),
-                        complete=complete, interest=len(nodes))
-            result["rate"] = rate
-            result["errors"] = []
-            return result
-        finally:
-            await self._teardown(pub, js, stream, conns)
-
-    def cut_session(self, nodes: list[str], topic: str, cfg: dict, stream: str, cut: Callable[[], None],
-                    heal: Callable[[], None]) -> dict:
-        return asyncio.run(self._cut_session(nodes, topic, cfg, stream, cut, heal))
-
-    async def _cut_session(self, nodes: list[str], topic: str, cfg: dict, stream: str, cut: Callable[[], None],
-                           heal: Callable[[], None]) -> dict:
-        pub, js, conns, tallies = await self._setup(nodes, topic, stream)
-        try:
-            await self._probe(js, topic, tallies)
-            timer = CutTimer(cfg["cut_at"], cfg["cut_len"], cut, heal)
-            timer.start()
-            try:
-                sent = await self._paced(js, topic, CUT, int(cfg["cut_rate"] * cfg["cut_secs"]), cfg["cut_rate"])
-            finally:
-                await asyncio.get_running_loop().run_in_executor(None, timer.finish)
-            complete = await async_wait_until_complete(tallies, CUT, len(sent), cfg["cut_idle"] + JS_ACK_WAIT,
-                                                       cfg["cut_wait"], time.time())
-            # what comes again after ack_wait although it had arrived: the duplicates JetStream makes
-            await asyncio.sleep(min(JS_ACK_WAIT, cfg["cut_idle"]))
-            return cut_summary(tallies, set(sent), timer, complete)
-        finally:
-            await self._teardown(pub, js, stream, conns)
 
 
 # ---- the bench -------------------------------------------------------------------------------------------------
@@ -999,7 +988,7 @@ class Bench:
             for nodes in (ONE_SUB, TEN_SUBS):
                 log(f"{js.label}, {len(nodes)} subscriber(s) ...")
                 self.results[(js.label, len(nodes))] = self.measured(
-                    lambda: js.session(nodes, f"bench.j{len(nodes)}", self.cfg, f"J{len(nodes)}"))
+                    lambda: js.session(nodes, f"bench.j{len(nodes)}", self.cfg))
                 self._log_result(js.label, len(nodes))
 
         if "cut" in self.args.parts:
@@ -1099,7 +1088,7 @@ class Bench:
         if "js" in self.args.parts:
             log("cut: JetStream ...")
             js = JetStream(self.start_nats("leaf", purpose="cut", jetstream=True))
-            self.cuts["JetStream"] = js.cut_session(TEN_SUBS, "cut.j", self.cfg, "JCUT", self.cut, self.heal)
+            self.cuts["JetStream"] = js.cut_session(TEN_SUBS, "cut.j", self.cfg, self.cut, self.heal)
             self.cuts["JetStream"]["note"] = f"ack_wait {JS_ACK_WAIT:g} s"
             log(f"  {self.cuts['JetStream']}")
         if self.nats is not None:

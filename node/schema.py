@@ -147,6 +147,16 @@ RECORDS: dict[str, tuple[Field, ...]] = {
            "resume; the testbed's own: workload_end, records_failed"),
         _f("target", (str, list), "the link, host or host sets it applied to"),
     ),
+    # links.jsonl: traffic on the emulated links, one line per link every second (testbed/experiment/linkmon.py);
+    # each direction: packets, bytes, dropped_loss, dropped_queue, dropped_down, duplicated (counters since the
+    # link was made; the netem shaper counts queue drops only) and bps (bits/s since the previous line)
+    "link": COMMON + (
+        _f("link", str, "the link's name (topology.json)"),
+        _f("a", str, "its a end (host)"),
+        _f("b", str, "its b end (host)"),
+        _f("a_to_b", dict, "counters of the a->b direction"),
+        _f("b_to_a", dict, "counters of the b->a direction"),
+    ),
     # host.jsonl: machine load every second
     "host": COMMON + (
         _f("cpu_percent", Number, "whole-machine CPU use, 0-100"),

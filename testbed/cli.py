@@ -17,11 +17,12 @@ import sys
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 from testbed import __version__  # noqa: E402
-from testbed.commands import (check, experiment, export, gateway, image, inspect, messaging, network, pools, pubsub,
-                              reproduce, routing)
+from testbed.commands import (check, dashboard, experiment, export, gateway, image, inspect, messaging, network, pools,
+                              pubsub, reproduce, routing)
 from node.errors import UserError
 
-GROUPS = (network, messaging, inspect, routing, gateway, pools, pubsub, experiment, reproduce, check, export, image)
+GROUPS = (network, messaging, inspect, routing, gateway, pools, pubsub, experiment, reproduce, check, dashboard, export,
+          image)
 
 
 def build_parser() -> argparse.ArgumentParser:

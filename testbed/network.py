@@ -41,6 +41,7 @@ from typing import Any, Iterable, Iterator
 from node.errors import UserError
 from node.names import NODE_NAME_RULE, is_node_name
 from testbed import cleanup, netstate, registry
+from testbed.experiment.linkmon import LinkMonitor
 from testbed.runtime.base import Host, Runtime, normalise_sysctls
 from testbed.runtime.netns import NetnsHost, run_ip
 from testbed.shaping import attach as attach_shaper, make_shaper
@@ -78,8 +79,9 @@ class Network:
     def __init__(self, topology: Topology, plan: AddressPlan | None = None, runtime: str | Runtime = "netns",
                  shaper: str | Shaper = "auto", run_dir: str | Path | None = None, capture: Iterable[str] | str = (),
                  run_id: str | None = None, pools: tuple[str, str, str] = DEFAULT_POOLS, kind: str = "network",
-                 handle_signals: bool = True, sysctls: dict[str, Any] | None = None) -> None:
+                 handle_signals: bool = True, sysctls: dict[str, Any] | None = None, generator: str = "") -> None:
         self.topology = topology
+        self.generator = generator          # the scenario's topology.generator: how a viewer lays the hosts out
         self.sysctls = normalise_sysctls(sysctls or {})   # extra per-host sysctls, "net/ipv4/..." form
         self.plan = plan
         self._runtime_choice = runtime
@@ -122,6 +124,7 @@ class Network:
         kw.setdefault("runtime", scenario.runtime)
         kw.setdefault("shaper", scenario.shaper)
         kw.setdefault("sysctls", scenario.sysctls)
+        kw.setdefault("generator", spec.generator)
         return cls(topo, None, run_dir=run_dir, capture=capture,
                    pools=(spec.data_pool, spec.loopback_pool, spec.mgmt_pool), **kw)
 
@@ -137,6 +140,7 @@ class Network:
                   run_dir=st["run_dir"], run_id=run_id, pools=tuple(st.get("pools") or ()),  # type: ignore[arg-type]
                   kind=record.kind, handle_signals=False)
         net.sysctls = dict(st.get("sysctls", {}))      # as recorded (already normalised by the owner)
+        net.generator = st.get("generator", "")
         net._attached = True
         net._started = True
         net.link_state = st.get("link_state", {})
@@ -717,6 +721,8 @@ class Network:
         for n in self.topology.nodes:
             hosts.append({
                 "name": n.name, "role": n.role,
+                # the generator's attributes (cluster, city, region, broker, ...): where a viewer places the host
+                "attrs": dict(n.attrs),
                 "netns": self.host(n.name).netns if self.runtime is not None else "",
                 "mgmt_address": self.mgmt_address(n.name), "data_address": self.data_address(n.name),
                 "loopback": self.plan.loopback.get(n.name, ""),
@@ -731,11 +737,23 @@ class Network:
             links.append({"name": l.name, "a": l.a, "b": l.b, "a_if": st.get("a_if"), "b_if": st.get("b_if"),
                           "state": "up" if l.up else "down",
                           "a_to_b": l.a_to_b.to_dict(), "b_to_a": l.b_to_a.to_dict()})
-        return {"run_id": self.run_id, "topology": self.topology.name, "runtime": getattr(self.runtime, "name", "")
-                or str(self._runtime_choice), "shaper": self.shaper_name, "shaper_message": self.shaper_message,
+        return {"run_id": self.run_id, "topology": self.topology.name, "generator": self.generator,
+                "runtime": getattr(self.runtime, "name", "") or str(self._runtime_choice),
+                "shaper": self.shaper_name, "shaper_message": self.shaper_message,
                 "mgmt_subnet": str(self._mgmt_network()), "mgmt_bridge": mgmt_bridge_name(self.run_id),
                 "mgmt_gateway": self.mgmt_gateway(),
                 "hosts": hosts, "links": links, "partitions": self.partitions}
+
+    def link_monitor(self, path: Path, interval: float = 1.0) -> LinkMonitor:
+        """A links.jsonl sampler of this network's shaper (started by the caller)."""
+        shaper = self.shaper
+
+        def read() -> dict:
+            if shaper is None:
+                return {}
+            return shaper.counters_all()
+        ends = {l.name: (l.a, l.b) for l in self.topology.links}
+        return LinkMonitor(path, read, ends, interval=interval)
 
     def _save_state(self, ready: bool | None = None) -> None:
         """topology.json in the run directory, and the state other processes attach with (testbed/netstate.py)."""
@@ -754,7 +772,7 @@ class Network:
                  "shaper": self.shaper_name, "shaper_message": self.shaper_message,
                  "shaper_state": self._shaper_state(),
                  "netns": {n: h.netns for n, h in self.hosts.items()},
-                 "pools": list(self.pools), "sysctls": dict(self.sysctls)}
+                 "pools": list(self.pools), "sysctls": dict(self.sysctls), "generator": self.generator}
         netstate.save(self.run_id, state, big, ready=ready)
 
     def _shaper_state(self) -> Any:

@@ -4,7 +4,10 @@
 
   from a neighbour   a piece of a message (counted once, at offset 0) from a neighbour that is an incoming
                      connector over its THROUGHPUT is refused "not now", retry_after = the time to its next token
-                     (at most the manager's tick: a rate of 0 never has one); the sender keeps its copy
+                     (at most the manager's tick: a rate of 0 never has one); the sender keeps its copy, and
+                     at the first tick its connector has a token again it is told to offer it again now (ROOM,
+                     node/credits.py): its own backoff doubles per refusal, which would make a restored
+                     THROUGHPUT take effect late
   a submission       refused when its user is locked (`locked until <time>`), out of credits (`no credits left`),
                      over its own or its connector's THROUGHPUT (`throttled`), or when a copy's next hop is a
                      connector the user may not use (`not permitted on <connector>`); once admitted its credit is
@@ -24,6 +27,7 @@ from node.gateway.users import NOT_PERMITTED, THROTTLED, Users
 from node.piece import Piece
 from node.policy import AdmissionPolicy, Admitted, PolicyLayer
 from node.refusal import Refusal
+from node.resource_manager import ROOM
 
 log = logging.getLogger("node.gateway")
 
@@ -48,6 +52,10 @@ class GatewayPolicy(PolicyLayer):
         self.users = Users(gw, now)
         self.refused: dict[str, int] = {"throttled": 0, "no_credits": 0, "locked": 0, "not_permitted": 0}
         self.next_hop: Callable[[Piece], str | None] | None = None     # the engine's router (attach)
+        self.wake: Callable[[str], None] | None = None                 # a neighbour's link writer (attach)
+        self._owed: set[str] = set()        # neighbours told "not now" since their last ROOM
+        self._room: set[str] = set()        # neighbours whose ROOM goes out in their next batch
+        self.rooms = 0                      # ROOM signals sent
 
     # -- the gateway's own parts ----------------------------------------------------------------
     def permits(self, copy: Piece, hop: str) -> bool:
@@ -108,6 +116,7 @@ class GatewayPolicy(PolicyLayer):
         now = self._clock()
         if not conn.ready(now):
             conn.refused += 1
+            self._owed.add(peer)
             return Refusal(f"{NOT_NOW}: {conn.name} over {conn.throughput:g} msg/s at {self.me}",
                            conn.retry_after(now, self.gw.period))
         verdict = self.inner.admit(peer, p)
@@ -117,3 +126,28 @@ class GatewayPolicy(PolicyLayer):
 
     def set_throughput(self, name: str, rate: float | None) -> None:
         self.incoming[name].set_throughput(rate, self._clock())
+
+    def offer_again(self) -> list[str]:
+        """The neighbours told "not now" whose connector has a token now: each gets a ROOM signal (the manager
+        calls this every tick). Without it a sender waits out its own backoff, which doubles per refusal of a
+        copy up to its cap, so a THROUGHPUT restored after a throttle would take effect that much later."""
+        now = self._clock()
+        ready = sorted(peer for peer in self._owed if self._by_neighbour[peer].ready(now))
+        for peer in ready:
+            self._owed.discard(peer)
+            self._room.add(peer)
+            self.rooms += 1
+            if self.wake is not None:
+                self.wake(peer)
+        return ready
+
+    def take_credits(self, peer: str) -> list[tuple[tuple[str, str], int]]:
+        credits = self.inner.take_credits(peer)
+        if peer in self._room:
+            self._room.discard(peer)
+            if all(key != ROOM for key, _n in credits):
+                credits = [*credits, (ROOM, 1)]
+        return credits
+
+    def has_credits(self, peer: str) -> bool:
+        return peer in self._room or self.inner.has_credits(peer)

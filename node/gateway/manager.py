@@ -89,6 +89,7 @@ class Manager:
         decisions = self.policy.tick(now, self.queues(), self.phi_out, self.original())
         for d in decisions:
             await self.apply(d)
+        self.admission.offer_again()
         return decisions
 
     async def apply(self, d: Decision) -> None:

@@ -43,6 +43,7 @@ class GatewaySubsystem(Subsystem):
         self.engine = engine
         assert self.policy is not None
         self.policy.next_hop = engine.router.next_hop
+        self.policy.wake = lambda peer: engine.peers[peer].wake.set()
         if hasattr(engine.router, "permits"):       # the node's router skips a member a user may not use
             engine.router.permits = self.policy.permits
         self.manager = Manager(self.section, engine, self.policy, GatewayRecords(engine.records))
@@ -65,7 +66,7 @@ class GatewaySubsystem(Subsystem):
         return {"gamma": m.policy.gamma, "maxrate": m.policy.maxrate, "threshold": m.policy.threshold,
                 "phi_out": m.phi_out, "outgoing": outgoing, "incoming": incoming,
                 "users": {u: {"credits": pol.users.credits_left(u)} for u in self.section.users},
-                "refused": dict(pol.refused), "dropped": m.dropped}
+                "refused": dict(pol.refused), "dropped": m.dropped, "offered_again": pol.rooms}
 
     def services(self, server: Any, authorizer: Authorizer) -> None:
         add_service(server, self, authorizer)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from node.errors import UserError
-from testbed.commands import examples
+from testbed.commands import dashboard, examples
 
 # wall seconds a repetition takes beyond its duration and drain: building the network, starting the nodes,
 # collecting the records and tearing down (an estimate for `validate`, measured on small scenarios)
@@ -40,13 +40,25 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.reps is not None and args.reps < 1:
         raise UserError(f"--reps must be at least 1, got {args.reps}.")
+    dash = dashboard.options(args)
     sets = scenario_sets(args)
     out = Path(args.out) if args.out else _default_out(args.scenario, sets, args.quick)
     rows: list[dict[str, str]] = []
+    server = None
+    if dash is not None:
+        from testbed.dashboard.server import DashboardServer
+        # served from the experiment folder, which follows each cell and repetition as it starts
+        server = DashboardServer(out, port=dash["port"], bind=dash["bind"], check=False, experiment=True).start()
+        dashboard.announce(server.url, dash["bind"], sys.stderr)
     # progress on stderr; the closing table is the result: stdout, or with --json stderr beside the JSON
-    with console.progress_on(sys.stderr) as progress:
-        status = runner.run_experiment(args.scenario, out, args.reps, args.resume, args.quick, sets, progress,
-                                       stream=sys.stderr if args.json else sys.stdout, rows=rows)
+    try:
+        with console.progress_on(sys.stderr) as progress:
+            status = runner.run_experiment(args.scenario, out, args.reps, args.resume, args.quick, sets, progress,
+                                           stream=sys.stderr if args.json else sys.stdout, rows=rows)
+    finally:
+        if server is not None:
+            server.stop()
+            print(f"dashboard stopped; replay the run: testbed dashboard {out}", file=sys.stderr)
     page = None
     if args.report:
         # with --json stdout holds only the JSON: the report's console summary goes to stderr
@@ -123,7 +135,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "2 on bad input, 130 when interrupted.",
         **examples("sudo testbed run scenarios/quickstart.yaml",
                    "sudo testbed run scenarios/brachman-linear.yaml --quick --reps 2 --set seed=7",
-                   "sudo testbed run scenarios/quickstart.yaml --resume --json > result.json"))
+                   "sudo testbed run scenarios/quickstart.yaml --resume --json > result.json",
+                   "sudo testbed run scenarios/quickstart.yaml --dashboard"))
     p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
     p.add_argument("--out", default=None, help="experiment folder (default: runs/<scenario name>)")
     p.add_argument("--reps", type=int, help="repetitions per cell (overrides the scenario)")
@@ -137,6 +150,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runtime", choices=("netns", "docker"), default=None,
                    help="host runtime for every cell (shorthand for --set runtime=...; default: the scenario's)")
     p.add_argument("--report", action="store_true", help="make the report (`testbed report`) when the run ends")
+    dashboard.add_options(p, serve=True)
     p.add_argument("--json", action="store_true",
                    help="print the closing table as JSON (out, exit_status, repetitions: one object per row, "
                         "report, report_command); the text table goes to standard error")

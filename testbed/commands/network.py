@@ -22,7 +22,7 @@ from typing import Any
 
 from spark_analysis.render import console_table
 from testbed import netstate, pycmd, registry
-from testbed.commands import examples
+from testbed.commands import dashboard, examples
 from testbed.commands.values import parse_duration, parse_percent, parse_rate
 from testbed.experiment import console
 from testbed.network import Network
@@ -36,6 +36,7 @@ UNLIMITED = ("unlimited", "none")      # `link --rate` words for no rate limit (
 # ---- up / down -----------------------------------------------------------------------------
 
 def _up(args: argparse.Namespace) -> int:
+    dash = dashboard.options(args)
     if os.geteuid() != 0:
         raise UserError("the testbed must run as root to create network namespaces and interfaces.")
     if not Path(args.scenario).is_file():
@@ -68,6 +69,8 @@ def _up(args: argparse.Namespace) -> int:
         argv += ["--shaper", args.shaper]
     if args.factory:
         argv += ["--factory", args.factory]
+    if dash is not None:
+        argv += ["--dashboard-port", str(dash["port"]), "--dashboard-bind", dash["bind"]]
     with open(run_dir / "supervisor.log", "ab") as logf:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                 pass_fds=(wfd,), start_new_session=True, env=pycmd.env())
@@ -82,9 +85,13 @@ def _up(args: argparse.Namespace) -> int:
         raise UserError(f"the network came up but its state is gone; see {run_dir / 'supervisor.log'}.")
     net = Network.attach(rec.run_id)
     desc = net.describe()
-    doc: dict[str, Any] = {"running": True, **desc, "run_dir": str(run_dir), "nodes": None, "security": None}
+    doc: dict[str, Any] = {"running": True, **desc, "run_dir": str(run_dir), "nodes": None, "security": None,
+                           "dashboard": report.get("dashboard")}
     if not args.json:
         _print_tables(desc, run_dir)
+    if dash is not None:
+        # printed once (the URL carries the token): here, or with --json in the document
+        dashboard.announce(None if args.json else report.get("dashboard"), dash["bind"])
     if scenario is not None:
         nodes = _start_nodes(rec, scenario)
         doc["nodes"], doc["security"] = _nodes_plain(nodes, scenario)
@@ -414,7 +421,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "for goes to standard error, the hosts and links to standard output.",
         **examples("sudo testbed up scenarios/quickstart.yaml", "sudo testbed up scenarios/quickstart.yaml --json",
                    "sudo testbed up scenarios/brachman-linear.yaml --set link_defaults.delay=50ms --insecure",
-                   "sudo testbed up scenarios/quickstart.yaml --test"))
+                   "sudo testbed up scenarios/quickstart.yaml --test",
+                   "sudo testbed up scenarios/quickstart.yaml --dashboard --port 8765"))
     p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
     p.add_argument("--runtime", choices=("netns", "docker"), help="host runtime (default: the scenario's)")
     p.add_argument("--shaper", choices=("auto", "netem", "wire"), help="link shaping backend (default: the scenario's)")
@@ -432,6 +440,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "message across the longest path, tear down; exit 0 if all passed, else 1")
     p.add_argument("--json", action="store_true", help="print the network as `status --json` does, with nodes "
                    "(daemons, without_daemon, sessions_missing, records_dir) and security (tls, auth, tokens)")
+    dashboard.add_options(p, serve=True)
     p.add_argument("--factory", help=argparse.SUPPRESS)   # MODULE:FUNCTION building the Network (tests)
     p.set_defaults(handler=_up)
     p = sub.add_parser("down", help="stop the node daemons and tear down the running network",

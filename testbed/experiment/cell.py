@@ -31,6 +31,7 @@ from testbed.experiment.daemons import NodeDaemons
 from testbed.experiment.driver import WorkloadDriver
 from testbed.experiment.faults import Timeline
 from testbed.experiment.hostmon import HostMonitor
+from testbed.experiment.linkmon import LinkMonitor
 from testbed.experiment.machines import write_machines
 from testbed.experiment.progress import Progress
 from testbed.experiment.record_failures import RecordFailures
@@ -100,6 +101,7 @@ class _CellRun:
         self.daemons: NodeDaemons | None = None
         self.hostmon: HostMonitor | None = None
         self.busy: BusyLoad | None = None
+        self.linkmon: LinkMonitor | None = None
         self.driver: WorkloadDriver | None = None
         self.timeline: Timeline | None = None
         self.clients: list[Clients] = []        # the subsystems' clients, in registry order
@@ -198,6 +200,8 @@ class _CellRun:
             self.busy.start()
         self.hostmon = HostMonitor(self.rep_dir / "host.jsonl", self.daemons.pids)
         self.hostmon.start()
+        self.linkmon = self.network.link_monitor(self.rep_dir / "links.jsonl")
+        self.linkmon.start()
         ctx = RunContext(self.rep_dir, address=lambda n: nodeconfig.mgmt_target(self.network, n),
                          reachable=self.daemons.reachable, tokens=tokens,
                          client=lambda n: self.daemons.client(n, timeout=5.0),
@@ -366,6 +370,7 @@ class _CellRun:
         steps += [(clients.name, clients.stop) for clients in self.clients]
         steps += [("fault timeline", lambda: self.timeline and self.timeline.stop()),
                   ("host monitor", lambda: self.hostmon and self.hostmon.stop()),
+                  ("link monitor", lambda: self.linkmon and self.linkmon.stop()),
                   ("busy processes", lambda: self.busy and self.busy.stop()),
                   ("count of failed record writes", self._record_failures),
                   ("daemons", lambda: self.daemons and self.daemons.stop_all()),

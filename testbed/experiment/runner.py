@@ -35,7 +35,7 @@ from spark_analysis.render import console_table
 from testbed.accounting import clocks
 from testbed.experiment import cell as cell_runner, sweep
 from testbed.experiment.summary import check as summary_problems
-from testbed.experiment.progress import Progress
+from testbed.experiment.progress import Progress, ProgressLog
 from testbed.scenario import loader
 from testbed.scenario.spec import Scenario
 from testbed.subsystems import SUBSYSTEMS
@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 COMPLETE_MARKER = ".complete"
 EXPERIMENT_FILE = "experiment.json"
 RUNNER_LOG = "runner.log"
+PROGRESS_FILE = "progress.jsonl"
 EXIT_OK = 0
 EXIT_PROBLEMS = 1        # a rep failed, stayed incomplete, or failed the loss checker (lost/duplicated/too late)
 EXIT_INTERRUPTED = 130
@@ -387,6 +388,7 @@ def run_experiment(path: str, out: Path, reps: int | None, resume: bool, quick: 
         from testbed.docker_engine import require_engine
         require_engine()       # no engine: one error before the output folder is touched
     _prepare_out(out, base, resume)
+    progress = ProgressLog(progress, out / PROGRESS_FILE)
     started = time.time()
     runner_log = _RunnerLog(out).__enter__()
     stop = threading.Event()

@@ -67,6 +67,11 @@ class Shaper(ABC):
     def counters(self, link_id: str) -> tuple[DirectionCounters, DirectionCounters]:
         """(a_to_b, b_to_a) counters since the link was created."""
 
+    def counters_all(self) -> dict[str, tuple[DirectionCounters, DirectionCounters]]:
+        """Every link's (a_to_b, b_to_a) counters in one batched read (the links.jsonl sampler calls this every
+        second). Backends override it with a single request; this fallback asks link by link."""
+        return {link_id: self.counters(link_id) for link_id in list(getattr(self, "links", {}))}
+
     def state(self) -> dict:
         """JSON-serialisable state from which testbed.shaping.attach() rebuilds this shaper in another process."""
         return {}

@@ -179,6 +179,20 @@ class SplitWireShaper(Shaper):
                     setattr(acc, f.name, getattr(acc, f.name) + getattr(part, f.name))
         return total
 
+    def counters_all(self) -> dict[str, tuple[DirectionCounters, DirectionCounters]]:
+        """One batched read per emulator half, summed per link as counters() sums them."""
+        per_half = {m: h.counters_all() for m, h in self.halves.items()}
+        out: dict[str, tuple[DirectionCounters, DirectionCounters]] = {}
+        zero = (DirectionCounters(), DirectionCounters())
+        for link_id, link in self.links.items():
+            total = (DirectionCounters(), DirectionCounters())
+            for m in link.machines:
+                for acc, part in zip(total, per_half.get(m, {}).get(link_id, zero)):
+                    for f in fields(DirectionCounters):
+                        setattr(acc, f.name, getattr(acc, f.name) + getattr(part, f.name))
+            out[link_id] = total
+        return out
+
     def tunnel_counters(self, link_id: str) -> dict[str, int]:
         """A split link's datagrams: sent by the sending halves, and lost between the halves (sequence gaps)."""
         link = self._link(link_id)

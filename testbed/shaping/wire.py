@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,8 @@ class WireShaper(Shaper):
         self.links: dict[str, dict[str, Any]] = {}
         self._conn: socket.socket | None = None
         self._buf = b""
+        # one request at a time on the shared connection: the links sampler's thread calls beside the run's own
+        self._lock = threading.Lock()
         self._closed = False
         if state is not None:
             self.pid = int(state["pid"])
@@ -85,6 +88,10 @@ class WireShaper(Shaper):
 
     # ---- control channel ---------------------------------------------
     def _call(self, req: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            return self._call_locked(req)
+
+    def _call_locked(self, req: dict[str, Any]) -> dict[str, Any]:
         if self._conn is None:
             c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             c.settimeout(10)
@@ -145,6 +152,11 @@ class WireShaper(Shaper):
     def counters(self, link_id: str) -> tuple[DirectionCounters, DirectionCounters]:
         r = self._checked({"op": "counters", "link_id": link_id})
         return DirectionCounters(**r["a_to_b"]), DirectionCounters(**r["b_to_a"])
+
+    def counters_all(self) -> dict[str, tuple[DirectionCounters, DirectionCounters]]:
+        r = self._checked({"op": "counters_all"})
+        return {lid: (DirectionCounters(**c["a_to_b"]), DirectionCounters(**c["b_to_a"]))
+                for lid, c in r["links"].items()}
 
     def state(self) -> dict[str, Any]:
         return {"backend": "wire", "run_id": self.run_id, "workdir": str(self.workdir), "pid": self.pid,

@@ -3,6 +3,7 @@
 Run as `python -m testbed.shaping.wire_emulator --socket PATH --prefix PFX`; it
 outlives the CLI that started it and is controlled over a unix socket with JSON
 lines ({"op": "add_link" | "set_params" | "set_carrier" | "counters" |
+"counters_all" (every link at once) |
 "shutdown", ...} -> {"ok": true, ...} or {"ok": false, "error": "..."}); a link
 across machines adds "tunnel_open" | "tunnel_connect" | "tunnel_measure" |
 "tunnel_status" (one tunnel per other machine) and "add_remote" (its local end).
@@ -246,6 +247,11 @@ class Emulator:
             return {"ok": True}
         if op == "ping":
             return {"ok": True, "links": sorted(self.links)}
+        if op == "counters_all":
+            # every link in one answer: the once-a-second sampler must not cost one round trip per link
+            self.flush()
+            return {"ok": True, "links": {lid: {"a_to_b": l.dirs[0].counters, "b_to_a": l.dirs[1].counters}
+                                          for lid, l in self.links.items()}}
         if link is None:
             return {"ok": False, "error": f"unknown link {req.get('link_id')!r}"}
         if op == "set_params":

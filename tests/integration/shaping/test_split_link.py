@@ -108,6 +108,7 @@ def test_ping_and_tcp_across_the_split(split) -> None:
     # counted once, at the receiving half; every datagram the sending halves sent arrived
     t = s.shaper.tunnel_counters("ab")
     assert ab.packets > 1000 and ba.packets > 100 and t == {"sent": ab.packets + ba.packets, "lost": 0}, (t, ab, ba)
+    assert s.shaper.counters_all() == {"ab": (ab, ba)}   # the links sampler's batched read: the same sums
 
 
 @pytest.mark.alone

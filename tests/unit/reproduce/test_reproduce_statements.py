@@ -143,6 +143,12 @@ def test_the_shipped_emg_figures_state_the_papers_claims() -> None:
     assert [s.measure for s in ten.statements] == ["slope", "at", "band", "band"]
     assert [(s.min, s.max) for s in ten.statements[:2]] == [(0.45, 0.55), (1600, 2000)]
     assert [(s.min, s.max) for s in eleven.statements] == [(2.8, None), (None, 2.3)]
+    # "held near the threshold": the restore fires a whole message below `lower`, seen up to a tick late, and the
+    # traffic it lets back in reaches o1 a tick later: o1's rate x 2 ticks under it (quick scale: 35 - 1 - 2)
+    quick = {"gateway": {"threshold": 50, "lower": 35, "escalate": 0.1, "period": 1.0,
+                         "outgoing": {"o1": {"rate": 1.0}}}}
+    for st in ten.statements[2:]:
+        assert (statements.evaluate(st.min, quick), statements.evaluate(st.max, quick)) == (32, pytest.approx(55))
 
 
 @pytest.mark.parametrize("item,message", [

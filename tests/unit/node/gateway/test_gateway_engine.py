@@ -121,6 +121,29 @@ def test_an_incoming_neighbour_over_its_throughput_hears_not_now_and_nothing_is_
     asyncio.run(go())
 
 
+def test_a_neighbour_told_not_now_is_told_to_offer_again_at_the_first_tick_with_a_token(tmp_path: Path) -> None:
+    # the sender's own backoff doubles per refusal of a copy: without the signal a restored THROUGHPUT would
+    # wait for it (seen as o1's queue falling well below `lower` after each restore in emg-10)
+    async def go() -> None:
+        eng, gw = await start(tmp_path, {"incoming": {"s1": {"neighbour": "s1", "throughput": 1.0}}})
+        assert (await eng.receive("s1", [piece("a")]))[0] is None           # the one token
+        gw.policy.set_throughput("s1", 0.0)                                    # throttled
+        assert (await eng.receive("s1", [piece("b")]))[0].for_now
+        await gw.manager.tick()
+        assert not eng.policy.has_credits("s1") and eng.policy.take_credits("s1") == []   # no token: no signal
+        gw.policy.set_throughput("s1", 1000.0)                                 # restored: a token within 1 ms
+        await asyncio.sleep(0.01)
+        eng.peers["s1"].wake.clear()
+        await gw.manager.tick()
+        assert eng.policy.has_credits("s1") and eng.peers["s1"].wake.is_set()  # its writer sends it now
+        assert eng.policy.take_credits("s1") == [(("", ""), 1)]               # ROOM: a credit without a message
+        await gw.manager.tick()
+        assert not eng.policy.has_credits("s1")                                # once per "not now"
+        assert gw.snapshot()["offered_again"] == 1
+        await close(eng)
+    asyncio.run(go())
+
+
 def test_give_up_removes_the_copy_and_stores_its_report_in_one_transaction(tmp_path: Path) -> None:
     async def go() -> None:
         eng, gw = await start(tmp_path, {})
