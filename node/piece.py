@@ -34,6 +34,7 @@ class Piece:
     # in memory only (resource management): the buffer this piece holds at this hop, and when it may be sent next
     charge: tuple | None = field(default=None, compare=False, repr=False)
     not_before: float = field(default=0.0, compare=False, repr=False)
+    order: int = field(default=0, compare=False, repr=False)     # its link queue's arrival number
     size: int = field(default=-1, compare=False, repr=False)    # len(data), known without the bytes
 
     def __post_init__(self) -> None:

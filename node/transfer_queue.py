@@ -23,6 +23,14 @@ A transfer is *ready* only when
 Blocked transfers are not in the ready heap, so a link with only blocked work
 costs nothing and the writer sleeps until a credit or a timer wakes it.
 
+Pieces handed back to the front (refused "for now", put back, requeued after a
+session ended) keep the order in which they were first queued, however many of
+them come back and in whatever order: each piece carries its arrival number and
+a front push inserts it in order among the pieces returned before it. A retry
+wait belongs to the transfer: once a refused head may go (its timer, or ROOM),
+the refused pieces right behind it go too instead of each waiting out its own
+doubled timer; an RBSAD gate is still drawn for each piece at the head.
+
 Interface: push, pop, remove_if, len, bytes, messages, has_ready, plus the
 flow-control calls `credit`, `retry_now`, `session_up`, `probe` and `prune`.
 Without resource management (node/policy.py PassThrough) a transfer is one
@@ -59,6 +67,7 @@ class _Transfer:
     ready_seq: int = 0          # heap entry that is valid for this transfer (0 = not in the heap)
     timer: asyncio.TimerHandle | None = None
     blocked_since: float = 0.0  # monotonic time it started waiting for a credit (0 = not waiting)
+    returned: int = 0           # the first `returned` pieces were pushed back to the front (kept in arrival order)
 
 
 class TransferQueue:
@@ -80,6 +89,7 @@ class TransferQueue:
         self._waiting: dict[Hashable, _Transfer] = {}      # transfers with a timer (retry or RBSAD)
         self._heap: list[tuple[float, int, Hashable]] = []
         self._seq = 0
+        self._arrivals = 0          # numbers the pieces pushed to the back: a returned piece goes back in order
         self._vtime = 0.0
         self._idle_pass: dict[Hashable, float] = {}
         self.credits: dict[tuple[str, str], int] = {}      # sender side of each message stream on this link
@@ -114,7 +124,12 @@ class TransferQueue:
             start = max(self._vtime, self._idle_pass.pop(key, self._vtime))
             weight = max(1, p.prio) * (max(1, self._share(p)) if self._share is not None else 1)
             t = self._transfers[key] = _Transfer(key, weight, pass_=start)
-        (t.queue.appendleft if front else t.queue.append)(p)
+        if front:
+            self._return(t, p)
+        else:
+            self._arrivals += 1
+            p.order = self._arrivals
+            t.queue.append(p)
         if self._streams and self._is_stream(p) and p.mkey not in self.credits:
             self.credits[p.mkey] = 1          # the set-up credit: the first fragment opens the stream
             self._credit_seen[p.mkey] = time.monotonic()
@@ -136,6 +151,14 @@ class TransferQueue:
                 self._consider(t)
                 continue
             p = t.queue.popleft()
+            if t.returned:
+                t.returned -= 1
+                if t.returned and p.retries:
+                    # the transfer's retry wait is over (p goes): the refused pieces behind it need not wait
+                    # out their own timers, or a refused window trickles out one timer at a time
+                    nxt = t.queue[0]
+                    if nxt.retries and nxt.not_before > p.not_before:
+                        nxt.not_before = p.not_before
             if self._streams and self._is_stream(p):
                 self.credits[p.mkey] = self.credits.get(p.mkey, 1) - 1
                 self._credit_seen[p.mkey] = time.monotonic()
@@ -157,9 +180,14 @@ class TransferQueue:
         out: list[Piece] = []
         for t in list(self._transfers.values()):
             keep: collections.deque = collections.deque()
-            for p in t.queue:
-                (out if pred(p) else keep).append(p)
-            t.queue = keep
+            returned = 0
+            for i, p in enumerate(t.queue):
+                if pred(p):
+                    out.append(p)
+                else:
+                    keep.append(p)
+                    returned += i < t.returned
+            t.queue, t.returned = keep, returned
             if not keep:
                 self._drop_transfer(t)
             else:
@@ -235,6 +263,17 @@ class TransferQueue:
     # -- internals -------------------------------------------------------------------------
     def _key_of_mkey(self, mkey: tuple[str, str]) -> Hashable:
         return mkey           # streams exist only in the fragmenting mode, where a transfer is a message
+
+    def _return(self, t: _Transfer, p: Piece) -> None:
+        """Back to the front, in arrival order among the pieces returned before it: a window refused (or
+        requeued) piece by piece, in any order, comes back in the order it was sent."""
+        q, i = t.queue, 0
+        while i < t.returned and q[i].order < p.order:    # the returned run is short: at most a window
+            i += 1
+        q.insert(i, p)
+        t.returned += 1
+        if i == 0 and t.timer is not None:
+            self._cancel_timer(t)     # a new head: its own wait, if any, decides (push calls _consider)
 
     def _ready(self, t: _Transfer) -> bool:
         head = t.queue[0]

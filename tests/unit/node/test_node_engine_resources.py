@@ -1,5 +1,6 @@
 """The engine with resource management on, over a real SQLite spool (no sockets): submissions, arrivals,
-refusals for now, acks, recovery. The live behaviour is in tests/integration/resources/."""
+refusals for now (also of a node without it: one queue per priority), acks, recovery. The live behaviour is in
+tests/integration/resources/."""
 from __future__ import annotations
 
 import asyncio
@@ -13,6 +14,7 @@ from node import credits, registry
 from node.mta import make_engine
 from node.piece import split
 from node.records import Records
+from node.rpc import link_pb2
 from node.piece import Piece
 from node.spool import Spool
 from node.transfer_queue import TransferQueue
@@ -96,6 +98,23 @@ def test_a_piece_refused_for_now_is_kept_and_offered_again(tmp_path: Path) -> No
         assert [x.key for x in again] == [p.key] and again[0].retries == 1
         eng.refused("n4", again[0], "no such user", retry_after=0.0)   # a permanent refusal: an orphan
         assert p.key in eng.orphans
+        await close(eng)
+    asyncio.run(go())
+
+
+def test_a_window_refused_for_now_resumes_in_send_order_on_room(tmp_path: Path) -> None:
+    async def go() -> None:
+        eng = await engine(tmp_path, enabled=False)   # no resource management: one queue per priority
+        assert not eng.policy.managed
+        for _ in range(5):
+            assert (await eng.submit("alice", [("n5", "bob")], None, 50))[0]
+        window = eng.take("n4", 4, 1 << 20)
+        for p in window:                              # the next hop refuses them one by one, as sent
+            eng.refused("n4", p, "busy", retry_after=30.0)
+        assert eng.take("n4", 10, 1 << 20) == []
+        credits.received(eng.peers["n4"], link_pb2.Credit())        # ROOM: the next hop has room again
+        again = eng.take("n4", 10, 1 << 20)
+        assert [p.key for p in again[:4]] == [p.key for p in window] and len(again) == 5
         await close(eng)
     asyncio.run(go())
 

@@ -191,3 +191,78 @@ def test_default_queue_front_push_and_remove() -> None:
     gone = q.remove_if(lambda p: p.msg_id == "a")
     assert [p.msg_id for p in gone] == ["a"] and len(q) == 2 and q.messages == 2 and q.bytes == 20
     assert [q.pop().msg_id, q.pop().msg_id] == ["b", "c"] and q.pop() is None
+
+
+# -- pieces handed back to the front: refused "for now", put back, requeued ----------------------------------
+
+def refuse(q: TransferQueue, p: Piece, wait: float) -> None:
+    """What the engine does with a piece the next hop refused for now (node/mta.py Engine.refused)."""
+    p.retries += 1
+    p.not_before = time.monotonic() + wait
+    q.push(p, front=True)
+
+
+def test_a_window_refused_piece_by_piece_comes_back_in_send_order() -> None:
+    async def body() -> None:
+        q = pass_through_queue()
+        for i in range(6):
+            q.push(piece(f"m{i}"))
+        sent = [q.pop() for _ in range(4)]
+        for p in sent:                              # the refusals arrive in send order
+            refuse(q, p, 0.02)
+        assert q.pop() is None
+        await asyncio.sleep(0.05)
+        assert [q.pop().msg_id for _ in range(6)] == [f"m{i}" for i in range(6)]     # one batch, in order
+        for p in sent:                              # out of order, and each refused more often than the last
+            p.retries = 0
+        for k, i in enumerate((2, 0, 3, 1)):
+            refuse(q, sent[i], 0.02 * (k + 1))
+        await asyncio.sleep(0.05)
+        assert [q.pop().msg_id for _ in range(4)] == ["m0", "m1", "m2", "m3"]
+    asyncio.run(body())
+
+
+def test_refused_and_requeued_pieces_go_back_together_in_send_order() -> None:
+    q = pass_through_queue()
+    for i in range(5):
+        q.push(piece(f"m{i}"))
+    sent = [q.pop() for _ in range(4)]
+    refuse(q, sent[1], 0.0)                          # no wait: the head may go at once
+    refuse(q, sent[0], 0.0)
+    for p in reversed(sent[2:]):                     # the session ended: Engine.requeue / _put_back
+        q.push(p, front=True)
+    assert [q.pop().msg_id for _ in range(5)] == ["m0", "m1", "m2", "m3", "m4"] and q.pop() is None
+    assert len(q) == 0
+
+
+def test_room_lets_a_refused_window_go_in_order_without_waiting_out_each_timer() -> None:
+    async def body() -> None:
+        q = pass_through_queue()
+        for i in range(5):
+            q.push(piece(f"m{i}"))
+        sent = [q.pop() for _ in range(4)]
+        for i, p in enumerate(sent):                 # each its own (doubled) wait, all far beyond this test
+            refuse(q, p, 30.0 + i)
+        assert q.pop() is None and q.snapshot()["waiting_for_timer"] == 1
+        assert q.retry_now() == 1                    # one transfer: the node's single queue for priority 1
+        assert [q.pop().msg_id for _ in range(5)] == ["m0", "m1", "m2", "m3", "m4"]
+        assert q.pop() is None and len(q) == 0
+    asyncio.run(body())
+
+
+def test_room_does_not_let_a_refused_window_pass_an_rbsad_gate() -> None:
+    async def body() -> None:
+        gates = {"held": 0.0}
+        q, _ = queue(fifo=True, gate=lambda p: gates.get(p.msg_id, 0.0))
+        for m in ("m0", "held", "m2"):
+            q.push(piece(m))
+        sent = [q.pop() for _ in range(3)]
+        assert [p.msg_id for p in sent] == ["m0", "held", "m2"]
+        gates["held"] = time.monotonic() + 30        # e.g. its gate was drawn again after a restart
+        for p in sent:
+            refuse(q, p, 30.0)
+        assert q.retry_now() == 1
+        assert q.pop().msg_id == "m0"
+        assert q.pop() is None and len(q) == 2       # "held" waits for its gate, and FCFS keeps m2 behind it
+        assert q.retry_now() == 0 and q.pop() is None     # a ROOM does not cut an RBSAD wait short
+    asyncio.run(body())
