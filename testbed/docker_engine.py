@@ -8,6 +8,7 @@ engine the environment selects, as before.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -127,7 +128,8 @@ class StartedEngine:
                 time.sleep(0.2)
             if self._alive():
                 os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(self.pid, 0)
 
     def _alive(self) -> bool:
         # Reap it when it was our child: an exited but unreaped dockerd still answers kill(pid, 0).
