@@ -361,8 +361,13 @@ class DockerRuntime(Runtime):
             require_engine(engine)
         self._own_record = False
         self._record_engines()
-        self.image = image or ensure_image(IMAGE, engine=default_engine)
-        distribute_image(self.image, self.engines)
+        try:
+            self.image = image or ensure_image(IMAGE, engine=default_engine)
+            distribute_image(self.image, self.engines)
+        except BaseException:
+            if self._own_record:          # refused before any container: nothing for clean to find
+                registry.unregister(self.run_id)
+            raise
         self.user = NODE_USER
         self.uid = NODE_UID
         self.workers = max(1, workers)
