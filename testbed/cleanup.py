@@ -132,9 +132,12 @@ def resource_run_ids() -> set[str]:
     return ids
 
 
-def clean(only: Iterable[str] | None = None) -> list[str]:
-    """Remove the resources of every run that is not live. Live runs are never touched."""
+def clean(only: Iterable[str] | None = None, unreachable: list[str] | None = None) -> list[str]:
+    """Remove the resources of every run that is not live. Live runs are never touched.
+    Docker engines that do not answer are appended to `unreachable` (one description each)."""
     removed: list[str] = []
+    # Read before the loop below removes the records: a dead run's engines on other machines are known only here.
+    records = registry.all_runs()
     for rid in sorted(set(only) if only is not None else resource_run_ids()):
         if registry.is_live(rid):
             continue
@@ -149,6 +152,9 @@ def clean(only: Iterable[str] | None = None) -> list[str]:
             removed.append(f"state file {stray.name}")
     if only is None:
         # Containers of the Docker runtime carry their run id in a label; an engine that is not running has none.
-        from testbed.runtime.docker import clean_orphans
-        removed += [f"container {name}" for name in clean_orphans(registry.is_live)]
+        from testbed.runtime.docker import clean_orphans, recorded_engines
+        report = clean_orphans(registry.is_live, recorded_engines(records))
+        removed += report.removed
+        if unreachable is not None:
+            unreachable += [f"the Docker engine of machine {e.name} at {e.address()}" for e in report.unreachable]
     return removed

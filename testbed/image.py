@@ -6,6 +6,9 @@ bookworm base made with debootstrap from the machine's Debian mirror and
 host, so the Dockerfile build step needs no network either way. The content
 hash of the Dockerfile, the node requirements and the node sources is stored as
 an image label; an unchanged tree is a cache hit and no build runs.
+
+Several engines (machines): the image is built on one and copied to each
+engine that lacks it with `docker save | docker load` (distribute_image).
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from testbed import PREFIX, __version__
-from testbed.docker_engine import docker, require_engine
+from testbed.docker_engine import LOCAL, Engine, docker, require_engine
 from node.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -77,13 +80,14 @@ def content_hash() -> str:
     return h.hexdigest()
 
 
-def image_label(image: str, label: str) -> str | None:
-    res = docker(["image", "inspect", "--format", f'{{{{index .Config.Labels "{label}"}}}}', image], check=False)
+def image_label(image: str, label: str, engine: Engine = LOCAL) -> str | None:
+    res = docker(["image", "inspect", "--format", f'{{{{index .Config.Labels "{label}"}}}}', image], check=False,
+                 engine=engine)
     return res.stdout.strip() if res.returncode == 0 else None
 
 
-def image_exists(image: str) -> bool:
-    return docker(["image", "inspect", image], check=False).returncode == 0
+def image_exists(image: str, engine: Engine = LOCAL) -> bool:
+    return docker(["image", "inspect", image], check=False, engine=engine).returncode == 0
 
 
 def debian_mirror() -> str:
@@ -114,7 +118,7 @@ def _run_step(argv: list[str], what: str, progress: Callable[[str], None], timeo
     progress(f"{what} done in {time.monotonic() - t0:.0f} s")
 
 
-def make_offline_base(build_dir: Path, progress: Callable[[str], None]) -> None:
+def make_offline_base(build_dir: Path, progress: Callable[[str], None], engine: Engine = LOCAL) -> None:
     """debootstrap a minimal bookworm (python3.11, the host's ABI) and import it as OFFLINE_BASE."""
     if shutil.which("debootstrap") is None:
         raise UserError("offline image build needs debootstrap (apt-get install debootstrap).")
@@ -126,7 +130,8 @@ def make_offline_base(build_dir: Path, progress: Callable[[str], None]) -> None:
                   progress, timeout=1800)
     progress(f"importing {rootfs} as {OFFLINE_BASE} ...")
     tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-    imp = subprocess.run(["docker", "import", "-", OFFLINE_BASE], stdin=tar.stdout, capture_output=True, text=True)
+    imp = subprocess.run(["docker", "import", "-", OFFLINE_BASE], stdin=tar.stdout, capture_output=True, text=True,
+                         env=engine.env())
     tar.wait()
     if imp.returncode != 0:
         raise RuntimeError(f"docker import failed: {imp.stderr.strip()}")
@@ -166,51 +171,94 @@ def _stage_context(wheels: Path, ctx: Path) -> None:
     shutil.copytree(REPO / "node", ctx / "src" / "node", ignore=ignore)
 
 
-def _online_base_available() -> bool:
-    if image_exists(ONLINE_BASE):
+def _online_base_available(engine: Engine = LOCAL) -> bool:
+    if image_exists(ONLINE_BASE, engine):
         return True
     try:
-        return docker(["pull", ONLINE_BASE], check=False, timeout=60).returncode == 0
+        return docker(["pull", ONLINE_BASE], check=False, timeout=60, engine=engine).returncode == 0
     except subprocess.TimeoutExpired:
         return False
 
 
-def build(opts: BuildOptions, progress: Callable[[str], None] = print) -> BuildResult:
-    """Build the node image unless an image with the same content hash exists (opts.force rebuilds)."""
-    require_engine()
+def build(opts: BuildOptions, progress: Callable[[str], None] = print, engine: Engine = LOCAL) -> BuildResult:
+    """Build the node image on `engine` unless an image with the same content hash exists (opts.force rebuilds)."""
+    require_engine(engine)
     t0 = time.monotonic()
     digest = content_hash()
-    if not opts.force and image_label(opts.image, HASH_LABEL) == digest:
+    if not opts.force and image_label(opts.image, HASH_LABEL, engine) == digest:
         return BuildResult(opts.image, True, "cache", time.monotonic() - t0, digest)
-    if opts.mode == "online" or (opts.mode == "auto" and _online_base_available()):
-        if opts.mode == "online" and not _online_base_available():
+    if opts.mode == "online" or (opts.mode == "auto" and _online_base_available(engine)):
+        if opts.mode == "online" and not _online_base_available(engine):
             raise UserError(f"cannot pull {ONLINE_BASE}: no registry reachable; use --offline.")
         mode, base = "online", ONLINE_BASE
     else:
         mode, base = "offline", OFFLINE_BASE
-        if opts.force or not image_exists(OFFLINE_BASE):
-            make_offline_base(opts.build_dir, progress)
+        if opts.force or not image_exists(OFFLINE_BASE, engine):
+            make_offline_base(opts.build_dir, progress, engine)
     wheels = download_wheels(opts.build_dir, progress)
     with tempfile.TemporaryDirectory(prefix=f"{PREFIX}-image-") as tmp:
         ctx = Path(tmp)
         _stage_context(wheels, ctx)
-        _run_step(["env", "DOCKER_BUILDKIT=0", "docker", "build", "--build-arg", f"BASE={base}",
+        target = [f"DOCKER_HOST={engine.host}"] if engine.host else []
+        _run_step(["env", "DOCKER_BUILDKIT=0", *target, "docker", "build", "--build-arg", f"BASE={base}",
                    "--build-arg", f"VERSION={__version__}", "--build-arg", f"CONTENT_HASH={digest}",
                    "--build-arg", f"NODE_UID={NODE_UID}",
                    "-t", opts.image, str(ctx)], f"docker build {opts.image} ({mode})", progress, timeout=1200)
     # The image this build replaced is now untagged: drop it, so rebuilds do not pile up layers.
-    docker(["image", "prune", "-f", "--filter", f"label={HASH_LABEL}"], check=False)
+    docker(["image", "prune", "-f", "--filter", f"label={HASH_LABEL}"], check=False, engine=engine)
     return BuildResult(opts.image, False, mode, time.monotonic() - t0, digest)
 
 
-def ensure_image(image: str = IMAGE) -> str:
+def ensure_image(image: str = IMAGE, engine: Engine = LOCAL) -> str:
     """The image name, (re)built first when missing or older than the node sources (the docker runtime's
     default image): containers must run the same daemon code as the testbed that drives them."""
     if image != IMAGE:
-        if not image_exists(image):
+        if not image_exists(image, engine):
             raise UserError(f"docker image {image} does not exist; build it or use the default {IMAGE}.")
         return image
-    res = build(BuildOptions(image=image), progress=lambda s: log.info("%s", s))
+    res = build(BuildOptions(image=image), progress=lambda s: log.info("%s", s), engine=engine)
     if not res.cached:
         log.info("built %s (%s) in %.0f s", image, res.mode, res.seconds)
     return image
+
+
+def load_image(image: str, source: Engine, target: Engine, timeout: float = 900.0) -> float:
+    """Copy `image` from one engine to another (`docker save | docker load`); returns the seconds it took."""
+    t0 = time.monotonic()
+    save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=source.env())
+    try:
+        load = subprocess.run(["docker", "load", "--quiet"], stdin=save.stdout, capture_output=True, text=True,
+                              timeout=timeout, env=target.env())
+    finally:
+        assert save.stdout is not None
+        save.stdout.close()
+        try:
+            save.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            save.kill()
+            save.wait()
+    if save.returncode != 0 or load.returncode != 0:
+        why = (save.stderr.read().decode(errors="replace") if save.stderr else "") + load.stderr
+        raise RuntimeError(f"copying {image} from {source} to {target} failed: {' '.join(why.split())}")
+    log.info("loaded %s from %s onto %s in %.1f s", image, source.name, target.name, time.monotonic() - t0)
+    return time.monotonic() - t0
+
+
+def distribute_image(image: str, engines: list[Engine]) -> dict[str, float]:
+    """Make `image` present, with the same content, on every engine: engines that lack it (or hold another
+    build under the same tag) get it from the first engine that has it. Returns {machine: seconds} per copy."""
+    have = [e for e in engines if image_exists(image, e)]
+    if not have:
+        first = engines[0] if engines else LOCAL
+        raise UserError(f"machine {first.name} is an engine without the node image: build or load it "
+                        f"(`DOCKER_HOST={first.address()} testbed image build`, or `docker save {image} | "
+                        f"DOCKER_HOST={first.address()} docker load` where {image} exists).")
+    source = have[0]
+    wanted = image_label(image, HASH_LABEL, source)
+    copied: dict[str, float] = {}
+    for engine in engines:
+        if engine in have and image_label(image, HASH_LABEL, engine) == wanted:
+            continue
+        copied[engine.name] = load_image(image, source, engine)
+    return copied

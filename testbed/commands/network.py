@@ -402,9 +402,12 @@ def _clean(args: argparse.Namespace) -> int:
                         f"{registry.RUN_ID_LEN} hex digits such as 3f9a1c (prefixes are not matched).")
     if args.run_id and registry.is_live(args.run_id):
         raise UserError(f"run {args.run_id} is live (its owner is running); stop it instead of cleaning it.")
-    removed = cleanup.clean(only=[args.run_id] if args.run_id else None)
+    unreachable: list[str] = []
+    removed = cleanup.clean(only=[args.run_id] if args.run_id else None, unreachable=unreachable)
+    for u in unreachable:
+        print(f"testbed clean: could not reach {u}; its containers are left", file=sys.stderr)
     if args.json:
-        print(json.dumps({"removed": [str(r) for r in removed]}, indent=1))
+        print(json.dumps({"removed": [str(r) for r in removed], "unreachable": unreachable}, indent=1))
         return 0
     for r in removed:
         print(f"removed {r}")

@@ -27,6 +27,13 @@ Faults that are container operations:
   netns. TAP file descriptors held by the wire emulator survive a move, so
   shaping, counters and pcaps go on.
 - pause -> `docker pause` (cgroup freezer: processes stop, links stay).
+
+Several engines: each host's container lives on its machine's engine (a
+{host: Engine} mapping; hosts not in it use the runtime's default engine).
+Every `docker` command of a host goes to that host's engine, the node image is
+loaded onto every engine that lacks it, and the engines a run uses are written
+to its registry record before any container exists, so `testbed clean` finds
+them after a crash.
 """
 from __future__ import annotations
 
@@ -46,7 +53,7 @@ from typing import Callable
 from pyroute2 import NetlinkError
 
 from testbed import PREFIX, netlink, registry
-from testbed.docker_engine import docker, require_engine
+from testbed.docker_engine import LOCAL, Engine, docker, require_engine
 from node.errors import UserError
 from testbed.runtime.base import Host, Process, Runtime
 from testbed.runtime.netns import configure_in_thread, netns_exists, run_ip, sysctl_script
@@ -55,6 +62,7 @@ log = logging.getLogger(__name__)
 
 RUN_LABEL = "wanbed.run"
 PREFIX_LABEL = "wanbed.prefix"
+ENGINES_KEY = "docker_engines"    # registry state: {machine name: engine address} of every engine a run used
 CONTAINER_WORKDIR = "/work"
 PID_WAIT = 10.0       # seconds to wait for an exec'd process to record its pid
 START_WORKERS = 8     # concurrent `docker run`s: the engine serialises some work, more threads gain nothing
@@ -96,8 +104,9 @@ class ReplumbReport:
 
 
 class DockerHost(Host):
-    def __init__(self, name: str, container: str, workdir: Path, user: str = "") -> None:
+    def __init__(self, name: str, container: str, workdir: Path, user: str = "", engine: Engine = LOCAL) -> None:
         self.name = name
+        self.engine = engine             # the engine (machine) this host's container lives on
         self.container = container
         self.netns = container           # the named netns carries the container's name
         self.workdir = workdir
@@ -106,10 +115,10 @@ class DockerHost(Host):
         self.sysctls: dict[str, str] = {}  # the scenario's extra sysctls, set again in a restarted namespace
 
     def __repr__(self) -> str:
-        return f"DockerHost({self.name!r}, container={self.container!r})"
+        return f"DockerHost({self.name!r}, container={self.container!r}, engine={self.engine.name!r})"
 
     def init_pid(self) -> int:
-        out = docker(["inspect", "--format", "{{.State.Pid}}", self.container]).stdout.strip()
+        out = docker(["inspect", "--format", "{{.State.Pid}}", self.container], engine=self.engine).stdout.strip()
         pid = int(out)
         if pid <= 0:
             raise RuntimeError(f"container {self.container} is not running")
@@ -143,7 +152,7 @@ class DockerHost(Host):
         with open(log_path, "ab") as logf:
             # A session of its own: Ctrl-C reaches the testbed, which stops daemons in order.
             popen = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+                                     start_new_session=True, env=self.engine.env())
         deadline = time.monotonic() + PID_WAIT
         while not (host_pidfile.exists() and host_pidfile.read_text().strip()):
             if popen.poll() is not None or time.monotonic() > deadline:
@@ -163,13 +172,14 @@ class DockerHost(Host):
         if not argv:
             raise UserError(f"no command given to run in host {self.name}.")
         return subprocess.run(["docker", "exec", "-u", "root", self.container, *argv], capture_output=True,
-                              text=True, timeout=timeout, check=check)
+                              text=True, timeout=timeout, check=check, env=self.engine.env())
 
     def signal(self, process: Process, sig: int) -> None:
         """Signal by the pid the wrapper recorded (a pid in the container's pid namespace)."""
         if process.popen is not None and process.popen.poll() is not None:
             return      # already exited: the pid may belong to another process now
-        docker(["exec", "-u", "root", self.container, "kill", f"-{int(sig)}", str(process.pid)], check=False)
+        docker(["exec", "-u", "root", self.container, "kill", f"-{int(sig)}", str(process.pid)], check=False,
+               engine=self.engine)
 
     def host_pid(self, process: Process) -> int | None:
         """The machine-wide pid of a process started here (for /proc based monitors), or None if gone."""
@@ -198,7 +208,7 @@ class DockerHost(Host):
 
     def kill(self) -> None:
         """SIGKILL every process of the container; its namespace (links) stays, held by the named netns."""
-        docker(["kill", "-s", "KILL", self.container], check=False)
+        docker(["kill", "-s", "KILL", self.container], check=False, engine=self.engine)
         self._wait_state(("exited", "dead", "missing"))
 
     def restart(self) -> ReplumbReport:
@@ -226,7 +236,7 @@ class DockerHost(Host):
                 raise RuntimeError(f"keeping the namespace of {self.container}: {res.stderr.strip()}")
             kept = True
         try:
-            res = docker(["start", self.container], check=False)
+            res = docker(["start", self.container], check=False, engine=self.engine)
             if res.returncode != 0:
                 why = " ".join(res.stderr.split()) or "docker start failed"
                 raise UserError(f"cannot restart container {self.container}: {why}.")
@@ -244,14 +254,14 @@ class DockerHost(Host):
         return report
 
     def pause(self) -> None:
-        docker(["pause", self.container])
+        docker(["pause", self.container], engine=self.engine)
 
     def unpause(self) -> None:
-        docker(["unpause", self.container])
+        docker(["unpause", self.container], engine=self.engine)
 
     def state(self) -> str:
         """docker's status word: running, paused, exited ... or missing."""
-        res = docker(["inspect", "--format", "{{.State.Status}}", self.container], check=False)
+        res = docker(["inspect", "--format", "{{.State.Status}}", self.container], check=False, engine=self.engine)
         return res.stdout.strip() if res.returncode == 0 else "missing"
 
     def _wait_state(self, states: tuple[str, ...], timeout: float = 10.0) -> None:
@@ -337,13 +347,27 @@ class DockerRuntime(Runtime):
     name = "docker"
 
     def __init__(self, run_id: str, workdir: Path | None = None, image: str | None = None,
-                 workers: int = START_WORKERS) -> None:
-        require_engine()
-        from testbed.image import IMAGE, NODE_UID, NODE_USER, ensure_image
+                 workers: int = START_WORKERS, engines: dict[str, Engine] | None = None,
+                 default_engine: Engine = LOCAL) -> None:
+        """`engines` maps host names to the engine of their machine; other hosts go to `default_engine`."""
+        from testbed.image import IMAGE, NODE_UID, NODE_USER, distribute_image, ensure_image
         self.run_id = run_id
         self.prefix = registry.prefix(run_id)
         self.run_dir = workdir
-        self.image = image or ensure_image(IMAGE)
+        self.default_engine = default_engine
+        self.placement: dict[str, Engine] = dict(engines or {})
+        self.engines: list[Engine] = _distinct([default_engine, *self.placement.values()])
+        for engine in self.engines:
+            require_engine(engine)
+        self._own_record = False
+        self._record_engines()
+        try:
+            self.image = image or ensure_image(IMAGE, engine=default_engine)
+            distribute_image(self.image, self.engines)
+        except BaseException:
+            if self._own_record:          # refused before any container: nothing for clean to find
+                registry.unregister(self.run_id)
+            raise
         self.user = NODE_USER
         self.uid = NODE_UID
         self.workers = max(1, workers)
@@ -354,6 +378,20 @@ class DockerRuntime(Runtime):
 
     def container_name(self, host: str) -> str:
         return f"{self.prefix}-{host}"
+
+    def engine_of(self, host: str) -> Engine:
+        return self.placement.get(host, self.default_engine)
+
+    def _record_engines(self) -> None:
+        """Write every engine of this run to its registry record (made here when the run has none), so that
+        `testbed clean` reaches them even if this process is killed before it removes its containers."""
+        record = registry.load(self.run_id)
+        if record is None:
+            record = registry.register(self.run_id, "docker")
+            self._own_record = True
+        known = record.state.setdefault(ENGINES_KEY, {})
+        known.update({e.name: e.address() for e in self.engines})
+        registry.save(record)
 
     def _workdir(self, host: str) -> Path:
         if self.run_dir is not None:
@@ -377,7 +415,7 @@ class DockerRuntime(Runtime):
                 "--user", "0:0",
                 "--memory", self.memory,
                 "--label", f"{RUN_LABEL}={self.run_id}", "--label", f"{PREFIX_LABEL}={PREFIX}",
-                "-v", f"{host.workdir.resolve()}:{CONTAINER_WORKDIR}", self.image])
+                "-v", f"{host.workdir.resolve()}:{CONTAINER_WORKDIR}", self.image], engine=host.engine)
 
     def add_hosts(self, names: list[str]) -> list[DockerHost]:
         """Create many hosts: concurrent `docker run`s, one `ip -batch` to name their namespaces."""
@@ -386,7 +424,8 @@ class DockerRuntime(Runtime):
             if name in self.hosts or names.count(name) > 1:
                 raise UserError(f"host {name!r} exists twice.")
         for name in names:
-            host = DockerHost(name, self.container_name(name), self._workdir(name), user=self.user)
+            host = DockerHost(name, self.container_name(name), self._workdir(name), user=self.user,
+                              engine=self.engine_of(name))
             host.sysctls = dict(self.sysctls)
             self.hosts[name] = host      # recorded first, so a failure half-way is still torn down
             host.workdir.mkdir(parents=True, exist_ok=True)
@@ -401,8 +440,12 @@ class DockerRuntime(Runtime):
         if errors:
             raise RuntimeError("starting containers failed: " + "; ".join(errors[:3]))
         fmt = "{{.Name}} {{.State.Pid}}"
-        out = docker(["inspect", "--format", fmt, *[h.container for h in made]]).stdout
-        pids = {line.split()[0].lstrip("/"): int(line.split()[1]) for line in out.splitlines() if line.strip()}
+        pids: dict[str, int] = {}
+        for engine in _distinct([h.engine for h in made]):
+            out = docker(["inspect", "--format", fmt, *[h.container for h in made if h.engine == engine]],
+                         engine=engine).stdout
+            pids.update({line.split()[0].lstrip("/"): int(line.split()[1]) for line in out.splitlines()
+                         if line.strip()})
         run_ip([], batch="".join(f"netns attach {h.netns} {pids[h.container]}\n" for h in made))
         _configure_namespaces([h.netns for h in made], self.sysctls)
         return made
@@ -411,17 +454,22 @@ class DockerRuntime(Runtime):
         host = self.hosts.pop(name, None)
         if host is None:
             return
-        _remove([host.container])
+        _remove([host.container], host.engine)
 
     def close(self) -> None:
-        names = [h.container for h in self.hosts.values()]
-        # Also whatever carries our run label but was not recorded (a failure half-way through add).
-        try:
-            names += [n for n, run in _labelled() if run == self.run_id and n not in names]
-        except (RuntimeError, subprocess.TimeoutExpired):
-            log.warning("listing containers of run %s failed; removing the recorded ones", self.run_id)
-        _remove(names)
+        for engine in self.engines:
+            names = [h.container for h in self.hosts.values() if h.engine == engine]
+            # Also whatever carries our run label but was not recorded (a failure half-way through add).
+            try:
+                names += [n for n, run in _labelled(engine) if run == self.run_id and n not in names]
+            except (RuntimeError, subprocess.TimeoutExpired):
+                log.warning("listing containers of run %s on %s failed; removing the recorded ones",
+                            self.run_id, engine)
+            _remove(names, engine)
         self.hosts.clear()
+        if self._own_record:
+            registry.unregister(self.run_id)
+            self._own_record = False
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
@@ -448,19 +496,25 @@ def _capture_error(fn: Callable[[DockerHost], None]) -> Callable[[DockerHost], E
     return wrapped
 
 
-def _remove(containers: list[str]) -> None:
+def _distinct(engines: list[Engine]) -> list[Engine]:
+    """The engines in order, each once (two names for one address are still two machines)."""
+    return list(dict.fromkeys(engines))
+
+
+def _remove(containers: list[str], engine: Engine = LOCAL) -> None:
     if containers:
-        docker(["rm", "-f", "-v", *containers], check=False)
+        docker(["rm", "-f", "-v", *containers], check=False, engine=engine)
     for name in containers:
         for ns in (name, name + OLD_NETNS_SUFFIX):
             if netns_exists(ns):
                 run_ip(["netns", "delete", ns], check=False)
 
 
-def _labelled() -> list[tuple[str, str]]:
-    """(container name, run id) of every container carrying the testbed's labels."""
-    res = docker(["ps", "-a", "--filter", f"label={PREFIX_LABEL}={PREFIX}",
-                  "--format", '{{.Names}} {{.Label "' + RUN_LABEL + '"}}'], check=False)
+def _labelled(engine: Engine = LOCAL, kind: str = "ps") -> list[tuple[str, str]]:
+    """(name, run id) of every container (kind "ps") or network ("network") carrying the testbed's labels."""
+    listing, name = (["ps", "-a"], "{{.Names}}") if kind == "ps" else (["network", "ls"], "{{.Name}}")
+    res = docker([*listing, "--filter", f"label={PREFIX_LABEL}={PREFIX}",
+                  "--format", name + ' {{.Label "' + RUN_LABEL + '"}}'], check=False, engine=engine)
     out = []
     for line in res.stdout.splitlines():
         parts = line.split()
@@ -469,17 +523,48 @@ def _labelled() -> list[tuple[str, str]]:
     return out
 
 
-def run_containers(run_id: str) -> list[str]:
-    """Names of the containers (any state) labelled with this run id."""
-    return [n for n, run in _labelled() if run == run_id]
+def run_containers(run_id: str, engine: Engine = LOCAL) -> list[str]:
+    """Names of the containers (any state) on `engine` labelled with this run id."""
+    return [n for n, run in _labelled(engine) if run == run_id]
 
 
-def clean_orphans(is_live: Callable[[str], bool]) -> list[str]:
-    """Remove containers (and their named netns) whose run id is not live; returns the names removed."""
-    try:
-        require_engine()
-    except UserError:
-        return []              # no engine, no containers
-    dead = [name for name, run in _labelled() if not is_live(run)]
-    _remove(dead)
-    return dead
+def recorded_engines(records: list[registry.RunRecord]) -> list[Engine]:
+    """The engines these runs wrote to their records (see DockerRuntime._record_engines)."""
+    found: dict[str, Engine] = {}
+    for record in records:
+        known = record.state.get(ENGINES_KEY) if isinstance(record.state, dict) else None
+        if isinstance(known, dict):
+            for name, address in known.items():
+                if isinstance(name, str) and isinstance(address, str) and address:
+                    found.setdefault(address, Engine(name, address))
+    return list(found.values())
+
+
+@dataclass
+class OrphanReport:
+    removed: list[str] = field(default_factory=list)       # "container X on machine M", "network ..."
+    unreachable: list[Engine] = field(default_factory=list)
+
+
+def clean_orphans(is_live: Callable[[str], bool], engines: list[Engine] | None = None) -> OrphanReport:
+    """On the environment's engine and every engine in `engines`: remove the containers (and their named netns)
+    and networks whose run id is not live. An engine that does not answer is reported, not waited for."""
+    report = OrphanReport()
+    local = LOCAL.address()
+    targets = [LOCAL] + [e for e in _distinct(engines or []) if e.address() != local]
+    for engine in targets:
+        try:
+            require_engine(engine)
+        except UserError:
+            if engine is not LOCAL:      # no local engine: no local containers
+                report.unreachable.append(engine)
+            continue
+        where = "" if engine is LOCAL else f" on machine {engine.name}"
+        dead = [name for name, run in _labelled(engine) if not is_live(run)]
+        _remove(dead, engine)
+        report.removed += [f"container {name}{where}" for name in dead]
+        nets = [name for name, run in _labelled(engine, "network") if not is_live(run)]
+        if nets:
+            docker(["network", "rm", *nets], check=False, engine=engine)
+        report.removed += [f"network {name}{where}" for name in nets]
+    return report

@@ -93,8 +93,8 @@ def test_cleanup_close_and_orphans(node_image: image.BuildResult) -> None:
         netns = hosts[0].netns
         rt.hosts.clear()                    # simulated crash: the runtime forgets its containers
         registry.unregister(run_id)         # and its owner is gone
-        removed = clean_orphans(registry.is_live)
-        assert f"{rt.prefix}-z" in removed
+        removed = clean_orphans(registry.is_live).removed
+        assert f"container {rt.prefix}-z" in removed
         assert _labelled(run_id) == [] and not netns_exists(netns)
     finally:
         rt.close()

@@ -1,0 +1,77 @@
+"""Two Docker engines on one machine, each in a network namespace of its own, as two machines' engines would be.
+
+Each dockerd is started with `nsenter --net=/run/netns/<ns>` (`ip netns exec` would remount /sys and hide the
+cgroups from it), with its own data root, exec root, pidfile and socket, and no iptables or bridge (hosts are
+`--network none` containers). They start empty: the node image is built once on the session's engine (the
+`node_image` fixture) and copied onto both with `docker save | docker load`. At the end each dockerd is stopped
+through its own pid and its namespace and roots are removed. The start-up cost (both engines, then both image
+loads) is printed with `-s` and kept in `Machines`.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from testbed import docker_engine, image
+from testbed.docker_engine import Engine
+
+NAMESPACES = ("wanbed-eng1", "wanbed-eng2")    # not the testbed's run prefix: `testbed clean` must leave them
+
+
+@dataclass
+class Machines:
+    engines: list[Engine]                      # m1, m2
+    source: Engine                             # the session's engine, where the image was built
+    missing_before: list[str]                  # machines that had no node image before the rig loaded it
+    loaded: dict[str, float] = field(default_factory=dict)   # machine -> seconds of its save | load
+    start_seconds: float = 0.0                 # both dockerd up (started concurrently)
+
+
+def _start(index: int, ns: str) -> docker_engine.StartedEngine:
+    # Short root: containerd's sockets live under the exec root (108-byte unix path limit).
+    root = Path(tempfile.mkdtemp(prefix=f"tb-m{index}-", dir="/tmp"))
+    return docker_engine.start_engine(root, netns=ns, name=f"m{index}")
+
+
+@pytest.fixture(scope="session")
+def machines(engine: str, node_image: image.BuildResult) -> Iterator[Machines]:
+    if shutil.which("nsenter") is None:
+        pytest.skip("nsenter (util-linux) is not installed")
+    for ns in NAMESPACES:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)   # left by a killed session
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+    started: list[docker_engine.StartedEngine] = []
+    try:
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = [pool.submit(_start, i + 1, ns) for i, ns in enumerate(NAMESPACES)]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        started += [f.result() for f in futures if f.exception() is None]   # stopped below even if one failed
+        if errors:
+            raise errors[0]
+        engines = [s.engine for s in started]
+        source = Engine("controller", engine)
+        rig = Machines(engines, source, [e.name for e in engines if not image.image_exists(node_image.image, e)],
+                       start_seconds=time.monotonic() - t0)
+        rig.loaded = image.distribute_image(node_image.image, [source, *engines])
+        print(f"\nmulti-engine rig: 2 dockerd up in {rig.start_seconds:.1f} s; node image loaded: "
+              + ", ".join(f"{m} {s:.1f} s" for m, s in rig.loaded.items()), flush=True)
+        yield rig
+    finally:
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            list(pool.map(lambda s: s.stop(), started))
+        print(f"\nmulti-engine rig: 2 dockerd stopped in {time.monotonic() - t0:.1f} s", flush=True)
+        for s in started:
+            shutil.rmtree(s.root, ignore_errors=True)
+        for ns in NAMESPACES:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
