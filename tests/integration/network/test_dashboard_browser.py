@@ -101,12 +101,13 @@ def save_screenshot(browser: Any, name: str) -> None:
     shot = ARTIFACTS / f"{name}.png"
     browser.save_screenshot(str(shot))
     browser.shot = name
-    print(f"screenshot: {shot}")
+    with browser.capsys.disabled():           # named in the test output, captured or not
+        print(f"\nscreenshot: {shot}")
 
 
 @pytest.fixture(autouse=True)
-def screenshot(request: pytest.FixtureRequest, browser: Any) -> Iterator[None]:
-    browser.shot = None
+def screenshot(request: pytest.FixtureRequest, browser: Any, capsys: pytest.CaptureFixture) -> Iterator[None]:
+    browser.shot, browser.capsys = None, capsys
     yield
     if browser.shot != request.node.name:       # a test that leaves the page takes its own before
         save_screenshot(browser, request.node.name)
