@@ -217,8 +217,9 @@ function showTimeline(s) {
 function panelSeries(s) {
   const out = {};
   const broker = (s.panels || {}).broker;
-  if (broker) {
-    const sum = k => Object.values(broker).reduce((a, b) => a + (b[k] || 0), 0);
+  const sum = k => Object.values(broker || {}).reduce((a, b) => a + (b[k] || 0), 0);
+  // every daemon reports a broker section; a run without pub/sub keeps it at zero and gets no panel
+  if (broker && (dash.series.broker || ["published", "copies_out", "duplicates", "expired"].some(k => sum(k)))) {
     out.broker = { title: "broker (all nodes)", names: ["published", "copies out", "duplicates", "expired"],
                    values: [sum("published"), sum("copies_out"), sum("duplicates"), sum("expired")] };
   }
@@ -324,10 +325,20 @@ function schedule(s) {
 
 // ---- replay ------------------------------------------------------------------------------------------------
 
+const FRAMES = window.DASH_FRAMES || null;   // topology.html: the run's sampled states, inlined; no server
+
 function showSlider(s) {
   $("replay").hidden = false;
   if (dash.replayAt !== null) return;
   const slider = $("slider");
+  if (FRAMES) {
+    slider.min = "0";
+    slider.max = String(FRAMES.length - 1);
+    slider.step = "1";
+    slider.value = slider.max;
+    text("slider-time", `end (${when(s.last_ts)})`);
+    return;
+  }
   slider.min = String(s.first_ts || s.last_ts || 0);
   slider.max = String(s.last_ts || 0);
   slider.value = slider.max;
@@ -337,6 +348,13 @@ function showSlider(s) {
 let replayTimer = null;
 $("slider").addEventListener("input", () => {
   const slider = $("slider");
+  if (FRAMES) {
+    const i = Number(slider.value);
+    dash.replayAt = i === FRAMES.length - 1 ? null : i;
+    text("slider-time", dash.replayAt === null ? `end (${when(FRAMES[i].last_ts)})` : when(FRAMES[i].last_ts));
+    render(FRAMES[i]);
+    return;
+  }
   clearTimeout(replayTimer);
   replayTimer = setTimeout(async () => {
     const at = Number(slider.value);
@@ -358,12 +376,18 @@ $("slider").addEventListener("input", () => {
   }, 200);
 });
 
-const stream = new EventSource("/events");
-stream.addEventListener("state", ev => {
-  text("conn", "(live)");
-  const s = JSON.parse(ev.data);
-  dash.live = s;
-  dash.receivedAt = Date.now();
-  if (dash.replayAt === null) schedule(s);
-});
-stream.onerror = () => text("conn", "(reconnecting)");
+if (FRAMES) {
+  // every sampled state in order: the series fill, the last one stays on screen
+  text("conn", "(saved)");
+  FRAMES.forEach(render);
+} else {
+  const stream = new EventSource("/events");
+  stream.addEventListener("state", ev => {
+    text("conn", "(live)");
+    const s = JSON.parse(ev.data);
+    dash.live = s;
+    dash.receivedAt = Date.now();
+    if (dash.replayAt === null) schedule(s);
+  });
+  stream.onerror = () => text("conn", "(reconnecting)");
+}

@@ -11,9 +11,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -192,6 +194,50 @@ def test_a_replay_shows_the_same_final_state(network: dict[str, Any], browser: A
     finally:
         browser.get("about:blank")        # closes the stream first: a refused reconnect would be a logged error
         server.stop()
+
+
+def test_the_reports_topology_html_opens_from_a_file(network: dict[str, Any], browser: Any,
+                                                      tmp_path: Path) -> None:
+    from testbed.dashboard import export
+    page = export.write(network["run_dir"], tmp_path / "topology.html")
+    assert page is not None
+    browser.get(page.as_uri())                 # no server: libraries and states are in the file
+    wait_for(browser, "return window.dash && window.dash.renders > 0", 10, "the saved page's render")
+    assert js(browser, "return window.dash.cy.edges().length") == len(network["topology"]["links"])
+    assert js(browser, "return document.querySelectorAll('#timeline li[data-kind=fault]').length") == 2
+    assert edge(browser, "n2-n3")["style"] == "solid"         # as the run ended: the link restored
+
+
+def test_a_drill_fault_appears_on_the_timeline(network: dict[str, Any], browser: Any,
+                                               tmp_path: Path) -> None:
+    # The drill's first fault (kill n3 at 12 s) is what the page must show; the rest of the run (two cells,
+    # a 45 s drain) does not fit the browser tests' budget, so the run is interrupted once it is shown.
+    run = subprocess.Popen([sys.executable, "-m", "testbed", "run", "scenarios/drill-relay-crash.yaml", "--quick",
+                            "--set", "capture=none", "--out", str(tmp_path / "drill"), "--dashboard"],
+                           cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = None
+        for text_line in run.stderr:           # announced once on standard error, before anything is built
+            m = re.match(r"dashboard: (http://127\.0\.0\.1:\d+/\?token=\S+)$", text_line.strip())
+            if m:
+                url = m.group(1)
+                break
+        assert url, "`testbed run --dashboard` printed no URL"
+        threading.Thread(target=run.stderr.read, daemon=True).start()    # keep the pipe drained
+        browser.get(url)
+        wait_for(browser, "return [...document.querySelectorAll('#timeline li[data-kind=fault]')]"
+                          ".some(li => li.textContent.includes('kill'))", 60, "the drill's kill on the timeline")
+        assert js(browser, "return document.querySelectorAll('#timeline-strip rect.fault').length") >= 1
+        assert " rep 1: " in js(browser, "return document.getElementById('phase').textContent")   # cell rep N: phase
+        save_screenshot(browser, "test_a_drill_fault_appears_on_the_timeline")
+        browser.get("about:blank")             # before the run (and its dashboard) ends
+    finally:
+        run.send_signal(signal.SIGINT)
+        try:
+            run.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait()
 
 
 def test_no_console_errors(browser: Any) -> None:
