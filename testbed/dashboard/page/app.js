@@ -134,8 +134,10 @@ function showTip(ev, content) {
   const tip = $("tip");
   if (!content) return;
   tip.replaceChildren(content);
-  tip.style.left = `${ev.renderedPosition.x + 12}px`;
-  tip.style.top = `${ev.renderedPosition.y + 12}px`;
+  // an event without a pointer position (emitted, or by keyboard) is placed at the element
+  const at = ev.renderedPosition || (ev.target.isEdge() ? ev.target.renderedMidpoint() : ev.target.renderedPosition());
+  tip.style.left = `${at.x + 12}px`;
+  tip.style.top = `${at.y + 12}px`;
   tip.hidden = false;
 }
 function hideTip() { $("tip").hidden = true; }

@@ -208,6 +208,39 @@ def test_the_reports_topology_html_opens_from_a_file(network: dict[str, Any], br
     assert edge(browser, "n2-n3")["style"] == "solid"         # as the run ended: the link restored
 
 
+def test_a_100_host_grid_is_laid_out_by_name_and_answers_quickly(browser: Any, tmp_path: Path) -> None:
+    from testbed.dashboard.server import DashboardServer
+    d = {"delay": 0.01, "jitter": 0.0, "loss": 0.0, "rate": 1e7, "queue": 1000}
+    names = [f"r{i}c{j}" for i in range(1, 11) for j in range(1, 11)]
+    pairs = [((i, j), (i, j + 1)) for i in range(1, 11) for j in range(1, 10)] + \
+        [((i, j), (i + 1, j)) for i in range(1, 10) for j in range(1, 11)]
+    links = [{"name": f"r{a[0]}c{a[1]}-r{b[0]}c{b[1]}", "a": f"r{a[0]}c{a[1]}", "b": f"r{b[0]}c{b[1]}",
+              "state": "up", "a_to_b": d, "b_to_a": d} for a, b in pairs]
+    (tmp_path / "topology.json").write_text(json.dumps({"topology": "grid", "generator": "grid", "links": links,
+                                                        "hosts": [{"name": n, "role": "host"} for n in names]}))
+    server = DashboardServer(tmp_path).start()
+    try:
+        browser.get(server.url)
+        wait_for(browser, "return window.dash && window.dash.renders > 0", 10, "the grid's first render")
+        assert js(browser, "return [window.dash.cy.nodes().length, window.dash.cy.edges().length]") == [100, 180]
+        pos = js(browser, "const p = n => window.dash.cy.getElementById(n).position(); "
+                          "return [p('r1c1'), p('r1c2'), p('r2c1')];")
+        assert pos[0]["y"] == pos[1]["y"] and pos[1]["x"] > pos[0]["x"]       # columns by c<j>
+        assert pos[0]["x"] == pos[2]["x"] and pos[2]["y"] > pos[0]["y"]       # rows by r<i>
+        # the bounds: an update re-renders within 200 ms, a hover answers within 100 ms
+        update_ms = js(browser, "const s = window.dash.state; s.links.forEach(l => l.state = 'down'); "
+                                "const t = performance.now(); window.dash.rerender(s); return performance.now() - t;")
+        assert update_ms < 200 and edge(browser, "r1c1-r1c2")["style"] == "dashed"
+        hover_ms = js(browser, "const t = performance.now(); "
+                               "window.dash.cy.getElementById('link:r5c5-r5c6').emit('mouseover'); "
+                               "return document.getElementById('tip').hidden ? null : performance.now() - t;")
+        assert hover_ms is not None and hover_ms < 100
+        save_screenshot(browser, "test_a_100_host_grid_is_laid_out_by_name_and_answers_quickly")
+        browser.get("about:blank")
+    finally:
+        server.stop()
+
+
 def test_a_drill_fault_appears_on_the_timeline(network: dict[str, Any], browser: Any,
                                                tmp_path: Path) -> None:
     # The drill's first fault (kill n3 at 12 s) is what the page must show; the rest of the run (two cells,
@@ -243,3 +276,5 @@ def test_a_drill_fault_appears_on_the_timeline(network: dict[str, Any], browser:
 def test_no_console_errors(browser: Any) -> None:
     errors = [e for e in browser.logged + browser.get_log("browser") if e.get("level") == "SEVERE"]
     assert errors == []
+    js(browser, "console.error('dashboard test probe')")     # the log is really read: a page error would show
+    assert any("dashboard test probe" in e["message"] for e in browser.get_log("browser"))
