@@ -22,7 +22,7 @@ STATIC_FILES := $(STATIC)/cytoscape.min.js $(STATIC)/uPlot.iife.min.js $(STATIC)
 .PHONY: setup system-packages node-tools dashboard-assets python-env stubs test test-unit run reproduce bench clean help
 
 help:
-	@echo "make setup   install system packages, .venv and generated stubs (idempotent)"
+	@echo "make setup   install system packages, .venv, generated stubs and the dashboard's libraries (idempotent)"
 	@echo "make test    setup, then the whole test suite (unit, integration as root, e2e)"
 	@echo "make run     setup, then the quickstart scenario end to end and its report"
 	@echo "make reproduce FIG=NAME  setup, then one paper figure end to end (reproductions/NAME.yaml, resumable)"

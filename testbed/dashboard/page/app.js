@@ -287,7 +287,8 @@ function showHeader(s) {
     text("progress", "-");
   }
   const h = s.host || {};
-  text("host", h.cpu_percent == null ? "" : `host cpu ${h.cpu_percent.toFixed(0)} %, mem ${h.mem_percent.toFixed(0)} %`);
+  text("host", h.cpu_percent == null ? ""
+    : `host cpu ${h.cpu_percent.toFixed(0)} %, mem ${h.mem_percent.toFixed(0)} %`);
   $("problems").replaceChildren(...(s.problems || []).slice(-10).reverse().map(e => li(e.text)));
 }
 
