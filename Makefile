@@ -10,21 +10,26 @@ PIP         := $(VENV)/bin/pip
 TESTBED     := $(VENV)/bin/testbed
 # System packages the testbed uses (apt names).
 APT_PACKAGES := iproute2 iputils-ping tcpdump iperf3 iptables ethtool procps \
-                openjdk-17-jre-headless tshark debootstrap docker.io
+                openjdk-17-jre-headless tshark debootstrap docker.io chromium chromium-driver
 PROTOS      := $(wildcard proto/*.proto)
 STUBS_STAMP := node/rpc/__init__.py
+# The dashboard page's browser libraries: installed from the lock, their prebuilt files copied to static/.
+WEB         := testbed/dashboard/web
+WEB_STAMP   := $(WEB)/node_modules/.installed
+STATIC      := testbed/dashboard/static
+STATIC_FILES := $(STATIC)/cytoscape.min.js $(STATIC)/uPlot.iife.min.js $(STATIC)/uPlot.min.css
 
-.PHONY: setup system-packages python-env stubs test test-unit run reproduce bench clean help
+.PHONY: setup system-packages node-tools dashboard-assets python-env stubs test test-unit run reproduce bench clean help
 
 help:
-	@echo "make setup   install system packages, .venv and generated stubs (idempotent)"
+	@echo "make setup   install system packages, .venv, generated stubs and the dashboard's libraries (idempotent)"
 	@echo "make test    setup, then the whole test suite (unit, integration as root, e2e)"
 	@echo "make run     setup, then the quickstart scenario end to end and its report"
 	@echo "make reproduce FIG=NAME  setup, then one paper figure end to end (reproductions/NAME.yaml, resumable)"
 	@echo "make bench   setup, then the benchmarks in bench/ (prints measured / bound = ratio)"
 	@echo "make clean   remove build output and anything a crashed testbed left behind"
 
-setup: system-packages python-env stubs
+setup: system-packages python-env stubs dashboard-assets
 
 # Only calls apt when a package is really missing, so a second run costs a dpkg query.
 system-packages:
@@ -39,6 +44,31 @@ system-packages:
 	  apt-get update -qq
 	  apt-get install -y -qq --no-install-recommends $$missing >/dev/null
 	fi
+
+# node and npm by command, not by dpkg name: a nodesource nodejs brings its own npm, and apt's npm would clash.
+node-tools: system-packages
+	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+	  if [ "$$(id -u)" != 0 ]; then echo "make setup: nodejs and npm are missing (run as root to install them)"; exit 1; fi
+	  echo "make setup: installing nodejs npm"
+	  export DEBIAN_FRONTEND=noninteractive
+	  apt-get update -qq
+	  apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+	fi
+
+dashboard-assets: $(STATIC_FILES)
+
+# npm ci only when the lock changed (the stamp is older); --ignore-scripts: nothing of the packages runs here
+$(WEB_STAMP): $(WEB)/package-lock.json $(WEB)/package.json | node-tools
+	(cd $(WEB) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+	touch $@
+
+$(STATIC)/cytoscape.min.js: $(WEB_STAMP)
+	@mkdir -p $(STATIC)
+	cp $(WEB)/node_modules/cytoscape/dist/cytoscape.min.js $@
+
+$(STATIC)/uPlot.iife.min.js $(STATIC)/uPlot.min.css: $(WEB_STAMP)
+	@mkdir -p $(STATIC)
+	cp $(WEB)/node_modules/uplot/dist/$(notdir $@) $@
 
 python-env: $(VENV)/.installed
 

@@ -80,9 +80,27 @@ def report(directory: str, out: str | None = None, master: str | None = None, sp
         if owned:
             spark.stop()
     with progress.step("writing report"):
+        if not remote:
+            _topology_page(runs, tables.topology_run, out_dir)
         page = rep.write(out_dir, str(directory), tables, formats=formats)
     rep.console_summary(tables.summary, tables.health, comparison=tables.comparison)
     return page
+
+
+def _topology_page(runs, which: str, out_dir: Path) -> None:
+    """topology.html beside report.html: the dashboard's page of the run the report draws, self-contained.
+    Without the page's libraries (`make setup`) there is none, and the report says nothing of it."""
+    from testbed.dashboard import export
+    page = out_dir / "topology.html"
+    page.unlink(missing_ok=True)           # never a stale one from an earlier report into this folder
+    run = next((r for r in runs if f"{r.cell}/{r.rep}" == which and isinstance(r.path, Path)), None)
+    if run is None:
+        return
+    try:
+        export.write(run.path, page)
+    except (OSError, UserError) as exc:      # the report stands without it
+        print(f"report: no topology.html ({exc})", file=sys.stderr)
+        page.unlink(missing_ok=True)
 
 
 def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):

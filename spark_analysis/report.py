@@ -162,9 +162,11 @@ def topology_html(t: ReportTables, out: Path) -> str:
     ts = t.experiment.get("time_scale")
     model = (f" (model rate = wall rate × {ts:g}, model delay = wall delay / {ts:g})"
              if isinstance(ts, (int, float)) and not isinstance(ts, bool) and ts > 0 else "")
+    live = (' <a href="topology.html">The interactive view</a> (the dashboard page with the run\'s sampled '
+            "states, self-contained)." if (out / "topology.html").is_file() else "")
     return (f'<figure id="topology">{svg}<figcaption>Topology of run {html.escape(t.topology_run)} '
             f"(topology.json): links labelled with their delay and rate as emulated, in wall-clock units"
-            f"{model}, at the end of the run.</figcaption></figure>")
+            f"{model}, at the end of the run.{live}</figcaption></figure>")
 
 
 def write(out: Path, source: str, tables: ReportTables | pd.DataFrame, summary: pd.DataFrame | None = None,

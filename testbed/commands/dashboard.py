@@ -50,7 +50,7 @@ def _dashboard(args: argparse.Namespace) -> int:
     from testbed.dashboard.server import DashboardServer
     opts = options(args, serve=False)
     assert opts is not None
-    server = DashboardServer(Path(args.run_dir), port=opts["port"], bind=opts["bind"])
+    server = DashboardServer(Path(args.run_dir), port=opts["port"], bind=opts["bind"], replay=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

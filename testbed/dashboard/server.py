@@ -1,8 +1,9 @@
 """The dashboard's HTTP server: stdlib http.server (threaded) and server-sent events.
 
 Routes (every one needs the token, in `?token=` or the cookie the first page load sets; missing or wrong: 403):
-  /               the minimal page (testbed/dashboard/page/index.html): counts, phase, last events
-  /app            the full page, from testbed/dashboard/static/ (filled by `make setup`); without it: one sentence
+  /               the full page (page/app.html) once `make setup` has filled static/; until then the minimal one
+                  (page/index.html): counts, phase, last events
+  /app            the full page; without its libraries: one sentence
   /state          the state as JSON; `?t=UNIX_TIME` replays the run as it stood then
   /events         server-sent events: the state, at most once a second, only when it changed
   /page/<file>, /static/<file>   assets; anything outside their folders is 404
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
 PAGE_DIR = HERE / "page"          # tracked: the minimal page
 STATIC_DIR = HERE / "static"      # git-ignored: the libraries `make setup` copies in
-FULL_PAGE_NEEDS = ("index.html",)  # what /app needs from static/
+FULL_PAGE_NEEDS = ("cytoscape.min.js", "uPlot.iife.min.js", "uPlot.min.css")  # what app.html needs from static/
 COOKIE = "testbed_dashboard"
 LOCAL = "127.0.0.1"
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css",
@@ -108,6 +109,7 @@ class DashboardServer:
     max_clients: int = 8
     send_timeout: float = 10.0         # a stream whose write stalls this long is dropped
     keepalive: float = 15.0            # a comment line this often finds clients that went away
+    replay: bool = False               # `testbed dashboard`: the page offers a time slider
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
 
     def __post_init__(self) -> None:
@@ -134,7 +136,7 @@ class DashboardServer:
         with self._state_lock:
             self.state.poll()
             self._published = self.state.version
-            self.hub.publish(sse(self.state.snapshot()))
+            self.hub.publish(sse(self._snapshot(self.state)))
         for target, name in ((lambda: self.httpd.serve_forever(poll_interval=0.2), "dashboard-http"),
                              (self._poll_loop, "dashboard-poll")):
             t = threading.Thread(target=target, name=name, daemon=True)
@@ -159,7 +161,7 @@ class DashboardServer:
                     payload = None
                     if self.state.version != self._published:
                         self._published = self.state.version
-                        payload = sse(self.state.snapshot())
+                        payload = sse(self._snapshot(self.state))
             except Exception:  # noqa: BLE001 - a reading bug must not end the live view; the page keeps the last
                 log.exception("dashboard: reading the run directory failed")
                 continue
@@ -170,14 +172,19 @@ class DashboardServer:
         if until is None:
             with self._state_lock:
                 self.state.poll()           # as of now, not as of the last tick
-                return self.state.snapshot()
+                return self._snapshot(self.state)
         # read afresh up to `until`: the run as it stood then
         if isinstance(self.state, ExperimentState):
             replay: State = ExperimentState(self.state.folder, until, pin=self.state.pin)
         else:
             replay = RunState(self.state.run_dir, until)
         replay.poll()
-        return replay.snapshot()
+        return self._snapshot(replay)
+
+    def _snapshot(self, state: State) -> dict[str, Any]:
+        snap = state.snapshot()
+        snap["replay"] = self.replay
+        return snap
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -248,13 +255,14 @@ def _handler(server: DashboardServer) -> Callable[..., http.server.BaseHTTPReque
                 return
             # decoded once: %2e%2e and %2f are judged as what they mean
             path = urllib.parse.unquote(url.path)
+            full = all((STATIC_DIR / f).is_file() for f in FULL_PAGE_NEEDS)
             if path in ("/", "/index.html"):
-                self._file(PAGE_DIR, "index.html", cookie=True)
+                self._file(PAGE_DIR, "app.html" if full else "index.html", cookie=True)
             elif path == "/app":
-                if not all((STATIC_DIR / f).is_file() for f in FULL_PAGE_NEEDS):
+                if not full:
                     self._send(503, b"the full dashboard page needs its libraries: run make setup\n")
                 else:
-                    self._file(STATIC_DIR, "index.html", cookie=True)
+                    self._file(PAGE_DIR, "app.html", cookie=True)
             elif path == "/state":
                 self._state(query)
             elif path == "/events":

@@ -46,6 +46,7 @@ class RunState:
         self.broker: dict[str, dict[str, Any]] = {}
         self.rate: dict[str, dict[str, Any]] = {}
         self.last_ts = 0.0
+        self.first_ts = 0.0                                # the earliest record: where a replay's slider starts
         self.version = 0                                   # grows with every change poll() found
         # replay: topology.json holds the links' LAST state; at `until` a link is as its last link_down/link_up
         # before then said, or, with none, as it was before its first one after then
@@ -120,6 +121,7 @@ class RunState:
         if self.until is not None and ts > self.until:
             return
         self.last_ts = max(self.last_ts, float(ts))
+        self.first_ts = min(self.first_ts or float(ts), float(ts))
         name = key.rsplit("/", 1)[-1]
         if name == "links.jsonl":
             self.links[rec["link"]] = rec
@@ -191,7 +193,8 @@ class RunState:
             "hosts": hosts, "links": links, "partitions": topo.get("partitions", []),
             "counts": {"hosts": len(hosts), "links": len(links)}, "nodes": self.nodes,
             "routes": list(self.routes)[-20:], "timeline": list(self.timeline), "host": self.host,
-            "problems": list(self.problems), "last_ts": self.last_ts, "panels": {}}
+            "problems": list(self.problems), "last_ts": self.last_ts, "first_ts": self.first_ts,
+            "panels": {}}
         # panels only when the run has them
         if self.broker:
             out["panels"]["broker"] = self.broker
