@@ -115,16 +115,31 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[TURNS] = Turns(TurnFiles(workerinput["testrunuid"]))
 
 
+def runs_alone(item: pytest.Item) -> bool:
+    """Marked `alone` and not skipped by a mark: a test that will only report a skip needs no turn of its own
+    (taking one would make the other workers finish what they run first)."""
+    if item.get_closest_marker("alone") is None:
+        return False
+    try:
+        from _pytest.skipping import evaluate_skip_marks
+    except ImportError:              # pytest moved it: take the turn
+        return True
+    try:
+        return evaluate_skip_marks(item) is None
+    except Exception:                # a condition that fails to evaluate: pytest reports it in the test itself
+        return True
+
+
 @pytest.hookimpl(tryfirst=True, wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
     # Outermost (tryfirst), so that waiting for a turn is not counted against the test's timeout.
     turns = item.config.stash.get(TURNS, None)
     if turns is None:
         return (yield)
-    alone = item.get_closest_marker("alone") is not None
+    alone = runs_alone(item)
     spent = item.config.stash.setdefault(TIME_SPENT, {})
     asked = time.monotonic()
-    with turns.alone() if alone else turns.beside_others():
+    with turns.alone(keep=nextitem is not None and runs_alone(nextitem)) if alone else turns.beside_others():
         started = time.monotonic()
         try:
             return (yield)

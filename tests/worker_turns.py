@@ -44,21 +44,31 @@ class Turns:
     def __init__(self, files: TurnFiles) -> None:
         self._main: IO[str] = open(files.main, "a")
         self._gate: IO[str] = open(files.gate, "a")
+        self._holding = False       # the exclusive turn, kept from one alone test to the next
 
     @contextlib.contextmanager
-    def alone(self) -> Iterator[None]:
-        fcntl.flock(self._gate, fcntl.LOCK_EX)      # no test starts beside us from now on
-        try:
-            fcntl.flock(self._main, fcntl.LOCK_EX)  # and the one running now has finished
-        finally:
-            fcntl.flock(self._gate, fcntl.LOCK_UN)
+    def alone(self, keep: bool = False) -> Iterator[None]:
+        """Run while no other test does. `keep`: the worker's next test runs alone too, so the turn is kept
+        for it rather than handed back (the other workers would start tests it must then wait out again)."""
+        if not self._holding:
+            fcntl.flock(self._gate, fcntl.LOCK_EX)      # no test starts beside us from now on
+            try:
+                fcntl.flock(self._main, fcntl.LOCK_EX)  # and the one running now has finished
+            finally:
+                fcntl.flock(self._gate, fcntl.LOCK_UN)
+            self._holding = True
         try:
             yield
         finally:
-            fcntl.flock(self._main, fcntl.LOCK_UN)
+            if not keep:
+                fcntl.flock(self._main, fcntl.LOCK_UN)
+                self._holding = False
 
     @contextlib.contextmanager
     def beside_others(self) -> Iterator[None]:
+        if self._holding:                           # a kept turn not taken up after all
+            fcntl.flock(self._main, fcntl.LOCK_UN)
+            self._holding = False
         fcntl.flock(self._gate, fcntl.LOCK_EX)      # wait behind a test that asked to run alone
         fcntl.flock(self._gate, fcntl.LOCK_UN)
         fcntl.flock(self._main, fcntl.LOCK_SH)

@@ -135,3 +135,19 @@ def kill_with_pieces_in_flight(net: Any, victim: str, upstream: str, submit: Cal
     after = wait_until(lambda: (lambda n: n if n > start["retransmissions"] else 0)(link()["retransmissions"]),
                        2 * hold_time, 0.05, what=f"{upstream} to take back what was in flight to the killed {victim}")
     return after - start["retransmissions"]
+
+
+def skip_while_a_network_is_up(within: float = 60.0) -> None:
+    """Skip the calling test if a `testbed up` network is still running after `within` seconds.
+
+    A test of `up`, `clean` or the dashboard must not touch a user's network. One that the suite itself
+    brought up (another test's, tearing down on another worker) is gone within seconds, so wait for it
+    rather than skip: a skip here would silently drop the test from the run."""
+    from testbed import netstate
+    deadline = time.monotonic() + within
+    while (runs := netstate.running()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if runs:
+        import pytest
+        pytest.skip("a `testbed up` network is running on this machine (" + ", ".join(r.run_id for r in runs)
+                    + "); not touching it")

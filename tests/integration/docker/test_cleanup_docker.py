@@ -15,6 +15,7 @@ from testbed.cleanup import root_links
 from testbed.docker_engine import docker
 from testbed.runtime.docker import PREFIX_LABEL, RUN_LABEL, run_containers
 from testbed.runtime.netns import list_netns
+from tests.integration.support import skip_while_a_network_is_up
 
 # `testbed up` allows one network on the machine and down/status act on it: one such test at a time
 pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.timeout(240)]
@@ -46,8 +47,7 @@ def scenario(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def nothing_up(node_image: image.BuildResult) -> None:
-    if netstate.running():
-        pytest.skip("a `testbed up` network is running on this machine; not touching it")
+    skip_while_a_network_is_up()
 
 
 def _wait_gone(pid: int, within: float = 60.0) -> None:

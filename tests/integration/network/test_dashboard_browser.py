@@ -23,7 +23,7 @@ from typing import Any, Iterator
 import pytest
 
 from network_support import TESTS_DIR
-from testbed import netstate
+from tests.integration.support import skip_while_a_network_is_up
 
 REPO = Path(__file__).resolve().parents[3]
 STATIC = REPO / "testbed" / "dashboard" / "static"
@@ -62,8 +62,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    if netstate.running():
-        pytest.skip("a `testbed up` network is running on this machine; not touching it")
+    skip_while_a_network_is_up()
     tmp = tmp_path_factory.mktemp("dash")
     scen = tmp / "x.yaml"
     scen.write_text("name: x\n")

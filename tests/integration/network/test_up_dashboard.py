@@ -16,6 +16,7 @@ import pytest
 
 from network_support import TESTS_DIR
 from testbed import netstate
+from tests.integration.support import skip_while_a_network_is_up
 
 pytestmark = [pytest.mark.xdist_group("testbed-up"),
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
@@ -37,8 +38,7 @@ def state(url: str) -> dict:
 
 
 def test_up_serves_the_dashboard_until_down(tmp_path: Path) -> None:
-    if netstate.running():
-        pytest.skip("a `testbed up` network is running on this machine; not touching it")
+    skip_while_a_network_is_up()
     scen = tmp_path / "x.yaml"
     scen.write_text("name: x\n")
     run_dir = tmp_path / "run"
@@ -65,8 +65,7 @@ def test_up_serves_the_dashboard_until_down(tmp_path: Path) -> None:
 
 
 def test_up_with_the_dashboard_port_in_use_builds_nothing(tmp_path: Path) -> None:
-    if netstate.running():
-        pytest.skip("a `testbed up` network is running on this machine; not touching it")
+    skip_while_a_network_is_up()
     scen = tmp_path / "x.yaml"
     scen.write_text("name: x\n")
     with socket.socket() as busy:
