@@ -26,7 +26,7 @@ loops). Before them the bench starts NATS with routes along the links only (a pa
 NATS makes of it: the servers gossip the routes they learn and the cluster is a full mesh within about a
 second (`cluster.no_advertise` only stops gossiping client URLs), and NATS forwards a message that came over a
 route to local clients only, so a true partial mesh could not carry c1n1 -> c2n1 anyway.
-Bounds (what a NATS-class broker should reach): ours non-durable rate >= 1/5 of NATS core's; ours non-durable p50 <= NATS's p50 + 2 ms
+Bounds (what a NATS-class broker should reach): ours non-durable rate >= 0.8 of NATS core's; ours non-durable p50 <= NATS's p50 + 2 ms
 per hop (3 hops), printed against each arrangement: `mesh` is NATS with routes between its servers (what the
 issue names), `leaf` the stricter comparison (one copy per link, like ours). Durable: stated beside them, no
 bound. The table gives CPU seconds per group over each session (this process, node daemons, NATS
@@ -137,6 +137,7 @@ ACK_EVERY = 0.01
 PROBE, LATENCY, RATE, CUT = 0, 1, 2, 3
 HEADER = struct.Struct("<qdB")   # sequence, send time (time.time()), phase
 FILL = b"x" * SIZE
+LIVE_SHARE = 0.8      # ours non-durable rate against NATS's, at 1 and at 10 subscribers (the broker-speed target)
 STALE, SLOW = "closed: Stale Connection", "Slow Consumer Detected"     # nats-server log lines counted
 BEFORE_ROUNDS = 2                # --before: turns of each code (before, after, before, after)
 PROFILE_NODE = "c1g1"            # --profile: the first transit broker (every copy passes it)
@@ -1150,10 +1151,10 @@ class Bench:
             # and the leafnode tree (one copy per link, like ours: the stricter comparison)
             for label in nats_labels:
                 nr, np50 = R[(label, n)]["rate"]["rate_mean"], R[(label, n)]["latency"]["p50"]
-                bound = nr / 5
+                bound = LIVE_SHARE * nr
                 m = ours_l["rate"]["rate_mean"]
                 print(f"pubsub rate 1 kB, {subs}, ours non-durable vs {label}: measured {m:,.0f}/s / bound "
-                      f"{bound:,.0f}/s (1/5 of {nr:,.0f}/s) = ratio {m / bound:.2f} (>= 1 passes)")
+                      f"{bound:,.0f}/s ({LIVE_SHARE:g} x {nr:,.0f}/s) = ratio {m / bound:.2f} (>= 1 passes)")
                 bound = np50 + 0.002 * HOPS
                 m = ours_l["latency"]["p50"]
                 print(f"pubsub p50 latency, {subs}, ours non-durable vs {label}: measured {m * 1000:.1f} ms / bound "
