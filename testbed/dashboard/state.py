@@ -223,7 +223,10 @@ class ExperimentState:
 
     def _reps(self) -> Iterator[dict[str, Any]]:
         for cell in self.doc.get("cells", []) or []:
-            for rep in cell.get("reps", []) if isinstance(cell, dict) else []:
+            reps = cell.get("reps") if isinstance(cell, dict) else None
+            if not isinstance(reps, list):      # a hand-made or older experiment.json counts them: nothing to follow
+                continue
+            for rep in reps:
                 if isinstance(rep, dict) and isinstance(rep.get("dir"), str):
                     yield rep
 

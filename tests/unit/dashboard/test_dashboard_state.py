@@ -218,3 +218,11 @@ def test_progress_log_passes_everything_on_and_an_unwritable_file_costs_only_its
     tee.event("x")
     [rec] = [json.loads(l) for l in (tmp_path / "progress.jsonl").read_text().splitlines()]
     assert rec | {"ts": 0} == {"ts": 0, "node": "testbed", "event": "message", "text": "x"}
+
+
+def test_an_experiment_json_that_counts_its_repetitions_is_shown_without_them(tmp_path: Path) -> None:
+    """Older and hand-made experiment.json files give `reps` as a count, not a list of folders."""
+    (tmp_path / "experiment.json").write_text(json.dumps({"cells": [{"id": "ps", "params": {}, "reps": 1}]}))
+    state = open_source(tmp_path, experiment=True)
+    state.poll()
+    assert state.snapshot()["experiment"]["reps"] == []
