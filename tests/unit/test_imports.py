@@ -1,8 +1,8 @@
 """Every module of node/, testbed/ and spark_analysis/ imports on its own, with no import cycle, and no
 import crosses a wall the architecture draws.
 
-An import cycle can work in one import order and fail in another, so each module gets an interpreter of
-its own (`python -c "import X"`). The node daemon runs without the testbed: importing any node module must
+An import cycle can work in one import order and fail in another, so each module is imported with no other
+project module loaded (a child forked from an interpreter that loaded only third-party packages). The node daemon runs without the testbed: importing any node module must
 not load a testbed module. The generated gRPC stubs in node/rpc/ are included (`make setup` generates them).
 
 Cycles are found in the source, not at run time, so that an import inside a function or under
@@ -40,9 +40,49 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("node", "testbed", "spark_analysis")
 TIMEOUT = 60.0          # seconds for one module's import (pyspark and pandas take ~1 s)
 
-# Imports X, then prints the testbed modules it loaded as one JSON line.
-PROBE = ("import importlib, json, sys; importlib.import_module(sys.argv[1]); "
-         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'testbed')))")
+# One process per module would pay the interpreter's start and the third-party imports (grpc, pyspark, pandas)
+# hundreds of times. A zygote imports those once, and no project module, then forks one child per module: each
+# child starts with no module of node/, testbed/ or spark_analysis/ loaded, as a fresh interpreter would, imports
+# its module and reports the testbed modules that came with it (or the traceback) through a pipe.
+ZYGOTE = r"""
+import importlib, json, os, select, signal, sys, time, traceback
+for name in sys.argv[2:]:
+    try:
+        importlib.import_module(name)
+    except BaseException:
+        pass
+timeout = float(sys.argv[1])
+for line in sys.stdin:
+    module = line.strip()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)      # a module's own prints must not mix with the report
+        try:
+            importlib.import_module(module)
+            res = {"rc": 0, "out": json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "testbed")),
+                   "err": ""}
+        except BaseException:
+            res = {"rc": 1, "out": "", "err": traceback.format_exc()}
+        with os.fdopen(w, "w") as f:
+            f.write(json.dumps(res))
+        os._exit(0)
+    os.close(w)
+    chunks, deadline = [], time.monotonic() + timeout
+    with os.fdopen(r) as f:
+        while time.monotonic() < deadline and select.select([f], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            chunk = os.read(f.fileno(), 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    data = b"".join(chunks)
+    res = json.loads(data) if data else {"rc": 1, "out": "", "err": f"importing {module} did not finish"}
+    print(json.dumps({"module": module, **res}), flush=True)
+"""
 
 
 def source_files() -> dict[str, Path]:
@@ -65,17 +105,39 @@ def project_modules() -> list[str]:
 MODULES = project_modules()
 
 
-def import_alone(module: str) -> tuple[str, subprocess.CompletedProcess]:
+def third_party_modules() -> list[str]:
+    """The modules the project's modules import that are not the project's own (what the zygote loads)."""
+    names = set()
+    for path in source_files().values():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names.add(node.module)
+    return sorted(n for n in names if n.split(".")[0] not in (*PACKAGES, "__future__"))
+
+
+def import_each(modules: list[str], third_party: list[str]) -> dict[str, subprocess.CompletedProcess]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # the repository and the venv only
-    return module, subprocess.run([sys.executable, "-c", PROBE, module], cwd=REPO, env=env, capture_output=True,
-                                  text=True, timeout=TIMEOUT)
+    r = subprocess.run([sys.executable, "-c", ZYGOTE, str(TIMEOUT), *third_party], input="\n".join(modules) + "\n",
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT * len(modules))
+    out = {}
+    for line in r.stdout.splitlines():
+        rec = json.loads(line)
+        out[rec["module"]] = subprocess.CompletedProcess([rec["module"]], rec["rc"], rec["out"], rec["err"])
+    missing = [m for m in modules if m not in out]
+    assert not missing, f"the import probe ended early ({r.returncode}): {r.stderr.strip()[-2000:]}"
+    return out
 
 
 @pytest.fixture(scope="module")
 def imported() -> dict[str, subprocess.CompletedProcess]:
-    # The interpreters are independent, so a few run at once (most of the time is interpreter start-up).
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-        return dict(pool.map(import_alone, MODULES))
+    # two zygotes share the modules: most of a child's time is its own imports
+    third_party = third_party_modules()
+    halves = [MODULES[i::2] for i in range(2)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda ms: import_each(ms, third_party), halves))
+    return {m: r for part in results for m, r in part.items()}
 
 
 def test_the_module_list_covers_the_packages() -> None:
