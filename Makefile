@@ -83,12 +83,11 @@ stubs: $(STUBS_STAMP)
 $(STUBS_STAMP): $(PROTOS) $(VENV)/.installed node/stubs.py
 	$(PY) -m node.stubs generate
 
-# pytest-xdist workers for `make test`. 0 (the default) runs the suite in one process, as CI does. With 3 workers
-# it took 10.8-13.1 min instead of about 17 (the suite mostly waits: timers, links, subprocesses), but signal and
-# whole-run tests (Ctrl-C during `up`, SIGINT to a held network, kill -9 record counts) failed in 2 of 3
-# fresh-clone runs on the 2-core machine. `make test TEST_WORKERS=3`: tests sharing a fixture wider than one
-# test stay on one worker, tests marked `alone` run while the other workers wait (tests/conftest.py).
-TEST_WORKERS ?= 0
+# pytest-xdist workers for `make test` (CI runs it so). Three workers on 2 cores: 15-17 min of pytest from a fresh
+# clone for about 1,900 tests (one process: about 26 min). Tests sharing a fixture wider than one test stay on one
+# worker, tests marked `alone` run while the other workers wait (tests/conftest.py); the summary's last lines say
+# where each worker's time went. `make test TEST_WORKERS=0` runs everything in one process.
+TEST_WORKERS ?= 3
 
 test: setup
 	@# pytest exits 5 when nothing was collected; that is not a failure of the project.
