@@ -17,11 +17,12 @@ import json
 import logging
 import os
 import socket
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+from testbed.experiment.sampler import Sampler
 
 log = logging.getLogger(__name__)
 
@@ -80,35 +81,16 @@ def local_machine() -> str:
     return socket.gethostname() or "local"
 
 
-class HostMonitor:
+class HostMonitor(Sampler):
     """Append a "host" record to `path` every `interval` seconds until stop()."""
+    thread_name = "hostmon"
 
     def __init__(self, path: Path, pids: Callable[[], dict[str, int]], interval: float = 1.0,
                  machine: str | None = None) -> None:
-        if interval <= 0:
-            raise ValueError("HostMonitor interval must be positive")
+        super().__init__(path, interval)
         self.machine = machine or local_machine()
-        self.path = Path(path)
         self.pids = pids
-        self.interval = interval
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._clock_ticks = os.sysconf("SC_CLK_TCK")
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._stop.clear()       # start after stop resumes appending to the same file
-        self._thread = threading.Thread(target=self._run, name="hostmon", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval + 5.0)
-            self._thread = None
 
     def _run(self) -> None:
         try:

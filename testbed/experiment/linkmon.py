@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
+from testbed.experiment.sampler import Sampler
 from testbed.shaping.base import DirectionCounters
 
 log = logging.getLogger(__name__)
@@ -44,35 +44,16 @@ def link_records(now: float, ends: dict[str, tuple[str, str]], current: Counters
     return out
 
 
-class LinkMonitor:
+class LinkMonitor(Sampler):
     """Append "link" records to `path` every `interval` seconds until stop()."""
+    thread_name = "linkmon"
 
     def __init__(self, path: Path, read: Callable[[], Counters], ends: dict[str, tuple[str, str]],
                  interval: float = 1.0, name: str = "links") -> None:
-        if interval <= 0:
-            raise ValueError("LinkMonitor interval must be positive")
-        self.path = Path(path)
+        super().__init__(path, interval)
         self.read = read
         self.ends = dict(ends)
-        self.interval = interval
-        self.samples = 0
         self.log = logging.LoggerAdapter(log, {"node": name})
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="linkmon", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval + 5.0)
-            self._thread = None
 
     def _run(self) -> None:
         try:
