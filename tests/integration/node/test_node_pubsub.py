@@ -162,6 +162,17 @@ def test_interest_reaches_every_node_and_is_withdrawn(net) -> None:
     for node in NAMES:
         wait_until(lambda node=node: not any(s[0] in ("n3", "n4") for s in remote_subs(net, node)), SPREAD,
                    what=f"the withdrawn subscriptions gone at {node}")
+    # the first publication's copies may still be on their way on a loaded machine: count from when they landed
+    def counts() -> dict:
+        return {n: {k: broker(net, n)[k] for k in ("copies_in", "live_in")} for n in NAMES}
+    last = [counts()]
+
+    def settled() -> bool:
+        time.sleep(0.3)
+        now = counts()
+        same, last[0] = now == last[0], now
+        return same
+    wait_until(settled, SPREAD, what="the first publication's copies landed")
     before = {n: broker(net, n) for n in NAMES}
     with net.client("n1") as c:
         r = c.publish("orders.new", size=10)
