@@ -11,7 +11,10 @@ machine. Resources of runs owned by other live processes (a parallel test
 session, a user's `testbed up`) are left alone. Under pytest-xdist the check runs once, in the
 controller, and the runs of its workers count as its own.
 
-Under pytest-xdist a test marked `alone` runs while the other workers wait (tests/worker_turns.py).
+Under pytest-xdist a test marked `alone` runs while the other workers wait (tests/worker_turns.py). The alone
+tests go to one xdist group, `alone`, sent first, so that they take one turn at the start instead of one each
+in the middle of the session; an alone test that shares a fixture wider than itself with tests that run beside
+others stays in that fixture's group (the fixture is made once) and takes its turn where it comes.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import pytest
 from testbed import registry
 from testbed.cleanup import root_links
 from testbed.runtime.netns import list_netns
-from tests.worker_turns import TurnFiles, Turns
+from tests.worker_turns import TurnFiles, Turns, scheduling_order
 
 # Several tests send SIGINT to a process they started and expect Ctrl-C's effect. A suite started as a
 # background job of a non-interactive shell (`make test &`) inherits SIGINT ignored, and an ignored signal stays
@@ -57,6 +60,28 @@ def leaked_resources(owner_pids: set[int]) -> list[str]:
 
 # The scopes of a fixture that several tests share, widest first.
 SHARED_SCOPES = ("session", "package", "module", "class")
+# The xdist group of the tests that run alone and share no fixture with tests that do not.
+ALONE_GROUP = "alone"
+
+
+def shared_fixtures(item: pytest.Item) -> list[tuple[str, str]]:
+    """(defining folder or module, name) of each fixture of ours wider than one test that `item` uses."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    found = []
+    for name in item.fixturenames:
+        defs = info.name2fixturedefs.get(name)
+        if defs and defs[-1].baseid and defs[-1].scope in SHARED_SCOPES:
+            found.append((defs[-1].baseid, name))
+    return found
+
+
+def alone_group_members(items: list[pytest.Item]) -> set[int]:
+    """Indices of the tests that run alone and share no wide fixture with a test that runs beside others."""
+    alone = [runs_alone(it) for it in items]
+    used_beside = {f for it, a in zip(items, alone) if not a for f in shared_fixtures(it)}
+    return {i for i, it in enumerate(items) if alone[i] and not used_beside.intersection(shared_fixtures(it))}
 
 
 def shared_fixture_group(item: pytest.Item) -> str | None:
@@ -92,19 +117,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             group = shared_fixture_group(item)
             if group is not None:
                 item.add_marker(pytest.mark.xdist_group(group))
-        if getattr(config.option, "loadgroup", False):
-            name_xdist_group(item)
+    if getattr(config.option, "loadgroup", False):
+        members = alone_group_members(items)
+        for i, item in enumerate(items):
+            name_xdist_group(item, ALONE_GROUP if i in members else None)
+        groups = [it.nodeid.rpartition("@")[2] if "@" in it.nodeid else None for it in items]
+        items[:] = [items[i] for i in scheduling_order(groups, ALONE_GROUP)]
 
 
-def name_xdist_group(item: pytest.Item) -> None:
+def pytest_collection_finish(session: pytest.Session) -> None:
+    turns = session.config.stash.get(TURNS, None)
+    if turns is not None and session.items:
+        turns.alone_group_first = session.items[0].nodeid.endswith("@" + ALONE_GROUP)
+
+
+def name_xdist_group(item: pytest.Item, group: str | None = None) -> None:
     """Append "@group" to a grouped test's node id, which is what --dist loadgroup schedules by.
 
     pytest-xdist 3.8 does this itself by setting `item._nodeid`, but pytest 9 keeps a node's id in `_id`,
     so without this every test would be scheduled on its own. Should xdist's own renaming work again, the
     suffix is there twice ("t@g@g"), which xdist still reads as group g.
     """
-    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                    for m in item.iter_markers("xdist_group")})
+    names = [group] if group else sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                                          for m in item.iter_markers("xdist_group")})
     if names:
         item._id = type(item._id).parse(f"{item.nodeid}@{'_'.join(names)}")
 
@@ -113,6 +148,8 @@ def pytest_configure(config: pytest.Config) -> None:
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         config.stash[TURNS] = Turns(TurnFiles(workerinput["testrunuid"]))
+    elif hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False   # the order is ours (scheduling_order): the alone group first
 
 
 def runs_alone(item: pytest.Item) -> bool:

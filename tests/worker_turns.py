@@ -4,6 +4,10 @@ Timing-sensitive tests (whole `testbed run`s, rate and delay measurements) have 
 otherwise idle 2-core machine; every other test may run beside another. One file lock per session: `alone`
 tests hold it exclusively, all others shared. A second lock, the gate, is held by a test waiting to run
 alone, so that the other worker, whose tests come one after another, cannot keep the shared lock forever.
+
+Every turn taken costs the other workers the rest of the test they are running, so the tests that can run alone
+as one group (tests/conftest.py) are sent first, to one worker, and take ONE turn at the start of the session:
+the other workers' first tests wait for that turn to begin (a third file, `began`) instead of racing it.
 """
 from __future__ import annotations
 
@@ -11,7 +15,9 @@ import contextlib
 import fcntl
 import os
 import tempfile
-from collections.abc import Iterator
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -31,9 +37,14 @@ class TurnFiles:
     def gate(self) -> Path:
         return self.folder / f"wanbed-pytest-{self.run_uid}.gate"
 
+    @property
+    def began(self) -> Path:
+        """Exists once some worker has taken an alone turn in this session."""
+        return self.folder / f"wanbed-pytest-{self.run_uid}.began"
+
     def remove(self) -> None:
         """Called once by the controller at the end of the session."""
-        for p in (self.main, self.gate):
+        for p in (self.main, self.gate, self.began):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)
 
@@ -41,10 +52,17 @@ class TurnFiles:
 class Turns:
     """One worker's handles on the session's locks (flock: released by the kernel if the worker dies)."""
 
+    # How long a worker's first test waits for the alone group's turn to begin: far more than a worker needs to
+    # receive its first tests, far less than the group's run; past it, the test starts and the turn waits for it.
+    FIRST_TURN_WAIT_S = 30.0
+
     def __init__(self, files: TurnFiles) -> None:
+        self._files = files
         self._main: IO[str] = open(files.main, "a")
         self._gate: IO[str] = open(files.gate, "a")
         self._holding = False       # the exclusive turn, kept from one alone test to the next
+        self.alone_group_first = False   # set once the worker has collected: the session starts with that group
+        self._started = False
 
     @contextlib.contextmanager
     def alone(self, keep: bool = False) -> Iterator[None]:
@@ -57,6 +75,8 @@ class Turns:
             finally:
                 fcntl.flock(self._gate, fcntl.LOCK_UN)
             self._holding = True
+            self._files.began.touch()
+        self._started = True
         try:
             yield
         finally:
@@ -69,6 +89,10 @@ class Turns:
         if self._holding:                           # a kept turn not taken up after all
             fcntl.flock(self._main, fcntl.LOCK_UN)
             self._holding = False
+        if not self._started:
+            self._started = True
+            if self.alone_group_first:
+                self._wait_for_first_turn()
         fcntl.flock(self._gate, fcntl.LOCK_EX)      # wait behind a test that asked to run alone
         fcntl.flock(self._gate, fcntl.LOCK_UN)
         fcntl.flock(self._main, fcntl.LOCK_SH)
@@ -77,6 +101,20 @@ class Turns:
         finally:
             fcntl.flock(self._main, fcntl.LOCK_UN)
 
+    def _wait_for_first_turn(self) -> None:
+        deadline = time.monotonic() + self.FIRST_TURN_WAIT_S
+        while not self._files.began.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def close(self) -> None:
         self._main.close()
         self._gate.close()
+
+
+def scheduling_order(groups: Sequence[str | None], first: str) -> list[int]:
+    """The order to hand tests to xdist (indices into `groups`, each test's xdist group or None): the group `first`
+    at the head, then groups with more tests before groups with fewer (a test without a group counts as a group
+    of one), as xdist's own reordering would, collection order otherwise."""
+    sizes = Counter(g for g in groups if g is not None)
+    return sorted(range(len(groups)),
+                  key=lambda i: (groups[i] != first, -sizes[groups[i]] if groups[i] is not None else -1, i))

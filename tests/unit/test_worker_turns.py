@@ -1,11 +1,13 @@
 """The turns between xdist workers (tests/worker_turns.py): an alone test's turn is kept for the worker's next
-alone test, and handed back otherwise."""
+alone test, and handed back otherwise; the alone group is scheduled first and its turn is not raced."""
 from __future__ import annotations
 
 import fcntl
+import threading
+import time
 from pathlib import Path
 
-from tests.worker_turns import TurnFiles, Turns
+from tests.worker_turns import TurnFiles, Turns, scheduling_order
 
 
 def _others_can_start(files: TurnFiles) -> bool:
@@ -41,5 +43,49 @@ def test_a_kept_turn_is_handed_back_when_the_next_test_runs_beside_others(tmp_pa
             pass
         with turns.beside_others():
             assert _others_can_start(files)
+    finally:
+        turns.close()
+
+
+def test_the_alone_group_comes_first_then_bigger_groups_before_smaller() -> None:
+    groups = [None, "b", "alone", "c", "c", "b", "alone", "c", None]
+    order = scheduling_order(groups, "alone")
+    assert [groups[i] for i in order] == ["alone", "alone", "c", "c", "c", "b", "b", None, None]
+    assert order[:2] == [2, 6] and order[-2:] == [0, 8]           # collection order within a rank
+
+
+def test_a_first_test_beside_others_waits_for_the_alone_groups_turn_to_begin(tmp_path: Path) -> None:
+    files = TurnFiles("t", tmp_path)
+    alone_worker, other = Turns(files), Turns(files)
+    other.alone_group_first = True
+    order: list[str] = []
+
+    def run_alone() -> None:
+        time.sleep(0.3)                                # the other worker asked first: without the wait it would win
+        with alone_worker.alone():
+            order.append("alone")
+            time.sleep(0.2)
+
+    try:
+        t = threading.Thread(target=run_alone)
+        t.start()
+        with other.beside_others():
+            order.append("beside")
+        t.join()
+        assert order == ["alone", "beside"]
+        with other.beside_others():                    # only the first test waits
+            pass
+    finally:
+        alone_worker.close()
+        other.close()
+
+
+def test_without_an_alone_group_the_first_test_does_not_wait(tmp_path: Path) -> None:
+    turns = Turns(TurnFiles("t", tmp_path))
+    try:
+        started = time.monotonic()
+        with turns.beside_others():
+            pass
+        assert time.monotonic() - started < Turns.FIRST_TURN_WAIT_S / 10
     finally:
         turns.close()
