@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable
 
+from node import jsonlines
 from node.client import Access, NodeClient, Subscription
 from node.errors import UserError
 from node.pools.fence import Acked, Drained, Fence, FenceDone, InstanceFence, Step
@@ -90,20 +91,11 @@ def read_event_ids(path: Path, problems: list[str] | None = None) -> set[str]:
     """The event ids an instance's receipts.jsonl records. A line that is not a JSON object (the torn last line
     of a killed process) is skipped, with one sentence in `problems`."""
     out: set[str] = set()
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return out
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
+    for lineno, rec in jsonlines.numbered(path):
+        if rec is None:
             if problems is not None:
                 problems.append(f"{path.parent.name}/{path.name}:{lineno}: not a JSON line, skipped")
-            continue
-        if isinstance(rec, dict) and rec.get("event_id"):
+        elif rec.get("event_id"):
             out.add(str(rec["event_id"]))
     return out
 
