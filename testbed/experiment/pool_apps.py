@@ -33,7 +33,8 @@ instance that gets a fence from it and finds killed.json: it claims the backlog 
 backlog once (InstanceFence.on_backlog), unsubscribes it at backlog 0 and tells the application's other
 instances (`_drained`). A killed process may leave a torn last receipt line (no newline): its event was not
 acknowledged (the line comes first), so it comes again from the backlog; the successor skips the fragment
-(noting it), ends it with a newline before appending, and the account counts it as one bad line.
+(noting it), ends it with a newline before appending, and the account counts it apart (`torn_tail`, the
+killed writer's torn tail: expected, not a bad line; testbed/accounting/records.py).
 
 Files: subscribers/<node>/pool.<app>.<instance>/receipts.jsonl, instance.json (its counters, rewritten every
 heartbeat and at the end: a killed instance's is its last, with `state: killed`), client.log, and killed.json
@@ -63,13 +64,14 @@ from node.pools.fence import Acked, Drained, Fence, FenceDone, InstanceFence, St
 from node.pools.messages import BadMessage, parse_acked, parse_drained, parse_event_key, parse_fence
 from node.pools.sender import DONE_TOPIC
 from testbed import netstate, pycmd, registry
+from testbed.accounting.records import KILLED_MARK
 from testbed.experiment.subscribers import keep_streaming
 
 log = logging.getLogger("testbed.experiment.pool_apps")     # also when run as __main__
 
 FENCE, ACKED, DRAINED = "_fence", "_acked", "_drained"
 RECEIPTS, INFO, LOG = "receipts.jsonl", "instance.json", "client.log"
-KILLED = "killed.json"        # written by the testbed before its SIGKILL: the successor's sign of a crash
+KILLED = KILLED_MARK          # written by the testbed before its SIGKILL: the successor's sign of a crash
 CLAIM = "takeover"            # created once, by the successor that drains a killed instance's backlog
 PIDS_KEY = "pool_client_pids"  # in the run's registry state (testbed/cleanup.py ends recorded *_pids)
 STOP_GRACE = 10.0             # seconds the instance processes get after SIGTERM to write their files
