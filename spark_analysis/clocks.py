@@ -1,5 +1,5 @@
 """Times of a run over several machines put on the controller's clock in Spark (machines.json, read by
-testbed/accounting/clocks.py, the same correction summary.json uses). A run without machines.json ran on one
+node/clockmodel.py, the same model and correction summary.json uses). A run without machines.json ran on one
 machine: its frames are returned as they are."""
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from testbed.accounting import clocks
+from node import clockmodel
 
 
-def load(run: Any) -> clocks.Clocks | None:
-    return clocks.load(run.path)
+def load(run: Any) -> clockmodel.Clocks | None:
+    return clockmodel.load(run.path)
 
 
-def to_controller(clock: clocks.Clocks, ts: Column, node: Column) -> Column:
+def to_controller(clock: clockmodel.Clocks, ts: Column, node: Column) -> Column:
     """`ts` stamped on `node`'s machine, on the controller's clock: ts - (offset + drift * (ts - at))."""
     params = {n: clock.models[m] for n, m in clock.machine_of.items() if m in clock.models}
     if not params:
@@ -28,7 +28,7 @@ def to_controller(clock: clocks.Clocks, ts: Column, node: Column) -> Column:
     return ts - (lookup("offset") + lookup("drift") * (ts - lookup("at")))
 
 
-def deliveries(df: DataFrame, clock: clocks.Clocks | None) -> DataFrame:
+def deliveries(df: DataFrame, clock: clockmodel.Clocks | None) -> DataFrame:
     """deliver_ts (and ts) on the recipient's machine, submit_ts on the origin's: both corrected."""
     if clock is None:
         return df
@@ -37,7 +37,7 @@ def deliveries(df: DataFrame, clock: clocks.Clocks | None) -> DataFrame:
             .withColumn("ts", to_controller(clock, F.col("ts"), F.col("node"))))
 
 
-def receipts(df: DataFrame, clock: clocks.Clocks | None) -> DataFrame:
+def receipts(df: DataFrame, clock: clockmodel.Clocks | None) -> DataFrame:
     """A receipt's ts on the subscriber's machine, its publish_ts on the origin's; latency recomputed."""
     if clock is None:
         return df

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from node import jsonlines
 from node.errors import UserError
 
 from .storage import HadoopPath, resolve
@@ -144,19 +145,9 @@ def run_timeline(run: Run) -> RunTimeline:
     report's schema check names it)."""
     import yaml
 
-    events: list[dict] = []
     path = run.path / "events.jsonl"
-    try:
-        text = path.read_text() if path.is_file() else ""
-    except OSError:
-        text = ""
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and _seconds(rec.get("ts")) is not None and isinstance(rec.get("event"), str):
-            events.append(rec)
+    events = [rec for rec in (jsonlines.objects(path) if path.is_file() else [])
+              if _seconds(rec.get("ts")) is not None and isinstance(rec.get("event"), str)]
     faults = tuple(Fault(float(e["ts"]), e["event"] if e["event"] != "fault_failed" else
                          f"fault_failed ({e.get('action', '?')})", _target(e.get("target", "")))
                    for e in events if e["event"] not in NOT_FAULTS)

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-FLAG_SHARE = 0.10       # of the smallest configured one-way delay
+from node.clockmodel import FLAG_SHARE, ClockModel     # the model a run's machines.json holds, read by both sides
 
 
 class ClockError(ValueError):
@@ -57,24 +57,6 @@ class Estimate:
     at: float             # when, on the controller's clock (the kept exchange's midpoint)
     rtt: float            # the kept exchange's round trip, s
     samples: int          # exchanges considered
-
-
-@dataclass(frozen=True)
-class ClockModel:
-    """The offset as a line through two estimates: offset(t) = offset + drift * (t - at)."""
-
-    offset: float
-    drift: float          # s per s
-    at: float
-    uncertainty: float    # the larger of the two estimates' (a line between them is no less certain)
-
-    def offset_at(self, t: float) -> float:
-        return self.offset + self.drift * (t - self.at)
-
-    def to_controller(self, ts: float) -> float:
-        """A machine's timestamp on the controller's clock. The offset is read at `ts` itself: the error of
-        that is drift x offset, nanoseconds for any clock worth correcting."""
-        return ts - self.offset_at(ts)
 
 
 def _valid(x: Exchange) -> bool:

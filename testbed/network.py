@@ -100,7 +100,7 @@ class Network:
         self.link_state: dict[str, dict[str, Any]] = {}     # link name -> {"a_if","b_if","up"}
         self.partitions: list[list[list[str]]] = []
         # host -> machine, set when the scenario places hosts on several machines; topology.json then names each
-        # host's machine (records' times are that machine's clock: testbed/accounting/clocks.py)
+        # host's machine (records' times are that machine's clock: node/clockmodel.py)
         self.machines: dict[str, str] = {}
         self.lan_netns: list[str] = []
         self.partitioned_hosts: set[str] = set()

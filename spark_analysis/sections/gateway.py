@@ -14,12 +14,13 @@ repetitions of a cell (spark_analysis/stats.py). A run without a gateway has no 
 from __future__ import annotations
 
 import html
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pandas as pd
+
+from node import jsonlines
 
 from .. import stats
 from ..layout import Run, RunTimeline
@@ -61,19 +62,7 @@ def any_records(runs: list[Run]) -> bool:
 
 def _lines(run: Run, node: str, name: str) -> list[dict[str, Any]]:
     """The JSON objects of nodes/<node>/<name> (a bad line, a partial last one, is skipped)."""
-    try:
-        text = (run.path / "nodes" / node / name).read_text()
-    except (OSError, ValueError):
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    return jsonlines.objects(run.path / "nodes" / node / name)
 
 
 def _queue_series(run: Run, node: str, connector: str, scale: float) -> tuple[pd.DataFrame, float | None]:

@@ -7,11 +7,12 @@ Only for runs with a `pools:` section.
 from __future__ import annotations
 
 import html
-import json
 from collections import Counter
 from typing import Any
 
 import pandas as pd
+
+from node import jsonlines
 
 from .. import stats
 from ..layout import Run
@@ -88,11 +89,7 @@ def events(runs: list[Run]) -> pd.DataFrame:
         reps[cell] += 1
         c = counts.setdefault(cell, Counter())
         for path in run.files("pools.jsonl"):
-            for line in path.read_text().splitlines():
-                try:
-                    c[str(json.loads(line).get("event"))] += 1
-                except (ValueError, AttributeError):
-                    continue        # a torn last line of a killed daemon
+            c.update(str(rec.get("event")) for rec in jsonlines.objects(path))   # a torn last line: skipped
     rows = [{"cell": cell, "event": ev, "lines": n, "per_run": n / reps[cell]}
             for cell, c in sorted(counts.items()) for ev, n in sorted(c.items())]
     return pd.DataFrame(rows, columns=EVENT_COLUMNS) if rows else empty_table(EVENT_COLUMNS)

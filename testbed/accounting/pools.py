@@ -11,6 +11,8 @@ spools the teardown left (read-only), for copies still on their way.
   events_expected      (application, event) pairs: each event once to each application wanting its type
   events_received      pairs that reached an instance of the application (first arrivals over all instances)
   events_duplicated    receipt lines beyond the first of a pair (over all instances): must be 0
+  torn_tail            receipts files of killed instances whose torn last line was skipped: expected of a
+                       SIGKILL (the line's event was not acknowledged, so it came again), not a problem
   events_late          pairs not received but held at teardown (queued for an instance, a copy on its way)
   events_lost          pairs not received and held nowhere: must be 0
   affinity_violations  events that went to another instance than the one the consumer's fences name for
@@ -104,6 +106,7 @@ def account(rep_dir: Path, reader: RecordReader | None = None) -> dict[str, Any]
 
     receipts: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     instances: dict[str, dict[str, Any]] = {}
+    torn_before = reader.torn_tails
     for d in instance_dirs(rep_dir):
         info = _json(d / "instance.json")
         if info:
@@ -111,6 +114,7 @@ def account(rep_dir: Path, reader: RecordReader | None = None) -> dict[str, Any]
         for rec in reader.records(d / "receipts.jsonl", "receipt"):
             if rec.get("event_id") and rec.get("app"):
                 receipts[(str(rec["app"]), str(rec["event_id"]))].append(rec)
+    torn_tail = reader.torn_tails - torn_before
 
     in_transit, queued = pubsub.held(rep_dir)
     queued_ids = {pid for ids in queued.values() for pid in ids}
@@ -145,7 +149,7 @@ def account(rep_dir: Path, reader: RecordReader | None = None) -> dict[str, Any]
         "crash_detect_s": _after(faults, "pool_kill", maps, "instance_crash"),
         "failover_s": _failover(faults, pool_lines),
         "events_published": published, "events_expected": expected, "events_received": received,
-        "events_late": late, "events_lost": lost, "events_duplicated": duplicated,
+        "events_late": late, "events_lost": lost, "events_duplicated": duplicated, "torn_tail": torn_tail,
         "affinity_violations": violations, "affinity_unchecked": unchecked, "lost_pairs": lost_pairs,
         "refused": sum(1 for lines in pool_lines.values() for r in lines if r["event"] == "refused"),
         # of those, assignments of a deposed leader (a stale term) that arrived late: what a leader partition shows
@@ -306,10 +310,12 @@ def line(acc: dict[str, Any]) -> str:
     """The account in one line (the console, testbed check)."""
     p50, p99 = acc.get("rebalance_p50_s"), acc.get("rebalance_p99_s")
     times = f"re-balance p50 {p50:.3f} s, p99 {p99:.3f} s" if p50 is not None and p99 is not None else "no re-balance"
+    torn = acc.get("torn_tail") or 0
+    torn_text = f", {torn} killed instances' torn last receipt lines skipped (expected)" if torn else ""
     return (f"pools: {acc['events_received']} of {acc['events_expected']} (application, event) pairs received, "
             f"{acc['events_late']} late, {acc['events_lost']} lost, {acc['events_duplicated']} duplicated, "
             f"{acc['affinity_violations']} affinity violations; {len(acc['rebalance_s'])} changes, {times}, "
-            f"{acc['moved']} moved — {'OK' if acc['ok'] else 'FAILED'}")
+            f"{acc['moved']} moved{torn_text} — {'OK' if acc['ok'] else 'FAILED'}")
 
 
 def problems(acc: dict[str, Any] | None) -> list[str]:

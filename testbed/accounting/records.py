@@ -4,6 +4,13 @@ Shared by the loss checker (testbed/accounting/) and summary.json
 (testbed/experiment/summary.py), so both judge a line by the same rule: it must
 be a JSON object that conforms to its record kind in node/schema.py. A missing
 file counts as empty; an unreadable file or a bad line is a problem, never a crash.
+
+One bad line is expected, not a problem: the torn last line of a writer the
+testbed killed on purpose (`pool_kill`), which left KILLED_MARK beside the file
+before its SIGKILL. The writer died once, so it tore at most one line, the last
+it wrote; a later writer (the killed instance's successor) ends that line with a
+newline and appends after it. So in a file with the mark, one line that is not
+JSON is its torn tail, counted in `torn_tails`; a second one makes both problems.
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ from typing import Any, Iterator
 from node import schema
 
 MAX_PROBLEM_SAMPLES = 10
+KILLED_MARK = "killed.json"     # beside the files of a writer the testbed sent SIGKILL
 
 
 @dataclass
@@ -25,6 +33,7 @@ class RecordReader:
     problems: int = 0
     samples: list[str] = field(default_factory=list)     # the first MAX_PROBLEM_SAMPLES problems
     lines: int = 0                                        # non-blank lines read
+    torn_tails: int = 0                                   # killed writers' torn last lines (not problems)
 
     def records(self, path: Path, kind: str) -> Iterator[dict[str, Any]]:
         """The valid records of one file; nothing when it is missing."""
@@ -35,6 +44,8 @@ class RecordReader:
         except OSError as exc:
             self.problem(f"{self.rel(path)}: cannot read ({exc.strerror})")
             return
+        excusable = (Path(path).parent / KILLED_MARK).exists()    # its writer may have torn one line
+        torn: int | None = None           # that line's number, while it is the file's only line that is not JSON
         with f:
             try:
                 for lineno, line in enumerate(f, 1):
@@ -44,6 +55,12 @@ class RecordReader:
                     try:
                         rec = json.loads(line)
                     except ValueError:
+                        if excusable:
+                            torn, excusable = lineno, False
+                            continue
+                        if torn is not None:      # a second one: the first was not only the kill's doing
+                            self.problem(f"{self.rel(path)}:{torn}: not a JSON line")
+                            torn = None
                         # a daemon killed mid-write leaves a partial last line: reported, not fatal
                         self.problem(f"{self.rel(path)}:{lineno}: not a JSON line")
                         continue
@@ -54,6 +71,8 @@ class RecordReader:
                     yield rec
             except OSError as exc:       # e.g. a directory where the file should be
                 self.problem(f"{self.rel(path)}: cannot read ({exc.strerror or exc})")
+        if torn is not None:
+            self.torn_tails += 1
 
     def problem(self, text: str) -> None:
         self.problems += 1

@@ -16,7 +16,8 @@ EXIT_FAILED = 1       # a repetition failed the checker (Verdict.ok) or a subsys
 
 def _check(args: argparse.Namespace) -> int:
     from testbed import accounting
-    from testbed.accounting import clocks, stall
+    from node import clockmodel
+    from testbed.accounting import stall
     from testbed.subsystems import SUBSYSTEMS
 
     root = Path(args.run_dir)
@@ -38,7 +39,7 @@ def _check(args: argparse.Namespace) -> int:
         all_ok = all_ok and ok
         name = accounting.label(rep)
         stalled = _stall_info(rep)
-        clock = clocks.load(rep)     # None on one machine: nothing to say
+        clock = clockmodel.load(rep)     # None on one machine: nothing to say
         if args.json:
             rows.append({"repetition": name, "dir": str(rep), **verdict.to_dict(max_late, limit=None),
                          **{k: v for _, acc in checked for k, v in acc.items()},
@@ -53,7 +54,7 @@ def _check(args: argparse.Namespace) -> int:
                 _say(f"  {line}")
         if stalled:
             _say(f"  {stall.text(stalled)}")
-        uncertain = clocks.problem_text(clock.to_dict()) if clock is not None else None
+        uncertain = clockmodel.problem_text(clock.to_dict()) if clock is not None else None
         if uncertain:
             _say(f"  {uncertain}")
         rows.append({"ok": ok, **{k: getattr(verdict, k) for k in _COUNTS}})

@@ -3,7 +3,7 @@
 The cell runner measures every machine at the start and the end of a repetition
 (testbed/clockservice.py) and hands the estimates to `write_machines`. A run on
 one machine has nothing to correct: no file is written, and the run directory
-is exactly as before. testbed/accounting/clocks.py reads the file back.
+is exactly as before. node/clockmodel.py reads the file back.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from testbed.accounting.clocks import MACHINES_FILE
+from node.clockmodel import MACHINES_FILE
 from testbed.clockoffset import ClockError, Estimate, clock_model
 
 

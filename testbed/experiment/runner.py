@@ -30,9 +30,9 @@ from typing import Any, Callable, TextIO
 
 import yaml
 
+from node import clockmodel
 from node.errors import UserError
 from spark_analysis.render import console_table
-from testbed.accounting import clocks
 from testbed.experiment import cell as cell_runner, sweep
 from testbed.experiment.summary import check as summary_problems
 from testbed.experiment.progress import Progress, ProgressLog
@@ -500,7 +500,7 @@ def _report_saturation(p: RepPlan, progress: Progress) -> None:
 
 def _report_clock(p: RepPlan, progress: Progress) -> None:
     """Say it on the console as soon as a rep over several machines had clocks too uncertain to correct by."""
-    text = clocks.problem_text(p.summary.get("clock"))
+    text = clockmodel.problem_text(p.summary.get("clock"))
     if text:
         log.info("%s rep %s: %s", p.cell.name, p.rep, text)
         progress.event(f"{p.cell.name} rep {p.rep}: {text}")

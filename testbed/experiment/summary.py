@@ -47,7 +47,7 @@ workload, and per wall second; when events.jsonl has the cell's
 (the drain's late deliveries excluded), which is the thesis' measure. Delays (deliver_ts - submit_ts) are reported by
 the thesis Table 6.1 size ranges (1, 2-30, 31-100 fragments, plus >100).
 On several machines (a machines.json in the run directory) the delays and the
-delivery times are first put on the controller's clock (testbed/accounting/clocks.py),
+delivery times are first put on the controller's clock (node/clockmodel.py),
 and `clock_uncertain` / `clock` say how far that correction can be trusted;
 `saturation` is judged per machine (host.jsonl's `machine`): any saturated
 machine flags the repetition. A one-machine run has neither key.
@@ -63,7 +63,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from testbed.accounting import Verdict, check_run, clocks, stall
+from node import clockmodel
+from testbed.accounting import Verdict, check_run, stall
 from testbed.accounting.check import node_directories
 from testbed.accounting.records import MAX_PROBLEM_SAMPLES, RecordReader, conforms, reason_group
 from testbed.accounting.text import where_text
@@ -110,7 +111,7 @@ def summarize(rep_dir: Path, scenario: Scenario, *, complete: bool, reason: str 
     # ---- deliveries ------------------------------------------------------------------------
     # on several machines a delivery's deliver_ts is the recipient machine's clock and its submit_ts the
     # origin's: both are put on the controller's clock before any delay or window is computed
-    clock = clocks.load(rep_dir)
+    clock = clockmodel.load(rep_dir)
     first: dict[tuple[str, str], dict[str, Any]] = {}
     for d in node_dirs:
         for rec in checked_files.records(d / "deliveries.jsonl", "delivery"):
@@ -287,7 +288,7 @@ def check(summary: dict) -> list[str]:
         problems.append(f"host CPU{where} above {sat.get('threshold')}% in "
                         f"{100 * float(sat.get('fraction_above', 0)):.0f}% "
                         f"of {sat.get('samples')} samples: the emulation results are not trustworthy")
-    uncertain = clocks.problem_text(summary.get("clock"))
+    uncertain = clockmodel.problem_text(summary.get("clock"))
     if uncertain:
         problems.append(uncertain)
     for sub in SUBSYSTEMS:

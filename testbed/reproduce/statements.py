@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 import yaml
 
+from node import jsonlines
 from node.errors import UserError
 from testbed.units import parse_duration
 
@@ -249,16 +250,9 @@ def lookup(doc: Any, path: tuple[str, ...]) -> Any:
 def samples(rep_dir: Path, series: Series, origin: float, scale: float) -> list[tuple[float, float]]:
     """(model s from `origin`, value) of a series, in time order; lines without a number there are skipped."""
     out: list[tuple[float, float]] = []
-    try:
-        text = (Path(rep_dir) / "nodes" / series.node / "metrics.jsonl").read_text(errors="replace")
-    except OSError:
-        return out
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue        # a torn last line after kill -9: the checker reports it, a statement skips it
-        if not isinstance(rec, dict) or not isinstance(rec.get("ts"), (int, float)):
+    # a torn last line after kill -9 is skipped: the checker reports it, a statement only reads what is there
+    for rec in jsonlines.objects(Path(rep_dir) / "nodes" / series.node / "metrics.jsonl"):
+        if not isinstance(rec.get("ts"), (int, float)):
             continue
         value = lookup(rec, series.path)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -271,16 +265,8 @@ def workload_window(rep_dir: Path, scenario: dict[str, Any]) -> tuple[float, flo
     """(wall ts of the workload's start, its length in model s): the workload_end event less the duration."""
     duration = scenario.get("duration")
     scale = scenario.get("time_scale") or 1.0
-    try:
-        lines = (Path(rep_dir) / "events.jsonl").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and rec.get("event") == "workload_end" and isinstance(duration, (int, float)):
+    for rec in jsonlines.objects(Path(rep_dir) / "events.jsonl"):
+        if rec.get("event") == "workload_end" and isinstance(duration, (int, float)):
             return float(rec["ts"]) - float(duration) * float(scale), float(duration)
     return None
 

@@ -8,7 +8,8 @@ RAFT_PORT_OFFSET, so cuts and partitions reach Raft), the applications, and at a
 run (testbed/secrets.py `pools_password`); only the replicas' configs hold it. Each application is a user
 (its name) with a token at its instances' nodes: the instances subscribe and beat as that user.
 
-In a repetition it runs one client process per application instance (testbed/experiment/pool_apps.py); the
+In a repetition it runs one client process per application instance (testbed/experiment/pool_apps.py, started
+and ended by testbed/experiment/pool_manager.py); the
 faults `pool_join`, `pool_leave`, `pool_kill` (SIGKILL to its pid) act on them, and the symbolic targets `pools.leader` and
 `pools.followers` are resolved by asking the replicas (GetPools) when the fault fires.
 
@@ -28,7 +29,7 @@ from node.pools.config import raft_address
 from testbed import secrets
 from testbed.accounting import pools as accounting
 from testbed.accounting.records import RecordReader
-from testbed.experiment.pool_apps import PoolApps
+from testbed.experiment.pool_manager import PoolApps
 from testbed.scenario.sections.faults import FOLLOWERS, LEADER, POOL_ACTIONS
 from testbed.scenario.sections.pools import POOLS, PoolsSpec
 from testbed.scenario.spec import Scenario

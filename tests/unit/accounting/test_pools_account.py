@@ -9,6 +9,7 @@ import yaml
 
 from node import schema
 from testbed.accounting import pools, pubsub
+from testbed.accounting.records import RecordReader
 from testbed.experiment.runner import _fails_check
 from testbed.subsystems.pools import SUBSYSTEM
 
@@ -109,6 +110,32 @@ def test_a_lost_a_duplicated_and_a_misrouted_event_fail(tmp_path: Path) -> None:
     assert SUBSYSTEM.fails({"pools": acc})                  # testbed run fails the repetition too
     assert _fails_check({"pools": acc, "accounting": {"ok": True}})
     assert pools.account(tmp_path / "nothing") is None
+
+
+def test_a_killed_instances_torn_last_receipt_line_is_counted_apart_not_as_a_problem(tmp_path: Path) -> None:
+    rep = run_dir(tmp_path)
+    a1 = rep / "subscribers/h1/pool.A.a1"
+    write(a1 / "receipts.jsonl", "receipt", [receipt("h1", "a1", "c1-d1", "c1-e1", 1)])
+    (a1 / "killed.json").write_text(json.dumps({"pid": 4242, "ts": 2.5}) + "\n")
+    with open(a1 / "receipts.jsonl", "a") as f:     # SIGKILL while writing e2's line; the successor ends it
+        f.write('{"ts":3.0,"node":"h1","subscription":"pool.A.a1","pub_id":"c1-d2","to' + "\n")
+    write(a1 / "receipts.jsonl", "receipt", [receipt("h1", "a2", "c1-d2", "c1-e2", 2, routed="a1")])
+    write(rep / "subscribers/h2/pool.A.a2/receipts.jsonl", "receipt",
+          [receipt("h2", "a2", "c1-d3", "c1-e3", 3), receipt("h2", "a2", "c1-d4", "c1-e4", 4)])
+    reader = RecordReader(rep)
+    acc = pools.account(rep, reader)
+    pubsub.account(rep, reader)                      # the pub/sub account reads the same receipts
+    assert acc["torn_tail"] == 1 and acc["events_received"] == 4 and acc["ok"]
+    assert reader.problems == 0 and "1 killed instances' torn last receipt lines skipped" in pools.line(acc)
+    # the same line where no kill explains it (no killed.json) is a problem; so are two in a killed one's file
+    (a1 / "killed.json").unlink()
+    reader = RecordReader(rep)
+    assert pools.account(rep, reader)["torn_tail"] == 0 and reader.problems == 1
+    (a1 / "killed.json").write_text("{}\n")
+    with open(a1 / "receipts.jsonl", "a") as f:
+        f.write('{"torn' + "\n")
+    reader = RecordReader(rep)
+    assert pools.account(rep, reader)["torn_tail"] == 0 and reader.problems == 2
 
 
 def test_refused_lines_are_counted_and_stale_term_ones_apart(tmp_path: Path) -> None:

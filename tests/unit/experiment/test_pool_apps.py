@@ -15,8 +15,9 @@ import pytest
 from testbed import cleanup, registry
 from testbed.accounting.records import RecordReader
 from testbed.experiment import pool_apps
-from testbed.experiment.pool_apps import (ACKED, InstanceLogic, PoolApps, ReceiptFiles, claim_takeover, instance_dir,
+from testbed.experiment.pool_apps import (ACKED, InstanceLogic, ReceiptFiles, claim_takeover, instance_dir,
                                           mark_killed, read_event_ids)
+from testbed.experiment.pool_manager import PoolApps
 
 
 def delivery(topic: str, pub_id: str, key: str = "", payload: dict | None = None, publisher: str = "") -> SimpleNamespace:

@@ -1,4 +1,4 @@
-"""Times of a run over several machines put on the controller's clock (testbed/accounting/clocks.py) in
+"""Times of a run over several machines put on the controller's clock (node/clockmodel.py) in
 summary.json, the clock_uncertain flag, per-machine saturation, and a one-machine run left exactly as it was.
 Run directories written by the test as real files; machines.json by testbed/experiment/machines.py."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.accounting import clocks
+from node import clockmodel as clocks
 from testbed.clockoffset import Exchange, estimate
 from testbed.experiment import summary
 from testbed.experiment.machines import write_machines

@@ -1,5 +1,9 @@
 """The clocks of a run over several machines: machines.json read back, and times put on the controller's clock.
 
+Shared by the testbed (summary.json, `testbed check`, the writer testbed/experiment/machines.py) and the
+Spark report (spark_analysis/clocks.py), like node/schema.py: both read the run directory, neither imports
+the other for it. The node daemon does not use it. testbed/clockoffset.py estimates the models it holds.
+
 A record's `ts` (and a delivery's `deliver_ts`, a receipt's `ts`) comes from the
 clock of the machine that wrote it; a delivery's `submit_ts` and a receipt's
 `publish_ts` from the origin's machine. machines.json (written by
@@ -23,9 +27,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.clockoffset import FLAG_SHARE, ClockModel
+from node import jsonlines
 
 MACHINES_FILE = "machines.json"
+FLAG_SHARE = 0.10       # of the smallest configured one-way delay: the largest acceptable uncertainty
+
+
+@dataclass(frozen=True)
+class ClockModel:
+    """The offset as a line through two estimates: offset(t) = offset + drift * (t - at)."""
+
+    offset: float
+    drift: float          # s per s
+    at: float
+    uncertainty: float    # the larger of the two estimates' (a line between them is no less certain)
+
+    def offset_at(self, t: float) -> float:
+        return self.offset + self.drift * (t - self.at)
+
+    def to_controller(self, ts: float) -> float:
+        """A machine's timestamp on the controller's clock. The offset is read at `ts` itself: the error of
+        that is drift x offset, nanoseconds for any clock worth correcting."""
+        return ts - self.offset_at(ts)
 
 
 @dataclass(frozen=True)
@@ -100,7 +123,7 @@ def parse(doc: Any) -> dict[str, ClockModel]:
 def machine_of(rep_dir: Any) -> dict[str, str]:
     """node -> machine: topology.json's placement first, then the host.jsonl records' `machine` and `procs`."""
     out: dict[str, str] = {}
-    for rec in _lines(rep_dir / "host.jsonl"):
+    for rec in jsonlines.objects(rep_dir / "host.jsonl"):
         machine, procs = rec.get("machine"), rec.get("procs")
         if isinstance(machine, str) and isinstance(procs, dict):
             out.update(dict.fromkeys((str(n) for n in procs), machine))
@@ -143,22 +166,6 @@ def _topology(rep_dir: Any) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
-
-
-def _lines(path: Any) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError):
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue     # the summary's reader reports bad lines; the mapping just skips them
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
 
 
 def _number(v: Any) -> bool:
