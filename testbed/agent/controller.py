@@ -167,17 +167,32 @@ class AgentWireHalf(WireShaper):
             pass                 # the agent container's removal ends the half anyway
 
 
+class AgentSplitShaper(SplitWireShaper):
+    """SplitWireShaper whose halves the agents run; its state() names how a later process reattaches."""
+
+    def state(self) -> dict[str, Any]:
+        return {**super().state(), "attach": f"{__name__}:split_shaper_from_state"}
+
+
 def split_shaper(run_id: str, workdir: Path, agents: dict[str, Agent], tunnel_addresses: dict[str, str],
-                 placement: dict[str, str]) -> SplitWireShaper:
+                 placement: dict[str, str]) -> AgentSplitShaper:
     """The run's wire shaper over several machines, each half run by that machine's agent.
     tunnel_addresses: machine -> the address its half's tunnels bind and are reached at; placement: netns ->
     machine."""
-    halves = {m: AgentWireHalf(run_id, Path(workdir) / m, agents[m], half=i) for i, m in enumerate(tunnel_addresses)}
-    return SplitWireShaper(run_id, workdir, tunnel_addresses, placement, halves=halves)
+    halves: dict[str, WireShaper] = {}
+    try:
+        for i, m in enumerate(tunnel_addresses):
+            halves[m] = AgentWireHalf(run_id, Path(workdir) / m, agents[m], half=i)
+    except BaseException:
+        for h in halves.values():
+            h.close()
+        raise
+    return AgentSplitShaper(run_id, workdir, tunnel_addresses, placement, halves=halves)
 
 
-def split_shaper_from_state(run_id: str, state: dict[str, Any]) -> SplitWireShaper:
+def split_shaper_from_state(state: dict[str, Any]) -> AgentSplitShaper:
     """split_shaper()'s shaper again in a later process, from its state()."""
+    run_id = state["run_id"]
     halves: dict[str, WireShaper] = {m: AgentWireHalf.from_state(run_id, s) for m, s in state["halves"].items()}
-    return SplitWireShaper(run_id, Path(state["workdir"]), state["machines"], state["placement"], state=state,
-                           halves=halves)
+    return AgentSplitShaper(run_id, Path(state["workdir"]), state["machines"], state["placement"], state=state,
+                            halves=halves)

@@ -5,7 +5,7 @@ writes one JSON list of answers to stdout, in order; it stops at the first
 operation that fails (its answer is {"ok": false, "error": ...}, the ones after
 it are not run), so a set-up list is never half applied silently. Operations:
 
-    {"op": "hello"}                                 -> {"ok", "pid", "tun", "kernel"}
+    {"op": "hello"}                                 -> {"ok", "pid", "tun", "kernel", "boot_id"}
     {"op": "attach", "netns": NAME, "pid": PID}     name PID's network namespace NAME (as `ip netns attach`)
     {"op": "detach", "netns": NAME}                 forget a name (the namespace lives while its processes do)
     {"op": "ip", "netns": NAME|null, "batch": TEXT} `ip [-n NAME] -batch -`
@@ -90,7 +90,10 @@ def _wire_start(tag: str) -> dict[str, Any]:
 def run_op(op: dict[str, Any]) -> dict[str, Any]:
     kind = op.get("op")
     if kind == "hello":
-        return {"pid": os.getpid(), "tun": os.path.exists("/dev/net/tun"), "kernel": os.uname().release}
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot_id = f.read().strip()
+        return {"pid": os.getpid(), "tun": os.path.exists("/dev/net/tun"), "kernel": os.uname().release,
+                "boot_id": boot_id}
     if kind == "attach":
         _run(["ip", "netns", "attach", str(op["netns"]), str(int(op["pid"]))])
         return {}

@@ -66,7 +66,7 @@ def test_agents_plumb_and_split_a_link_across_engines(machines: Machines, node_i
         a_to_b, b_to_a = shaper.counters("ab")
         assert a_to_b.packets >= 5 and b_to_a.packets >= 5
         # A later process reaches the same halves through the agents (testbed up, then down).
-        again = split_shaper_from_state(run_id, shaper.state())
+        again = split_shaper_from_state(shaper.state())
         assert again.counters("ab")[0].packets >= a_to_b.packets
         shaper.set_carrier("ab", False)
         assert a.run(["ping", "-c", "1", "-W", "1", "10.77.1.2"]).returncode != 0
