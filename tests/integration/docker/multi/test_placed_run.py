@@ -81,12 +81,12 @@ def test_quickstart_placed_on_two_engines(machines: Machines, node_image: image.
         crossing = [l["name"] for l in topo["links"] if machine[l["a"]] != machine[l["b"]]]
         assert crossing, machine
         # daemons of both machines delivered
-        delivered_on = {machine[d.parent.name] for d in (tmp_path / "placed").glob(f"*/*/nodes/*/deliveries.jsonl")
+        delivered_on = {machine[d.parent.name] for d in (tmp_path / "placed").glob("*/*/nodes/*/deliveries.jsonl")
                         if d.stat().st_size > 0}
         assert delivered_on == {"m1", "m2"}, delivered_on
         jitter = max(e["jitter"] for est in topo["placement"]["tunnels"].values() for e in est.values())
         mean = s["delay"]["overall"]["mean_wall_s"]
         ref = by_mode[where]["summary"]["delay"]["overall"]["mean_wall_s"]
-        print(f"{where}: mean delay {mean:.4f} s placed, {ref:.4f} s on one engine; tunnel jitter {jitter * 1e3:.3f} ms;"
-              f" links across machines: {', '.join(crossing)}")
+        print(f"{where}: mean delay {mean:.4f} s placed, {ref:.4f} s on one engine; tunnel jitter "
+              f"{jitter * 1e3:.3f} ms; links across machines: {', '.join(crossing)}")
         assert abs(mean - ref) <= max(0.05 * ref, 2 * jitter), (where, mean, ref, jitter)
