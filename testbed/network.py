@@ -226,7 +226,7 @@ class Network:
             raise UserError("a network over several machines needs the wire shaper (shaper: wire or auto).")
         assert self.run_dir is not None and self.runtime is not None
         used = set(self.machines.values())
-        self.agents = start_agents(self.run_id, self.placement, self.runtime.image, used)  # type: ignore[attr-defined]
+        start_agents(self.run_id, self.placement, self.runtime.image, used, self.agents)  # type: ignore[attr-defined]
         shaper = placed_shaper(self.run_id, self.run_dir / "shaping", self.placement, self.agents, self.hosts,
                                self.machines)
         self.shaper_message = f"shaper: wire, split over machines {', '.join(sorted(used))} (one agent each)"

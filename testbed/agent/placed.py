@@ -47,21 +47,21 @@ def _boot_id() -> str:
         return f.read().strip()
 
 
-def start_agents(run_id: str, spec: Any, image: str, used: set[str]) -> dict[str, Agent]:
-    """Start the agent of every machine in `used`; refuse a machine on another kernel than the controller's."""
-    agents: dict[str, Agent] = {}
+def start_agents(run_id: str, spec: Any, image: str, used: set[str], agents: dict[str, Agent],
+                 agent_class: type[Agent] = Agent) -> None:
+    """Start the agent of every machine in `used` into `agents` (each recorded before it starts, so the caller
+    removes whatever started, also when one fails); refuse a machine on another kernel than the controller's."""
     mine = _boot_id()
     for m in spec.machines:
         if m.name not in used:
             continue
-        agent = Agent(run_id, m.name, Engine(m.name, m.engine), image)
-        agents[m.name] = agent            # recorded first: the caller removes what started, also on failure
+        agent = agent_class(run_id, m.name, Engine(m.name, m.engine), image)
+        agents[m.name] = agent
         hello = agent.start()
         if hello.get("boot_id") != mine:
             raise UserError(f"machine {m.name} runs another kernel than this controller: a network over separate "
                             f"machines also needs the management network and the host plumbing done by the "
                             f"agents, which are not built yet (docs/multi-machine.md).")
-    return agents
 
 
 def placed_shaper(run_id: str, workdir: Path, spec: Any, agents: dict[str, Agent], hosts: dict[str, Any],
