@@ -777,10 +777,11 @@ class Network:
                 "mgmt_subnet": str(self._mgmt_network()), "mgmt_bridge": mgmt_bridge_name(self.run_id),
                 "mgmt_gateway": self.mgmt_gateway(),
                 "hosts": hosts, "links": links, "partitions": self.partitions,
-                **({"placement": self._placement_description()} if self.placement is not None else {})}
+                **(self._placement_description() if self.placement is not None else {})}
 
     def _placement_description(self) -> dict[str, Any]:
-        """The machines of a placed network and the measured tunnels between them (seconds)."""
+        """The machines of a placed network and the measured tunnels between them (seconds; keyed "m1|m2", then
+        by the sending machine)."""
         tunnels = getattr(self.shaper, "tunnels", {})
         return {"machines": [{"name": m.name, "engine": m.engine, "cores": m.cores, "address": m.address}
                              for m in self.placement.machines],
