@@ -15,8 +15,8 @@ from testbed.scenario.sections.base import Section, read_order
 _FILE_SECTIONS: tuple[Section, ...] = (
     general.NAME, general.SEED, general.DURATION, general.TIME_SCALE,
     topology.TOPOLOGY, links.LINK_DEFAULTS, links.LINKS,
-    general.RUNTIME, routing.ROUTING, general.SHAPER,
-    capture.CAPTURE, placement.PLACEMENT, sysctls.SYSCTLS, hosts.HOSTS, nodes.NODES, security.SECURITY,
+    general.RUNTIME, placement.PLACEMENT, routing.ROUTING, general.SHAPER,
+    capture.CAPTURE, sysctls.SYSCTLS, hosts.HOSTS, nodes.NODES, security.SECURITY,
     subscriptions.SUBSCRIPTIONS, rate_control.RATE_CONTROL, gateway.GATEWAY, pools.POOLS,
     workload.WORKLOAD, faults.FAULTS, accounting.MAX_LATE, sweep.SWEEP,
 )

@@ -41,7 +41,7 @@ def test_without_the_section_nothing_changes() -> None:
 @pytest.mark.parametrize("tail, expected", [
     ("", "pl.yaml:3 placement: a network over several machines needs runtime: docker"),
     (DOCKER + "shaper: netem\n", "placement: a network over several machines needs the wire shaper"),
-    (DOCKER + "capture: all\n", "placement: capture of links is not built for a network over several machines"),
+    (DOCKER + "capture: all\n", "capture: capture of links is not built for a network over several machines"),
 ])
 def test_what_a_placed_network_cannot_do_is_refused(tail: str, expected: str) -> None:
     assert expected in error(MACHINES, tail)
