@@ -1,9 +1,11 @@
 """`testbed run` of the quickstart's quick variant with its hosts placed on the rig's two engines: links across
 machines are split over the agents' wire halves, daemons run on both engines, nothing is lost or duplicated,
-and the mean delays stay within max(5%, 2 x the tunnel's jitter) of the same scenario on one engine."""
+and the mean delays stay within max(5%, 2 x the tunnel's jitter) of the same scenario on one engine; and
+`testbed up` of a placed network driven by later processes (exec, a link change, down)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -12,8 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import image
+from testbed import image, netstate
 from testbed.runtime.docker import run_containers
+from tests.integration.support import skip_while_a_network_is_up
 
 from .conftest import Machines
 
@@ -90,3 +93,45 @@ def test_quickstart_placed_on_two_engines(machines: Machines, node_image: image.
         print(f"{where}: mean delay {mean:.4f} s placed, {ref:.4f} s on one engine; tunnel jitter "
               f"{jitter * 1e3:.3f} ms; links across machines: {', '.join(crossing)}")
         assert abs(mean - ref) <= max(0.05 * ref, 2 * jitter), (where, mean, ref, jitter)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=180)
+
+
+def _rtt(r: subprocess.CompletedProcess) -> float:
+    """The smallest round trip of a ping's output, ms."""
+    assert r.returncode == 0, r.stdout + r.stderr
+    return min(float(x) for x in re.findall(r"time=([0-9.]+) ms", r.stdout))
+
+
+def test_up_link_change_and_down_across_two_engines(machines: Machines, node_image: image.BuildResult,
+                                                    tmp_path: Path) -> None:
+    """`testbed up` of a placed network, then later processes: exec on the host's own engine, a link change
+    through the agents' halves, and `down` leaving nothing on either engine."""
+    skip_while_a_network_is_up()
+    m1, m2 = machines.engines
+    machines_yaml = ", ".join(f"{{name: {e.name}, engine: '{e.host}', cores: 1, "
+                              f"address: {machines.addresses[e.name]}}}" for e in machines.engines)
+    scenario = tmp_path / "up.yaml"
+    scenario.write_text("name: placedup\ntopology: {generator: linear, params: {n: 2}}\nlink_defaults: {delay: 5ms}\n"
+                        f"runtime: docker\nshaper: wire\nplacement:\n  machines: [{machines_yaml}]\n"
+                        "  strategy: {n1: m1, n2: m2}\n")
+    r = _cli("up", str(scenario), "--run-dir", str(tmp_path / "run"))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    run_id = netstate.running()[0].run_id
+    try:
+        assert {".agent-" in c for c in run_containers(run_id, m1)} == {True, False}
+        assert {".agent-" in c for c in run_containers(run_id, m2)} == {True, False}
+        topo = json.loads((tmp_path / "run" / "topology.json").read_text())
+        n1 = next(h["data_address"] for h in topo["hosts"] if h["name"] == "n1")
+        ping = ("exec", "n2", "--", "ping", "-c", "3", "-i", "0.2", "-W", "2", n1)
+        assert _rtt(_cli(*ping)) >= 2 * 5.0 - 0.5       # n2 is a container of m2: exec went to its engine
+        r = _cli("link", "n1", "n2", "--delay", "20ms")
+        assert r.returncode == 0, r.stderr
+        assert _rtt(_cli(*ping)) >= 2 * 20.0 - 0.5
+    finally:
+        r = _cli("down")
+    assert r.returncode == 0, r.stderr
+    assert run_containers(run_id, m1) == [] and run_containers(run_id, m2) == []
