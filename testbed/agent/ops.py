@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -43,7 +44,7 @@ def _sysctl(netns: str, values: dict[str, str]) -> None:
     # /proc/sys is read-only in a container: remount it writable in a mount namespace of this command's own
     # (unshare -m), entered into the host's network namespace first so /proc/sys/net is that namespace's.
     script = "mount -o remount,rw /proc/sys && " + " && ".join(
-        f"echo {str(v)!r} > /proc/sys/{k.replace('.', '/')}" for k, v in values.items())
+        f"echo {shlex.quote(str(v))} > {shlex.quote('/proc/sys/' + k.replace('.', '/'))}" for k, v in values.items())
     _run(["ip", "netns", "exec", netns, "unshare", "-m", "sh", "-c", script])
 
 
@@ -95,6 +96,8 @@ def run_op(op: dict[str, Any]) -> dict[str, Any]:
         return {"pid": os.getpid(), "tun": os.path.exists("/dev/net/tun"), "kernel": os.uname().release,
                 "boot_id": boot_id}
     if kind == "attach":
+        # a name left from an earlier attach (a restarted container has a new namespace) is replaced
+        subprocess.run(["ip", "netns", "delete", str(op["netns"])], capture_output=True)
         _run(["ip", "netns", "attach", str(op["netns"]), str(int(op["pid"]))])
         return {}
     if kind == "detach":

@@ -16,9 +16,9 @@ sending half counts the impairment drops and duplicates, the receiving half
 the frames it wrote. A split link's capture is one file per half, holding the
 direction delivered there: `<name>.<machine>.pcap` beside the requested path.
 
-Every half runs on this machine for now (tests and benchmarks split a link
-across two emulator processes); on several machines each machine's agent will
-run its half and the controller will reach it over the management network.
+By default every half is a process on this machine (tests and benchmarks split
+a link across two emulator processes); in a placed network each machine's agent
+runs its half (testbed/agent/controller.py passes them in as `halves`).
 """
 from __future__ import annotations
 
