@@ -150,11 +150,19 @@ def clean(only: Iterable[str] | None = None, unreachable: list[str] | None = Non
                              if registry.owns(rid, p.name)) if registry.REGISTRY_DIR.is_dir() else []):
             stray.unlink(missing_ok=True)
             removed.append(f"state file {stray.name}")
+    # Containers of the Docker runtime (hosts, agents) carry their run id in a label; an engine that is not
+    # running has none.
+    from testbed.runtime.docker import clean_orphans, recorded_engines
     if only is None:
-        # Containers of the Docker runtime carry their run id in a label; an engine that is not running has none.
-        from testbed.runtime.docker import clean_orphans, recorded_engines
         report = clean_orphans(registry.is_live, recorded_engines(records))
-        removed += report.removed
-        if unreachable is not None:
-            unreachable += [f"the Docker engine of machine {e.name} at {e.address()}" for e in report.unreachable]
+    else:
+        # Only the named runs, on every engine they recorded (a run that recorded none made no container).
+        chosen = {rid for rid in only if not registry.is_live(rid)}
+        engines = recorded_engines([r for r in records if r.run_id in chosen])
+        if not engines:
+            return removed
+        report = clean_orphans(lambda run: run not in chosen, engines)
+    removed += report.removed
+    if unreachable is not None:
+        unreachable += [f"the Docker engine of machine {e.name} at {e.address()}" for e in report.unreachable]
     return removed

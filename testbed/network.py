@@ -79,8 +79,12 @@ class Network:
     def __init__(self, topology: Topology, plan: AddressPlan | None = None, runtime: str | Runtime = "netns",
                  shaper: str | Shaper = "auto", run_dir: str | Path | None = None, capture: Iterable[str] | str = (),
                  run_id: str | None = None, pools: tuple[str, str, str] = DEFAULT_POOLS, kind: str = "network",
-                 handle_signals: bool = True, sysctls: dict[str, Any] | None = None, generator: str = "") -> None:
+                 handle_signals: bool = True, sysctls: dict[str, Any] | None = None, generator: str = "",
+                 placement: Any = None) -> None:
+        """placement: the scenario's PlacementSpec (testbed/scenario/sections/placement.py) to spread the hosts
+        over several machines' Docker engines (testbed/agent/placed.py); None or an empty one: this machine."""
         self.topology = topology
+        self.placement = placement if placement is not None and placement.enabled else None
         self.generator = generator          # the scenario's topology.generator: how a viewer lays the hosts out
         self.sysctls = normalise_sysctls(sysctls or {})   # extra per-host sysctls, "net/ipv4/..." form
         self.plan = plan
@@ -102,6 +106,7 @@ class Network:
         # host -> machine, set when the scenario places hosts on several machines; topology.json then names each
         # host's machine (records' times are that machine's clock: node/clockmodel.py)
         self.machines: dict[str, str] = {}
+        self.agents: dict[str, Any] = {}        # machine -> its Agent (testbed/agent/controller.py), when placed
         self.lan_netns: list[str] = []
         self.partitioned_hosts: set[str] = set()
         self._started = False
@@ -125,6 +130,7 @@ class Network:
         kw.setdefault("shaper", scenario.shaper)
         kw.setdefault("sysctls", scenario.sysctls)
         kw.setdefault("generator", spec.generator)
+        kw.setdefault("placement", scenario.placement)
         return cls(topo, None, run_dir=run_dir, capture=capture,
                    pools=(spec.data_pool, spec.loopback_pool, spec.mgmt_pool), **kw)
 
@@ -189,12 +195,19 @@ class Network:
         if self._runtime_choice == "netns":
             from testbed.runtime.netns import NetnsRuntime
             return NetnsRuntime(self.run_id, self.run_dir)
+        if self.placement is not None and self._runtime_choice != "docker":
+            raise UserError("a network over several machines needs runtime docker.")
         if self._runtime_choice == "docker":
             from testbed.runtime.docker import DockerRuntime   # here: only a docker network loads it
+            if self.placement is not None:
+                from testbed.agent.placed import host_engines
+                return DockerRuntime(self.run_id, self.run_dir, engines=host_engines(self.machines, self.placement))
             return DockerRuntime(self.run_id, self.run_dir)
         raise UserError(f"unknown runtime {self._runtime_choice!r}: expected netns or docker.")
 
     def _make_shaper(self) -> Shaper:
+        if self.placement is not None:
+            return self._make_placed_shaper()
         if isinstance(self._shaper_choice, Shaper):
             self.shaper_message = f"shaper: {self._shaper_choice.name} (given)"
             return self._shaper_choice
@@ -204,6 +217,19 @@ class Network:
             raise UserError("the wire shaper needs TUN/TAP support, but /dev/net/tun does not exist (modprobe tun).")
         shaper, message = make_shaper(self._shaper_choice, self.run_id, self.run_dir / "shaping")
         self.shaper_message = message
+        return shaper
+
+    def _make_placed_shaper(self) -> Shaper:
+        """The wire shaper split over the machines, each half run by its machine's agent."""
+        from testbed.agent.placed import placed_shaper, start_agents
+        if self._shaper_choice not in ("auto", "wire"):
+            raise UserError("a network over several machines needs the wire shaper (shaper: wire or auto).")
+        assert self.run_dir is not None and self.runtime is not None
+        used = set(self.machines.values())
+        start_agents(self.run_id, self.placement, self.runtime.image, used, self.agents)  # type: ignore[attr-defined]
+        shaper = placed_shaper(self.run_id, self.run_dir / "shaping", self.placement, self.agents, self.hosts,
+                               self.machines)
+        self.shaper_message = f"shaper: wire, split over machines {', '.join(sorted(used))} (one agent each)"
         return shaper
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -240,6 +266,9 @@ class Network:
                     self.plan = self._make_plan()
                 self._check_plan()
                 self._check_pools()
+                if self.placement is not None:
+                    from testbed.agent.placed import host_machines
+                    self.machines = host_machines(self.topology, self.placement)
                 self.runtime = self._make_runtime()
                 self.runtime.sysctls = dict(self.sysctls)
                 names = self.topology.node_names()
@@ -281,6 +310,11 @@ class Network:
                     self.shaper.close()
                 except Exception:
                     log.exception("closing the shaper of run %s failed", self.run_id)
+            for agent in self.agents.values():
+                try:
+                    agent.close()
+                except Exception:
+                    log.exception("removing the agent of machine %s failed", agent.machine)
             for ns in self.lan_netns:
                 run_ip(["netns", "del", ns], check=False)
             if self.runtime is not None:
@@ -742,7 +776,17 @@ class Network:
                 "shaper": self.shaper_name, "shaper_message": self.shaper_message,
                 "mgmt_subnet": str(self._mgmt_network()), "mgmt_bridge": mgmt_bridge_name(self.run_id),
                 "mgmt_gateway": self.mgmt_gateway(),
-                "hosts": hosts, "links": links, "partitions": self.partitions}
+                "hosts": hosts, "links": links, "partitions": self.partitions,
+                **(self._placement_description() if self.placement is not None else {})}
+
+    def _placement_description(self) -> dict[str, Any]:
+        """The machines of a placed network and the measured tunnels between them (seconds; keyed "m1|m2", then
+        by the sending machine)."""
+        tunnels = getattr(self.shaper, "tunnels", {})
+        return {"machines": [{"name": m.name, "engine": m.engine, "cores": m.cores, "address": m.address}
+                             for m in self.placement.machines],
+                "tunnels": {f"{a}|{b}": {m: dataclasses.asdict(e) for m, e in est.items()}
+                            for (a, b), est in tunnels.items()}}
 
     def link_monitor(self, path: Path, interval: float = 1.0) -> LinkMonitor:
         """A links.jsonl sampler of this network's shaper (started by the caller)."""
@@ -772,6 +816,9 @@ class Network:
                  "shaper": self.shaper_name, "shaper_message": self.shaper_message,
                  "shaper_state": self._shaper_state(),
                  "netns": {n: h.netns for n, h in self.hosts.items()},
+                 # a placed host's engine: exec, kill and restart from a later process go to its machine
+                 "engines": {n: [h.engine.name, h.engine.address()] for n, h in self.hosts.items()
+                             if n in self.machines and hasattr(h, "engine")},
                  "pools": list(self.pools), "sysctls": dict(self.sysctls), "generator": self.generator}
         netstate.save(self.run_id, state, big, ready=ready)
 
@@ -805,8 +852,10 @@ def _attached_hosts(st: dict[str, Any]) -> dict[str, Host]:
         if kind == "docker":
             # The named netns of a container carries the container's name (see DockerHost).
             from testbed.image import NODE_USER                # docker only: not needed (nor imported) for netns
+            from testbed.docker_engine import LOCAL, Engine
             from testbed.runtime.docker import DockerHost
-            host = DockerHost(n, ns, workdir, user=NODE_USER)
+            placed = st.get("engines", {}).get(n)
+            host = DockerHost(n, ns, workdir, user=NODE_USER, engine=Engine(*placed) if placed else LOCAL)
             host.sysctls = dict(st.get("sysctls", {}))       # set again when a fault restarts the container
             hosts[n] = host
         else:

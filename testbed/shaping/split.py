@@ -16,9 +16,9 @@ sending half counts the impairment drops and duplicates, the receiving half
 the frames it wrote. A split link's capture is one file per half, holding the
 direction delivered there: `<name>.<machine>.pcap` beside the requested path.
 
-Every half runs on this machine for now (tests and benchmarks split a link
-across two emulator processes); on several machines each machine's agent will
-run its half and the controller will reach it over the management network.
+By default every half is a process on this machine (tests and benchmarks split
+a link across two emulator processes); in a placed network each machine's agent
+runs its half (testbed/agent/controller.py passes them in as `halves`).
 """
 from __future__ import annotations
 
@@ -49,8 +49,11 @@ class SplitWireShaper(Shaper):
     name = "wire"
 
     def __init__(self, run_id: str, workdir: Path, machines: dict[str, str], placement: dict[str, str],
-                 state: dict[str, Any] | None = None) -> None:
-        """machines: name -> the address its emulator's tunnels bind and are reached at; placement: netns -> machine."""
+                 state: dict[str, Any] | None = None, halves: dict[str, WireShaper] | None = None) -> None:
+        """machines: name -> the address its emulator's tunnels bind and are reached at; placement: netns -> machine.
+        halves: machine -> its emulator half when already started elsewhere (by the machine's agent,
+        testbed/agent/controller.py, also when restoring from `state`); by default each half is a process on
+        this machine."""
         self.run_id = run_id
         self.workdir = Path(workdir)
         self.machines = dict(machines)
@@ -60,7 +63,8 @@ class SplitWireShaper(Shaper):
         self.tunnels: dict[tuple[str, str], dict[str, TunnelEstimate]] = {}
         self._closed = False
         if state is not None:
-            self.halves = {m: WireShaper(run_id, Path(s["workdir"]), state=s) for m, s in state["halves"].items()}
+            self.halves = halves if halves is not None else \
+                {m: WireShaper(run_id, Path(s["workdir"]), state=s) for m, s in state["halves"].items()}
             self.links = {k: SplitLink(tuple(v["machines"]), v["number"]) for k, v in state["links"].items()}
             for key, est in state["tunnels"].items():
                 m1, m2 = key.split("|")
@@ -68,6 +72,9 @@ class SplitWireShaper(Shaper):
             return
         if len(self.machines) < 2:
             raise UserError("a network split over machines needs at least two machines.")
+        if halves is not None:
+            self.halves = {m: halves[m] for m in self.machines}
+            return
         try:
             for i, m in enumerate(self.machines):
                 self.halves[m] = WireShaper(run_id, self.workdir / m, half=i)

@@ -2,34 +2,37 @@
 
     placement:
       machines:                       # at least two, each with its own Docker engine
-        - {name: m1, engine: unix:///var/run/docker.sock, cores: 2}
+        - {name: m1, engine: unix:///var/run/docker.sock, cores: 2, address: 10.0.0.1}
         - {name: m2, engine: tcp://10.0.0.2:2376, cores: 8}
       strategy: auto                  # default: a minimum cut weighted by link rate, balanced by load and
                                       # cores (testbed/placement.py); or {host: machine} naming every host
 
-The section is read and checked in full, then refused: multi-machine runs need
-the per-machine agent, which is not built yet, and a run that silently used one
-machine would not be the run the file asks for.
+`address` is where the machine's half of the wire emulator opens the tunnels of
+the links across machines (the other machines must reach it); it defaults to
+the host of a tcp:// or ssh:// engine. A placement needs `runtime: docker` and
+the wire shaper (`shaper: wire` or `auto`, which then takes wire), and no
+capture of links (a split link's pcap would be written on the other machine).
 """
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from testbed.scenario.checks import MISSING, Check, KeyPath, names_text, show
 from testbed.scenario.sections.base import Scenario, Section
 from testbed.topology.model import Topology
 
 KEYS = ("machines", "strategy")
-MACHINE_KEYS = ("name", "engine", "cores")
+MACHINE_KEYS = ("name", "engine", "cores", "address")
+REQUIRED_KEYS = ("name", "engine", "cores")
 AUTO = "auto"
 ENGINE_SCHEMES = ("unix://", "tcp://", "ssh://")
 MACHINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 MACHINE_NAME_RULE = "letters, digits, '_.-', at most 32 characters, starting with a letter or digit"
 MAX_CORES = 4096
-NOT_BUILT = ("multi-machine runs are not built yet (docs/multi-machine.md): remove the placement section to run "
-             "the scenario on one machine")
 
 
 @dataclass
@@ -37,6 +40,7 @@ class MachineSpec:
     name: str
     engine: str         # the machine's Docker engine: unix://PATH, tcp://HOST:PORT or ssh://[USER@]HOST
     cores: int
+    address: str = ""   # where its wire emulator half's tunnels bind and are reached (IPv4 or IPv6 literal)
 
 
 @dataclass
@@ -49,6 +53,10 @@ class PlacementSpec:
     def enabled(self) -> bool:
         return bool(self.machines)
 
+    def addresses(self) -> dict[str, str]:
+        """machine -> its tunnel address, in the file's order."""
+        return {m.name: m.address for m in self.machines}
+
     def cores(self) -> dict[str, int]:
         """machine -> cores, in the file's order (testbed/placement.py's `machines`)."""
         return {m.name: m.cores for m in self.machines}
@@ -58,7 +66,7 @@ def _machine(c: Check, path: KeyPath, raw: Any) -> MachineSpec:
     m = c.mapping(path, raw, MACHINE_KEYS)
     if not isinstance(raw, dict):
         c.fail(path, f"expected a machine {{name:, engine:, cores:}}, got {show(raw)}")
-    for need in MACHINE_KEYS:
+    for need in REQUIRED_KEYS:
         if need not in m:
             c.fail(path + (need,), "missing: a machine needs 'name', 'engine' and 'cores'")
     name = c.text(path + ("name",), m["name"])
@@ -70,7 +78,18 @@ def _machine(c: Check, path: KeyPath, raw: Any) -> MachineSpec:
         c.fail(path + ("engine",), f"expected a Docker engine address like unix:///var/run/docker.sock, "
                                    f"tcp://10.0.0.2:2376 or ssh://user@host, got {show(engine)}")
     cores = c.integer(path + ("cores",), m["cores"], low=1, high=MAX_CORES)
-    return MachineSpec(name, engine, cores)
+    if "address" in m:
+        address = c.text(path + ("address",), m["address"])
+    elif engine.startswith(("tcp://", "ssh://")):
+        address = urlsplit(engine).hostname or ""
+    else:
+        c.fail(path + ("address",), "missing: a machine whose engine is a unix:// socket needs the address its "
+                                    "links across machines use")
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        c.fail(path + ("address",), f"expected an IP address such as 10.0.0.2, got {show(address)}")
+    return MachineSpec(name, engine, cores, address)
 
 
 def _read(c: Check, raw: Any, s: Scenario) -> None:
@@ -128,14 +147,21 @@ def _check(c: Check, raw: Any, s: Scenario, topo: Topology) -> None:
         if missing:
             c.fail(p + ("strategy",), f"{len(missing)} host(s) left unplaced: {names_text(missing)} (an explicit "
                                       f"placement names every host, or use strategy: {AUTO})")
-    c.fail(p, NOT_BUILT)
+    if s.runtime != "docker":
+        c.fail(p, f"a network over several machines needs runtime: docker (each host a container of its "
+                  f"machine's engine), not {s.runtime}")
+    if s.shaper == "netem":
+        c.fail(p, "a network over several machines needs the wire shaper (links across machines are split "
+                  "wire links): use shaper: wire or auto")
+    # capture: checked by the capture section, which is checked after this one
 
 
 def _plain(s: Scenario) -> Any:
     spec: PlacementSpec = s.placement
     if not spec.enabled:
         return None
-    return {"machines": [{"name": m.name, "engine": m.engine, "cores": m.cores} for m in spec.machines],
+    return {"machines": [{"name": m.name, "engine": m.engine, "cores": m.cores, "address": m.address}
+                         for m in spec.machines],
             "strategy": dict(spec.hosts) if spec.strategy == "explicit" else AUTO}
 
 

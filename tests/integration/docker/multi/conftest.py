@@ -25,6 +25,9 @@ from testbed import docker_engine, image
 from testbed.docker_engine import Engine
 
 NAMESPACES = ("wanbed-eng1", "wanbed-eng2")    # not the testbed's run prefix: `testbed clean` must leave them
+# The two machines' network between them (a veth pair, as in bench/probe_swarm.sh): what the agents' wire halves
+# open their tunnels on. It goes with the namespaces.
+MACHINE_NET = {"m1": ("wanbed-ve1", "10.231.7.1"), "m2": ("wanbed-ve2", "10.231.7.2")}
 
 
 @dataclass
@@ -34,6 +37,7 @@ class Machines:
     missing_before: list[str]                  # machines that had no node image before the rig loaded it
     loaded: dict[str, float] = field(default_factory=dict)   # machine -> seconds of its save | load
     start_seconds: float = 0.0                 # both dockerd up (started concurrently)
+    addresses: dict[str, str] = field(default_factory=dict)  # machine -> its address on the machines' network
 
 
 def _start(index: int, ns: str) -> docker_engine.StartedEngine:
@@ -49,6 +53,13 @@ def machines(engine: str, node_image: image.BuildResult) -> Iterator[Machines]:
     for ns in NAMESPACES:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)   # left by a killed session
         subprocess.run(["ip", "netns", "add", ns], check=True)
+    (v1, _), (v2, _) = MACHINE_NET.values()
+    subprocess.run(["ip", "link", "add", v1, "netns", NAMESPACES[0], "type", "veth", "peer", "name", v2,
+                    "netns", NAMESPACES[1]], check=True)
+    for ns, (dev, addr) in zip(NAMESPACES, MACHINE_NET.values()):
+        for args in (["addr", "add", f"{addr}/24", "dev", dev], ["link", "set", dev, "up"],
+                     ["link", "set", "lo", "up"]):
+            subprocess.run(["ip", "-n", ns, *args], check=True)
     started: list[docker_engine.StartedEngine] = []
     try:
         t0 = time.monotonic()
@@ -61,7 +72,8 @@ def machines(engine: str, node_image: image.BuildResult) -> Iterator[Machines]:
         engines = [s.engine for s in started]
         source = Engine("controller", engine)
         rig = Machines(engines, source, [e.name for e in engines if not image.image_exists(node_image.image, e)],
-                       start_seconds=time.monotonic() - t0)
+                       start_seconds=time.monotonic() - t0,
+                       addresses={m: addr for m, (_, addr) in MACHINE_NET.items()})
         rig.loaded = image.distribute_image(node_image.image, [source, *engines])
         print(f"\nmulti-engine rig: 2 dockerd up in {rig.start_seconds:.1f} s; node image loaded: "
               + ", ".join(f"{m} {s:.1f} s" for m, s in rig.loaded.items()), flush=True)

@@ -1,5 +1,6 @@
 """One run's containers on two engines (machines): placement per host, the image on each engine, the
-bad-input sentences, and `testbed clean` reaching both engines after the controller is killed with -9."""
+bad-input sentences, and `testbed clean --run-id` and `testbed clean` reaching both engines (hosts and agents)
+after the controller is killed with -9."""
 from __future__ import annotations
 
 import os
@@ -13,6 +14,7 @@ import pytest
 
 from node.errors import UserError
 from testbed import docker_engine, image, registry
+from testbed.agent.controller import agent_container
 from testbed.docker_engine import Engine
 from testbed.runtime.docker import ENGINES_KEY, DockerRuntime, run_containers
 from testbed.runtime.netns import netns_exists
@@ -97,11 +99,14 @@ def test_api_versions() -> None:
 CONTROLLER = """
 import sys, time
 from pathlib import Path
+from testbed.agent.controller import Agent
 from testbed.docker_engine import Engine
 from testbed.runtime.docker import DockerRuntime
 run_id, workdir, image, m1, m2 = sys.argv[1:6]
 rt = DockerRuntime(run_id, Path(workdir), image=image, engines={"a": Engine("m1", m1), "b": Engine("m2", m2)})
 rt.add_hosts(["a", "b"])
+for name, address in (("m1", m1), ("m2", m2)):
+    Agent(run_id, name, Engine(name, address), image).start()
 print("ready", flush=True)
 time.sleep(600)
 """
@@ -119,17 +124,26 @@ def test_clean_after_kill_9_leaves_nothing_on_either_engine(machines: Machines, 
         os.kill(ctl.pid, signal.SIGKILL)
         ctl.wait()
     prefix = registry.prefix(run_id)
-    assert run_containers(run_id, m1) == [f"{prefix}-a"] and run_containers(run_id, m2) == [f"{prefix}-b"]
+    hosts_and_agents = {"m1": [f"{prefix}-a", agent_container(run_id, "m1")],
+                        "m2": [f"{prefix}-b", agent_container(run_id, "m2")]}
+    for m, engine in (("m1", m1), ("m2", m2)):
+        assert sorted(run_containers(run_id, engine)) == sorted(hosts_and_agents[m])
+    # `clean --run-id` (and `down` after a dead supervisor, which calls it) reaches every engine the run recorded.
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "testbed", "clean", "--run-id", run_id], capture_output=True,
+                       text=True, cwd=REPO, timeout=180)
+    assert r.returncode == 0, r.stderr
+    for m, engine in (("m1", m1), ("m2", m2)):
+        assert all(f"container {c} on machine {m}" in r.stdout for c in hosts_and_agents[m]), r.stdout
+        assert run_containers(run_id, engine) == []
+    assert not netns_exists(f"{prefix}-a") and not netns_exists(f"{prefix}-b")
+    assert registry.load(run_id) is None
+    print(f"clean --run-id of two engines: {time.monotonic() - t0:.1f} s")
     # A dead run that used an engine that is gone: clean says so and goes on.
     dead = registry.new_run_id()
     registry.register(dead, "test-docker", owner_pid=ctl.pid, state={ENGINES_KEY: {"m9": NO_ENGINE}})
-    t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "testbed", "clean"], capture_output=True, text=True, cwd=REPO,
                        timeout=180)
     assert r.returncode == 0, r.stderr
-    assert f"container {prefix}-a on machine m1" in r.stdout and f"container {prefix}-b on machine m2" in r.stdout
     assert "could not reach the Docker engine of machine m9" in r.stderr
-    assert run_containers(run_id, m1) == [] and run_containers(run_id, m2) == []
-    assert not netns_exists(f"{prefix}-a") and not netns_exists(f"{prefix}-b")
-    assert registry.load(run_id) is None and registry.load(dead) is None
-    print(f"clean of two engines: {time.monotonic() - t0:.1f} s")
+    assert registry.load(dead) is None

@@ -1,0 +1,78 @@
+"""A network's hosts placed on several machines: which engine each host's container goes to, and the agents
+that run the machines' wire emulator halves (used by testbed/network.py when the scenario has a `placement`).
+
+Built so far for machines that share the controller's kernel (the engines of
+tests/integration/docker/multi/, each in a network namespace of its own): the
+management network, addresses, routes, sysctls and partitions are still made by
+the controller, which needs the host containers' namespaces in its own kernel.
+An agent on another kernel is refused in one sentence, before any link exists,
+rather than giving a network that half works.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from node.errors import UserError
+from testbed.agent.controller import Agent, split_shaper
+from testbed.docker_engine import Engine
+from testbed.placement import PlacementError, graph_of, place
+from testbed.shaping.split import SplitWireShaper
+from testbed.topology.model import Topology
+
+log = logging.getLogger(__name__)
+
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def host_machines(topology: Topology, spec: Any) -> dict[str, str]:
+    """host -> machine of a PlacementSpec (testbed/scenario/sections/placement.py): the explicit mapping, or the
+    automatic one (every host counted as a daemon's: the network does not know which hosts run one)."""
+    graph = graph_of(topology, topology.node_names())
+    try:
+        return place(graph, spec.cores(), dict(spec.hosts) if spec.strategy == "explicit" else None)
+    except PlacementError as exc:
+        raise UserError(str(exc)) from None
+
+
+def host_engines(machines: dict[str, str], spec: Any) -> dict[str, Engine]:
+    """host -> the Engine of its machine."""
+    engines = {m.name: Engine(m.name, m.engine) for m in spec.machines}
+    return {host: engines[m] for host, m in machines.items()}
+
+
+def _boot_id() -> str:
+    with open(BOOT_ID) as f:
+        return f.read().strip()
+
+
+def start_agents(run_id: str, spec: Any, image: str, used: set[str], agents: dict[str, Agent],
+                 agent_class: type[Agent] = Agent) -> None:
+    """Start the agent of every machine in `used` into `agents` (each recorded before it starts, so the caller
+    removes whatever started, also when one fails); refuse a machine on another kernel than the controller's."""
+    mine = _boot_id()
+    for m in spec.machines:
+        if m.name not in used:
+            continue
+        agent = agent_class(run_id, m.name, Engine(m.name, m.engine), image)
+        agents[m.name] = agent
+        hello = agent.start()
+        if hello.get("boot_id") != mine:
+            raise UserError(f"machine {m.name} runs another kernel than this controller: a network over separate "
+                            f"machines also needs the management network and the host plumbing done by the "
+                            f"agents, which are not built yet (docs/multi-machine.md).")
+
+
+def placed_shaper(run_id: str, workdir: Path, spec: Any, agents: dict[str, Agent], hosts: dict[str, Any],
+                  machines: dict[str, str]) -> SplitWireShaper:
+    """The wire shaper over the machines: each agent names its hosts' namespaces (by their containers' init pids)
+    so that its half can move TAPs into them, then starts its half."""
+    for name, agent in agents.items():
+        ops = [{"op": "attach", "netns": h.netns, "pid": h.init_pid()} for host, h in hosts.items()
+               if machines[host] == name]
+        if ops:
+            agent.request(ops)
+    addresses = {m: a for m, a in spec.addresses().items() if m in agents}
+    placement = {hosts[h].netns: m for h, m in machines.items()}
+    return split_shaper(run_id, workdir, agents, addresses, placement)
