@@ -33,6 +33,9 @@ def _scenario(tmp_path: Path, name: str, placement: dict | None) -> Path:
     s = yaml.safe_load(SCENARIO.read_text())
     s.update(runtime="docker", shaper="wire", capture="none")
     s["link_defaults"]["delay"] = DELAY
+    # One cell of the two: what a split link does to a delay does not depend on the mode, and each run of the
+    # pair costs about 40 s of the suite's time.
+    s["quick"]["sweep"] = {"grid": {"nodes.all.mode": ["fragmenting"]}, "reps": 1}
     if placement is not None:
         s["placement"] = placement
     path = tmp_path / f"{name}.yaml"
@@ -57,7 +60,7 @@ def _run(scenario: Path, out: Path, machines: Machines | None = None) -> tuple[l
     output, _ = p.communicate(timeout=500)
     assert p.returncode == 0, output[-3000:]
     paths = sorted(out.glob("*/*/summary.json"))
-    assert len(paths) == 2, paths
+    assert len(paths) == 1, paths
     return [{"summary": json.loads(x.read_text()), "topology": json.loads((x.parent / "topology.json").read_text())}
             for x in paths], seen
 
