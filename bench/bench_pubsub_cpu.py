@@ -171,8 +171,18 @@ def main() -> int:
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--root", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.count < PUBLISHERS or args.subs < 1 or args.rounds < 1:
-        ap.error("--count must be at least 4, --subs and --rounds at least 1")
+    if args.count < PUBLISHERS or args.subs < 1 or args.rounds < 1 or args.size < 1:
+        ap.error("--count must be at least 4, --subs, --rounds and --size at least 1")
+    if args.profile and args.profile not in NAMES:
+        ap.error(f"--profile: no node {args.profile!r} (one of {', '.join(NAMES)})")
+    try:
+        return run(args)
+    except (ValueError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        print(f"bench_pubsub_cpu: {exc}", file=sys.stderr)
+        return 1
+
+
+def run(args: argparse.Namespace) -> int:
     if args.one or args.profile:
         if args.root:
             sys.path.insert(0, args.root)
