@@ -447,8 +447,7 @@ class Broker:
             for name in plan.queue_for:
                 sub = self.durable.get(name)
                 if sub is not None:
-                    sub.backlog += 1
-                    sub.wake()
+                    sub.queued()
             self._to_live_subscribers(pub, hops)
 
     async def _handle(self, pub: link_pb2.Publication, hops: int, targets: set[str], inbox_id: str | None,
@@ -492,8 +491,7 @@ class Broker:
                 for name in queue_for:
                     sub = self.durable.get(name)
                     if sub is not None:
-                        sub.backlog += 1
-                        sub.wake()
+                        sub.queued()
                 self._to_live_subscribers(it.pub, it.hops)
         return None
 
@@ -692,13 +690,22 @@ class Broker:
 
     async def _durable_batch(self, sub: DurableSubscription, stream: Stream) -> list[pubsub_pb2.SubscribeEvent]:
         room = sub.window - len(sub.inflight)
-        if room <= 0 or sub.stream is not stream:
+        if room <= 0 or sub.stream is not stream or not sub.unread:
             return []
+        # cleared before the read: a row queued while it runs sets it again (this read may not see that row)
+        sub.unread = False
+        limit = min(room, BATCH)
         # on the reader connection: a delivery waits for no commit of the writer (a queue row is committed before
         # its subscription is woken, so the reader sees it)
-        rows = await self.spool.read(store.op_next(sub.name, sub.cursor, min(room, BATCH)))
+        try:
+            rows = await self.spool.read(store.op_next(sub.name, sub.cursor, limit))
+        except BaseException:
+            sub.unread = True
+            raise
         if sub.stream is not stream:
             return []
+        if len(rows) >= limit:
+            sub.unread = True             # stopped at its limit: more may wait
         out = []
         for seq, hops, body in rows:
             pub = link_pb2.Publication.FromString(body)
