@@ -75,11 +75,13 @@ def _answers_max(cfg: NodeConfig) -> int:
 FrameHandler = Callable[[Peer, link_pb2.Frame], None]
 
 
-def _retrieve(f: asyncio.Future) -> None:
-    """Take a stray read's outcome (a read left behind by a session that ended), so asyncio does not
-    report it as an exception nobody retrieved."""
-    if not f.cancelled():
-        f.exception()
+async def _wait(event: asyncio.Event, timeout: float) -> None:
+    """Until `event` is set or `timeout` seconds passed, whichever is first (a timer, not wait_for's task)."""
+    timer = asyncio.get_running_loop().call_later(timeout, event.set)
+    try:
+        await event.wait()
+    finally:
+        timer.cancel()
 
 
 class SessionError(Exception):
@@ -111,6 +113,7 @@ class LinkSession:
         self.seq = 0
         self.ack_seqs: list[int] = []
         self.refuses: list[link_pb2.Refuse] = []
+        self._reading_since: float | None = None   # loop time the reader began waiting for the next batch
         self._stores: set[asyncio.Task] = set()
         self._answered = asyncio.Event()      # set when the writer takes the pending acks and refusals
         self._task: asyncio.Task | None = None
@@ -147,15 +150,16 @@ class LinkSession:
         self._task = asyncio.current_task()
         reader = asyncio.ensure_future(self._reader())
         writer = asyncio.ensure_future(self._writer())
+        hold = asyncio.ensure_future(self._hold())
         try:
-            done, _pending = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+            done, _pending = await asyncio.wait({reader, writer, hold}, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 if not t.cancelled() and t.exception() is not None:
                     raise t.exception()
         finally:
             if self._abort is not None:
                 self._abort()
-            for t in (reader, writer, *self._stores):
+            for t in (reader, writer, hold, *self._stores):
                 t.cancel()
             # Hand the unacknowledged pieces back BEFORE the first await: this finally may itself be
             # cancelled (a new session replacing this one), and pieces left in `inflight` would sit in the
@@ -206,7 +210,7 @@ class LinkSession:
     async def _writer(self) -> None:
         b = self.cfg.batch
         peer = self.peer
-        wake, queue, st = peer.wake, peer.queue, peer.stats
+        wake, st = peer.wake, peer.stats
         loop = asyncio.get_running_loop()
         keepalive = self.cfg.session.keepalive
         last_write = loop.time()
@@ -227,18 +231,15 @@ class LinkSession:
                 continue
             wake.clear()
             if (self.ack_seqs or self.refuses or peer.outbox or self.engine.policy.has_credits(peer.name)
-                    or (room > 0 and queue.has_ready())):
+                    or (room > 0 and peer.queue.has_ready())):
                 continue
             # The keepalive is due `keepalive` seconds after the last write, however often the writer is woken
             # with nothing to send (every batch the reader takes wakes it): a peer that only RECEIVES frames
             # that need no answer (publications, adverts) would otherwise never hear from us and time us out.
             left = keepalive - (loop.time() - last_write)
             if left > 0:
-                try:
-                    await asyncio.wait_for(wake.wait(), left)
-                    continue
-                except asyncio.TimeoutError:
-                    pass
+                await _wait(wake, left)
+                continue
             await self._write(link_pb2.FrameBatch(frames=[link_pb2.Frame(keepalive=link_pb2.Keepalive(
                 ts=loop.time()))]))
             last_write = loop.time()
@@ -248,17 +249,17 @@ class LinkSession:
         peer = self.peer
         name, wake, st = peer.name, peer.wake, peer.stats
         accept = self.engine.hooks.accept         # subsystems' message kinds a neighbour may pass on
+        loop = asyncio.get_running_loop()
         while True:
-            pending = asyncio.ensure_future(self._read())
-            pending.add_done_callback(_retrieve)
-            done, _ = await asyncio.wait({pending}, timeout=self.cfg.session.hold_time)
-            if not done:
-                pending.cancel()      # not awaited: a read on a dead stream may not end promptly
-                raise SessionError(f"no frame from {name} for {self.cfg.session.hold_time:g} s (hold time)")
+            # awaited directly (no task and wait per read: they cost more CPU than the frames); `_hold` ends the
+            # session when this read waits longer than the hold time
+            self._reading_since = loop.time()
             try:
-                batch = pending.result()
+                batch = await self._read()
             except DecodeError:
                 raise SessionError(f"{name} sent a message that is not a Link frame batch") from None
+            finally:
+                self._reading_since = None
             if batch is grpc.aio.EOF:
                 raise SessionError(f"{name} closed the session")
             frags: list[tuple[int, Piece]] = []
@@ -312,6 +313,18 @@ class LinkSession:
             wake.set()
             if len(self.refuses) + len(self.ack_seqs) >= _answers_max(self.cfg):
                 await self._until_answered()
+
+    async def _hold(self) -> None:
+        """Raise SessionError once the reader has waited the hold time for a batch (silence, or a dead peer);
+        time the reader spends on what it read (a slow store) does not count."""
+        hold = self.cfg.session.hold_time
+        loop = asyncio.get_running_loop()
+        while True:
+            since = self._reading_since
+            left = hold if since is None else since + hold - loop.time()
+            if left <= 0:
+                raise SessionError(f"no frame from {self.peer.name} for {hold:g} s (hold time)")
+            await asyncio.sleep(left)
 
     async def _until_answered(self) -> None:
         """Read nothing more until the writer has taken the pending answers; end the session if it cannot

@@ -43,6 +43,10 @@ class NewMessage:
     kind: str = ""
     msg_id: str | None = None
     orphan_ok: bool = False                  # no route now: keep it as an orphan instead of refusing it
+    # one piece whatever the fragment size (up to limits.max_frame_bytes; not under resource management): a
+    # subsystem's small message whose own header pushes it just past a fragment (a broker's copy of a 1 kB
+    # publication) is not cut in two at every hop
+    one_piece: bool = False
 
 
 @dataclass
@@ -132,11 +136,16 @@ class Origination:
         now = time.time()
         expires = now + (m.lifetime or self.e.cfg.default_lifetime)
         prio = m.priority or 1
-        frags = self.e.fragments_for(n)
         pieces: list[Piece] = []
-        # the pieces' bytes are cut once and shared by every recipient node's copy (bytes never change): a message
-        # to 64 nodes holds its payload once in memory, not 64 times
-        chunks = [(off, m.payload[off:off + ln] if ln != n else m.payload) for off, ln in split(n, self.e.cfg.chunk_size)]
+        # not under resource management: its buffers hold one fragment_size each
+        if m.one_piece and n <= self.e.cfg.limits.max_frame_bytes and not self.e.policy.managed:
+            frags, chunks = 1, [(0, m.payload)]
+        else:
+            frags = self.e.fragments_for(n)
+            # the pieces' bytes are cut once and shared by every recipient node's copy (bytes never change): a
+            # message to 64 nodes holds its payload once in memory, not 64 times
+            chunks = [(off, m.payload[off:off + ln] if ln != n else m.payload)
+                      for off, ln in split(n, self.e.cfg.chunk_size)]
         for dst in dsts:
             users = sorted({u for node, u in m.recipients if node == dst})
             state = S.PART if dst == self.e.me else S.QUEUED

@@ -184,6 +184,12 @@ class Broker:
         self._bg: set[asyncio.Task] = set()
         self._started = False
         self._transforms: dict[str, TopicTransform] = {}      # topic prefix -> transform
+        # target -> next hop while the router answers by destination alone, until it says routes changed: one
+        # question per target, not one per publication and target
+        self._hops: dict[str, str | None] = {}
+        router = getattr(engine, "router", None)       # an engine reduced to its spool (unit tests) has none
+        if router is not None:
+            router.watch(self._hops.clear)
 
     def transform(self, prefix: str, transform: TopicTransform) -> None:
         """Register `transform` for publications published here on topics starting with `prefix`."""
@@ -441,8 +447,7 @@ class Broker:
             for name in plan.queue_for:
                 sub = self.durable.get(name)
                 if sub is not None:
-                    sub.backlog += 1
-                    sub.wake()
+                    sub.queued()
             self._to_live_subscribers(pub, hops)
 
     async def _handle(self, pub: link_pb2.Publication, hops: int, targets: set[str], inbox_id: str | None,
@@ -486,8 +491,7 @@ class Broker:
                 for name in queue_for:
                     sub = self.durable.get(name)
                     if sub is not None:
-                        sub.backlog += 1
-                        sub.wake()
+                        sub.queued()
                 self._to_live_subscribers(it.pub, it.hops)
         return None
 
@@ -495,27 +499,45 @@ class Broker:
                 route: dict[str, str | None]) -> list[NewMessage]:
         """One stored copy per next hop, carrying the targets beyond it (a target with no route now: a copy
         addressed to it, kept by the engine as an orphan until a route appears)."""
+        if not remote:
+            return []
         groups: dict[str, list[str]] = defaultdict(list)
         for t in sorted(remote):
             hop = self._next_hop(pub, t, route)
             groups[hop if hop is not None else t].append(t)
         lifetime = max(0.001, pub.expires_ts - time.time())
+        base = _without_routing(pub)          # encoded once; each copy appends its hops and targets
+        prefix = f"{PUB_PREFIX}{pub.pub_id}.{self.me}.{hops}."
+        # a publication whose payload fits one fragment travels as one piece (up to two fragments' bytes with
+        # its header and targets): half the frames, acks and spool rows per hop, and no reassembly at the next
+        chunk = self.cfg.chunk_size
         out = []
         for hop, ts in sorted(groups.items()):
-            copy = _onward(pub, hops, ts)
-            out.append(NewMessage(pub.publisher, [(hop, "")], copy.SerializeToString(), pub.priority, lifetime,
-                                  kind=PUB_KIND, msg_id=f"{PUB_PREFIX}{pub.pub_id}.{self.me}.{hops}.{hop}",
-                                  orphan_ok=True))
+            data = base + _routing(hops, ts)
+            out.append(NewMessage(pub.publisher, [(hop, "")], data, pub.priority, lifetime, kind=PUB_KIND,
+                                  msg_id=prefix + hop, orphan_ok=True,
+                                  one_piece=len(pub.payload) <= chunk and len(data) <= 2 * chunk))
         return out
 
     def _next_hop(self, pub: link_pb2.Publication, target: str, route: dict[str, str | None]) -> str | None:
         """The next hop of the copy for `target`, asked of the router once per publication and target here
         (`route` keeps the answers of this handling)."""
-        if target not in route:
-            route[target] = self.engine.router.next_hop(CopyHeader(
-                msg_id=f"{PUB_PREFIX}{pub.pub_id}", dst=target, src=self.me, originator=pub.publisher,
-                prio=pub.priority, kind=PUB_KIND))
-        return route[target]
+        if target in route:
+            return route[target]
+        router = self.engine.router
+        if getattr(router, "by_destination", False):
+            if target in self._hops:
+                hop = self._hops[target]
+            else:
+                hop = self._hops[target] = router.next_hop(self._header(pub, target))
+        else:
+            hop = router.next_hop(self._header(pub, target))
+        route[target] = hop
+        return hop
+
+    def _header(self, pub: link_pb2.Publication, target: str) -> CopyHeader:
+        return CopyHeader(msg_id=f"{PUB_PREFIX}{pub.pub_id}", dst=target, src=self.me, originator=pub.publisher,
+                          prio=pub.priority, kind=PUB_KIND)
 
     # -- the live path ------------------------------------------------------------------------------
     def _on_live(self, peer: Peer, frame: link_pb2.Frame) -> None:
@@ -668,13 +690,22 @@ class Broker:
 
     async def _durable_batch(self, sub: DurableSubscription, stream: Stream) -> list[pubsub_pb2.SubscribeEvent]:
         room = sub.window - len(sub.inflight)
-        if room <= 0 or sub.stream is not stream:
+        if room <= 0 or sub.stream is not stream or not sub.unread:
             return []
+        # cleared before the read: a row queued while it runs sets it again (this read may not see that row)
+        sub.unread = False
+        limit = min(room, BATCH)
         # on the reader connection: a delivery waits for no commit of the writer (a queue row is committed before
         # its subscription is woken, so the reader sees it)
-        rows = await self.spool.read(store.op_next(sub.name, sub.cursor, min(room, BATCH)))
+        try:
+            rows = await self.spool.read(store.op_next(sub.name, sub.cursor, limit))
+        except BaseException:
+            sub.unread = True
+            raise
         if sub.stream is not stream:
             return []
+        if len(rows) >= limit:
+            sub.unread = True             # stopped at its limit: more may wait
         out = []
         for seq, hops, body in rows:
             pub = link_pb2.Publication.FromString(body)
@@ -779,6 +810,36 @@ def _onward(pub: link_pb2.Publication, hops: int, targets: list[str]) -> link_pb
     del copy.targets[:]
     copy.targets.extend(targets)
     return copy
+
+
+def _without_routing(pub: link_pb2.Publication) -> bytes:
+    """`pub` encoded without its hops and targets (fields 8 and 9), for `_routing` to complete."""
+    if not pub.targets and not pub.hops:
+        return pub.SerializeToString()
+    copy = link_pb2.Publication()
+    copy.CopyFrom(pub)
+    copy.hops = 0
+    del copy.targets[:]
+    return copy.SerializeToString()
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _routing(hops: int, targets: list[str]) -> bytes:
+    """Publication fields 8 (hops) and 9 (targets) encoded: appended to `_without_routing`'s bytes they make the
+    copy `_onward` would (a protobuf parser merges fields wherever they appear), without copying the message."""
+    out = [b"\x40" + _varint(hops)] if hops else []       # field 8, varint
+    for t in targets:
+        b = t.encode()
+        out.append(b"\x4a" + _varint(len(b)) + b)          # field 9, length-delimited
+    return b"".join(out)
 
 
 def _stored(pub: link_pb2.Publication) -> bytes:

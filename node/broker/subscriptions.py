@@ -135,6 +135,9 @@ class DurableSubscription:
     cursor: int = 0                         # highest queue seq sent on the attached stream
     max_sent: int = 0                       # highest queue seq ever sent (a lower one is a redelivery)
     delivered: int = 0
+    # rows may wait that the attached stream was not sent: set when a row is queued, on attach and when a read
+    # stopped at its limit; cleared as a read starts. A wake for an ack alone then reads nothing from the spool.
+    unread: bool = True
 
     durable = True
 
@@ -151,6 +154,7 @@ class DurableSubscription:
         self.window = window
         self.inflight.clear()
         self.cursor = 0                     # everything unacknowledged goes again
+        self.unread = True
 
     def detach(self, stream: Stream) -> None:
         if self.stream is stream:
@@ -160,3 +164,9 @@ class DurableSubscription:
     def wake(self) -> None:
         if self.stream is not None:
             self.stream.wake.set()
+
+    def queued(self) -> None:
+        """A row for it was committed: the attached stream reads the queue again."""
+        self.backlog += 1
+        self.unread = True
+        self.wake()

@@ -44,6 +44,10 @@ class Router(Protocol):
     def watch(self, changed: Callable[[], None]) -> None:
         """Call `changed` whenever answers of next_hop may have changed."""
 
+    # Optional (read with getattr, default False): True while next_hop's answer depends on the copy's `dst` alone,
+    # so a caller may keep it per destination until `changed` is called (the broker's copies).
+    by_destination: bool
+
     def set_routes(self, routes: dict[str, str]) -> int:
         """Install a destination -> next-hop table from the Control service; returns how many were taken."""
 

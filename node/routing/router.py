@@ -59,6 +59,12 @@ class NodeRouter:
         if self.dynamic is not None:
             self.dynamic.attach(peers)
 
+    @property
+    def by_destination(self) -> bool:
+        """Whether next_hop answers by the copy's destination alone (no rules): the same for every copy to a node
+        until the routes change."""
+        return not self.rules
+
     def next_hop(self, copy: Piece) -> str | None:
         if self.rules:
             permits = self.permits

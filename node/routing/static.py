@@ -16,6 +16,11 @@ class StaticRouter:
         self.routes = dict(routes)
         self._watchers: list[Callable[[], None]] = []
 
+    @property
+    def by_destination(self) -> bool:
+        """next_hop answers by the destination alone (unless a subclass answers otherwise)."""
+        return type(self).next_hop is StaticRouter.next_hop
+
     def next_hop(self, copy: Piece) -> str | None:
         return self.hop_for(copy.dst)
 
