@@ -38,6 +38,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -141,10 +142,12 @@ ODD_TEXT = ["", " ", "n1", "n2", "n3", FAKE, "zz", "N1", "n1\n", " n1", "n1\x00"
             "[]", "{}", "ndr.x.n1", "pub.x", REPORTER, "Bearer", "x" * 255, "x" * 256]
 
 
+@cache
 def big_text() -> st.SearchStrategy[str]:
     return st.sampled_from([257, 1000, 70_000]).map(lambda n: "x" * n) | st.just("\u00e9" * 5000)
 
 
+@cache
 def odd_text(max_size: int = 30) -> st.SearchStrategy[str]:
     return st.one_of(st.sampled_from(ODD_TEXT), st.text(max_size=max_size),
                      st.from_regex(r"[A-Za-z0-9_.:@+*> -]{0,20}", fullmatch=True), big_text())
@@ -155,30 +158,36 @@ VALID_USER = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,20}", fullmatch=True)
 VALID_MSG_ID = st.from_regex(r"[A-Za-z0-9_.:@+-]{1,40}", fullmatch=True)
 
 
+@cache
 def node_names() -> st.SearchStrategy[str]:
     return st.one_of(st.sampled_from(["n1", "n2", "n3", FAKE, "zz"]), VALID_NODE, odd_text())
 
 
+@cache
 def user_names() -> st.SearchStrategy[str]:
     return st.one_of(st.sampled_from(["", "bob", "alice", "fz"]), VALID_USER, odd_text())
 
 
+@cache
 def uints(bits: int, small: int = 20) -> st.SearchStrategy[int]:
     top = (1 << bits) - 1
     return st.one_of(st.integers(0, small), st.sampled_from([top, top - 1, 1 << (bits - 1), (1 << (bits - 1)) - 1]),
                      st.integers(0, top))
 
 
+@cache
 def doubles() -> st.SearchStrategy[float]:
     return st.one_of(st.sampled_from([0.0, -0.0, -1.0, 5e-324, 1e-300, 0.5, 1.0, 60.0, 3600.0, 1e9, 1e300,
                                       1.7976931348623157e308, math.inf, -math.inf, math.nan]), st.floats())
 
 
+@cache
 def payloads() -> st.SearchStrategy[bytes]:
     return st.one_of(st.binary(max_size=64), st.binary(max_size=5000),
                      st.sampled_from([MAX_MESSAGE, MAX_MESSAGE + 1, 100_000]).map(lambda n: b"x" * n))
 
 
+@cache
 def json_values() -> st.SearchStrategy[Any]:
     return st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
                         lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
@@ -205,29 +214,40 @@ class Known:
     index: int
 
 
+@cache
 def known(pool: str) -> st.SearchStrategy[Known]:
     return st.integers(0, 50).map(lambda i: Known(pool, i))
+
+
+def _draw_fields(draw, fields: dict[str, tuple[st.SearchStrategy, st.SearchStrategy]],
+                 fixed: dict[str, Any] | None = None) -> dict:
+    """The draw of mutated(fields); a field in `fixed` takes that value when it is valid (its valid strategy in
+    `fields` is then unused)."""
+    names = list(fields)
+    mode = draw(st.integers(0, 3))
+    if mode == 0:
+        odd: set[str] = set()
+    elif mode == 1:
+        odd = {draw(st.sampled_from(names))}
+    elif mode == 2:
+        odd = set(draw(st.lists(st.sampled_from(names), max_size=3)))
+    else:
+        odd = {n for n in names if draw(st.booleans())}
+    fixed = fixed or {}
+    return {n: draw(fields[n][1]) if n in odd else fixed[n] if n in fixed else draw(fields[n][0]) for n in names}
+
+
+_mutated = st.composite(_draw_fields)
 
 
 def mutated(fields: dict[str, tuple[st.SearchStrategy, st.SearchStrategy]]) -> st.SearchStrategy[dict]:
     """Field values of a message: each field has a valid and an odd strategy. A quarter of the draws are valid
     throughout, a quarter have one odd field, the rest a few or any; shrinking goes towards valid fields, so a
-    failing example ends up showing the field that matters."""
-    names = list(fields)
+    failing example ends up showing the field that matters.
 
-    @st.composite
-    def draw_fields(draw) -> dict:
-        mode = draw(st.integers(0, 3))
-        if mode == 0:
-            odd: set[str] = set()
-        elif mode == 1:
-            odd = {draw(st.sampled_from(names))}
-        elif mode == 2:
-            odd = set(draw(st.lists(st.sampled_from(names), max_size=3)))
-        else:
-            odd = {n for n in names if draw(st.booleans())}
-        return {n: draw(fields[n][1] if n in odd else fields[n][0]) for n in names}
-    return draw_fields()
+    Strategies are built once (module constants, cached factories) rather than in each draw: hypothesis checks
+    every new strategy object, and that cost most of the fuzzing's time."""
+    return _mutated(fields)
 
 
 def mostly(valid: st.SearchStrategy, odd: st.SearchStrategy, one_in: int = 4) -> st.SearchStrategy:
@@ -261,6 +281,7 @@ class Call:
                 f"fill={self.fill!r})")
 
 
+@cache
 def mgmt_node() -> st.SearchStrategy[str]:
     """Whose management address gets the call: mostly n1 (static routes, n2 behind it), sometimes n3 (dynamic)."""
     return st.sampled_from(["n1", "n1", "n1", "n3"])
@@ -270,14 +291,14 @@ def rcpt(nodes: st.SearchStrategy[str], users: st.SearchStrategy[str]) -> st.Sea
     return st.builds(lambda n, u: common_pb2.Recipient(node=n, user=u), nodes, users)
 
 
-@st.composite
-def send_calls(draw) -> Call:
+@cache
+def send_fields() -> dict[str, tuple[st.SearchStrategy, st.SearchStrategy]]:
     valid_rcpts = st.lists(rcpt(st.sampled_from(["n2", "n2", "n2", "n1"]), st.sampled_from(["", "bob", "alice"])),
                            min_size=1, max_size=3)
     odd_rcpts = st.one_of(st.just([]), st.lists(rcpt(st.one_of(st.sampled_from(["n3", FAKE, "zz"]), node_names()),
                                                      user_names()), max_size=4),
                           st.lists(rcpt(st.just("n2"), VALID_USER), min_size=65, max_size=70))
-    f = draw(mutated({
+    return {
         "originator": (st.sampled_from(["", "bob", "fz.user"]), odd_text()),
         "recipients": (valid_rcpts, odd_rcpts),
         "body": (st.one_of(st.binary(max_size=100).map(lambda b: ("payload", b)),
@@ -286,7 +307,12 @@ def send_calls(draw) -> Call:
                            st.one_of(st.sampled_from([MAX_MESSAGE, MAX_MESSAGE + 1]), uints(64)).map(
                                lambda n: ("size", n)))),
         "priority": (PRIORITY, ODD_PRIORITY),
-        "lifetime": (st.sampled_from([0.0, 600.0, 86400.0]), doubles())}))
+        "lifetime": (st.sampled_from([0.0, 600.0, 86400.0]), doubles())}
+
+
+@st.composite
+def send_calls(draw) -> Call:
+    f = _draw_fields(draw, send_fields())
     req = submit_pb2.SendRequest(originator=f["originator"], recipients=f["recipients"], priority=f["priority"],
                                  lifetime=f["lifetime"])
     kind, value = f["body"]
@@ -297,6 +323,7 @@ def send_calls(draw) -> Call:
     return Call(draw(mgmt_node()), "Submit/Send", req)
 
 
+@cache
 def page_tokens() -> st.SearchStrategy[Any]:
     structured = st.builds(lambda a, b, c: json.dumps([a, b, c]), st.one_of(st.floats(), st.integers()),
                            st.text(max_size=10), st.text(max_size=10))
@@ -340,6 +367,7 @@ def submit_calls() -> st.SearchStrategy[Call]:
     return st.one_of(send_calls(), send_calls(), status_calls(), mailbox_calls(), delete_calls())
 
 
+@cache
 def control_metadata() -> st.SearchStrategy[tuple]:
     printable = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7e), max_size=30)
     odd = st.one_of(st.just(()), st.sampled_from(["Bearer " + TOKEN, "bearer " + TOKEN, TOKEN + "x", "wrong", ""]).map(
@@ -350,6 +378,7 @@ def control_metadata() -> st.SearchStrategy[tuple]:
 HOPS = st.sampled_from(["n1", "n2", "n3", FAKE])          # a neighbour of n1 or n3, or not
 
 
+@cache
 def rule_dicts() -> st.SearchStrategy[dict]:
     names = st.one_of(node_names(), st.lists(node_names(), max_size=3), json_values())
     match = st.builds(lambda d: {k: v for k, v in d.items() if v is not None}, mutated({
@@ -384,6 +413,7 @@ def rule_dicts() -> st.SearchStrategy[dict]:
                               "extra": (st.just({}), st.dictionaries(st.text(max_size=8), json_values(), max_size=2))}))
 
 
+@cache
 def rules_json() -> st.SearchStrategy[str]:
     mutated_text = st.builds(lambda s, cut: s[:cut], st.lists(rule_dicts(), max_size=3).map(json.dumps),
                              st.integers(0, 60))
@@ -395,21 +425,29 @@ def rules_json() -> st.SearchStrategy[str]:
                      odd_text())
 
 
+@cache
+def drain_timeouts() -> st.SearchStrategy[float]:
+    return st.one_of(st.sampled_from([math.nan, -math.inf, -1.0, -0.0, 5e-324, 1e-9, 0.01, 0.2]),
+                     st.sampled_from([0.0, 5.0, math.inf, 1e300]), doubles())
+
+
+@cache
+def route_lists() -> st.SearchStrategy[list]:
+    valid = st.builds(lambda d, h: control_pb2.Route(destination=d, next_hop=h),
+                      st.sampled_from(["n9", "zz", "n2", FAKE]) | VALID_NODE, HOPS)
+    odd = st.builds(lambda d, h: control_pb2.Route(destination=d, next_hop=h), node_names(), node_names())
+    return st.one_of(st.lists(mostly(valid, odd, 6), max_size=5), st.lists(valid, min_size=100, max_size=200))
+
+
 @st.composite
 def control_calls(draw) -> Call:
     node, md = draw(mgmt_node()), draw(control_metadata())
     kind = draw(st.sampled_from(["Stats", "Health", "GetRoutes", "Drain", "SetRoutes", "SetRoutes", "SetRules",
                                  "SetRules", "SetRules"]))
     if kind == "Drain":
-        req = control_pb2.DrainRequest(timeout=draw(st.one_of(
-            st.sampled_from([math.nan, -math.inf, -1.0, -0.0, 5e-324, 1e-9, 0.01, 0.2]),
-            st.sampled_from([0.0, 5.0, math.inf, 1e300]), doubles())))
+        req = control_pb2.DrainRequest(timeout=draw(drain_timeouts()))
     elif kind == "SetRoutes":
-        valid = st.builds(lambda d, h: control_pb2.Route(destination=d, next_hop=h),
-                          st.sampled_from(["n9", "zz", "n2", FAKE]) | VALID_NODE, HOPS)
-        odd = st.builds(lambda d, h: control_pb2.Route(destination=d, next_hop=h), node_names(), node_names())
-        req = control_pb2.SetRoutesRequest(routes=draw(st.one_of(
-            st.lists(mostly(valid, odd, 6), max_size=5), st.lists(valid, min_size=100, max_size=200))))
+        req = control_pb2.SetRoutesRequest(routes=draw(route_lists()))
     elif kind == "SetRules":
         req = control_pb2.SetRulesRequest(rules_json=draw(rules_json()))
     else:
@@ -438,17 +476,19 @@ def gateway_calls(draw) -> Call:
     return Call(node, f"Gateway/{kind}", req, md)
 
 
+@cache
 def topics() -> st.SearchStrategy[str]:
     return mostly(VALID_TOPIC, st.one_of(odd_text(), st.just("t." * 127 + "t"), st.just("t." * 127 + "tt")), 3)
 
 
+@cache
 def patterns() -> st.SearchStrategy[str]:
     return mostly(VALID_PATTERN, odd_text(), 3)
 
 
-@st.composite
-def publish_calls(draw) -> Call:
-    f = draw(mutated({
+@cache
+def publish_fields() -> dict[str, tuple[st.SearchStrategy, st.SearchStrategy]]:
+    return {
         "topic": (VALID_TOPIC, st.one_of(odd_text(), st.just("t." * 127 + "t"), st.just("t." * 127 + "tt"))),
         "body": (st.one_of(st.binary(max_size=100).map(lambda b: ("payload", b)),
                            st.integers(0, 5000).map(lambda n: ("size", n))),
@@ -458,7 +498,12 @@ def publish_calls(draw) -> Call:
         "priority": (PRIORITY, ODD_PRIORITY),
         "lifetime": (st.sampled_from([0.0, 60.0, 3600.0]), doubles()),
         "key": (st.sampled_from(["", "k1", "a key"]), st.one_of(odd_text(), st.sampled_from(["x" * 256, "x" * 257]))),
-        "publisher": (st.sampled_from(["", "bob"]), odd_text())}))
+        "publisher": (st.sampled_from(["", "bob"]), odd_text())}
+
+
+@st.composite
+def publish_calls(draw) -> Call:
+    f = _draw_fields(draw, publish_fields())
     req = pubsub_pb2.PublishRequest(topic=f["topic"], priority=f["priority"], lifetime=f["lifetime"], key=f["key"],
                                     publisher=f["publisher"])
     kind, value = f["body"]
@@ -497,6 +542,7 @@ class SubscribeScript:
                 f"end={self.end})")
 
 
+@cache
 def subscribe_starts() -> st.SearchStrategy[pubsub_pb2.SubscribeStart]:
     return st.builds(lambda f: pubsub_pb2.SubscribeStart(pattern=f["pattern"], name=f["name"], durable=f["durable"],
                                                          window=f["window"]),
@@ -542,6 +588,7 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
+@cache
 def undecodable_bytes() -> st.SearchStrategy[bytes]:
     """Bytes that are not a valid encoding of any of the services' messages."""
     return st.sampled_from([
@@ -653,22 +700,23 @@ CANARY_PREFIX = "lk-"
 LINK_NODES = st.sampled_from(["n1", "n2", "n3", FAKE, "zz"])
 
 
+@cache
 def seqs() -> st.SearchStrategy[int]:
     return st.one_of(st.integers(0, 300), st.integers(0, 300),
                      st.sampled_from([SEQ_MAX, SEQ_MAX - 1, SEQ_MAX - 5, 1 << 63]),
                      st.integers(0, SEQ_MAX).filter(lambda s: not CANARY_SEQ - 100 <= s <= CANARY_SEQ + 100))
 
 
+@cache
 def publications() -> st.SearchStrategy[link_pb2.Publication]:
-    now = time.time()
     return st.builds(lambda f: link_pb2.Publication(**f), mutated({
         "pub_id": (st.from_regex(r"zz-[0-9a-f]{4,8}", fullmatch=True), odd_text()),
         "origin": (st.sampled_from(["zz", "n2", FAKE]), node_names()),
         "topic": (VALID_TOPIC, odd_text()),
         "key": (st.sampled_from(["", "k"]), odd_text()),
         "priority": (PRIORITY, uints(32)),
-        "publish_ts": (st.just(now), doubles()),
-        "expires_ts": (st.just(now + 3600), doubles()),
+        "publish_ts": (st.builds(time.time), doubles()),
+        "expires_ts": (st.builds(lambda: time.time() + 3600), doubles()),
         "hops": (st.integers(0, 3), uints(32)),
         "targets": (st.lists(st.sampled_from(["n1", "n2", "n3", "zz"]), min_size=1, max_size=3),
                     st.one_of(st.just([]), st.lists(node_names(), max_size=4),
@@ -678,34 +726,39 @@ def publications() -> st.SearchStrategy[link_pb2.Publication]:
         "size": (st.integers(0, 100), uints(64))}))
 
 
+@cache
+def _fragment_fields() -> dict[str, tuple[st.SearchStrategy, st.SearchStrategy]]:
+    """The fields of fragments(); users, data, total, offset and fragments are valid as drawn there."""
+    return {
+        "msg_id": (st.one_of(st.sampled_from(FUZZ_IDS[:3]), st.from_regex(r"fz[0-9]{1,3}", fullmatch=True)),
+                   st.one_of(st.sampled_from(FUZZ_IDS), odd_text())),
+        "dst": (LINK_NODES, node_names()),
+        "users": (st.nothing(), st.one_of(st.lists(user_names(), max_size=3), st.just([f"u{i}" for i in range(65)]))),
+        "foreign": (st.just(None), node_names()),           # a second recipient node (must be refused)
+        "data": (st.nothing(), st.sampled_from([16385, (1 << 20) + 1]).map(lambda n: b"x" * n)),
+        "total": (st.nothing(), st.one_of(st.integers(0, 70_000), st.sampled_from([MAX_MESSAGE, MAX_MESSAGE + 1]),
+                                          uints(64))),
+        "offset": (st.nothing(), st.one_of(st.integers(0, 70_000), uints(64))),
+        "hops": (st.integers(1, 3), st.one_of(st.just(0), st.integers(64, 70), uints(32))),
+        "src": (st.sampled_from([FAKE, "zz", "n2"]), node_names()),
+        "priority": (PRIORITY, uints(32)),
+        "submit_ts": (st.builds(time.time), doubles()),
+        "expires_ts": (st.sampled_from([0.0, 3600.0]).map(lambda d: time.time() + d if d else 0.0), doubles()),
+        "kind": (st.just(""), st.one_of(st.sampled_from(["ndr", "pub", "x"]), odd_text())),
+        "originator": (st.sampled_from(["", "bob"]), st.one_of(st.just(REPORTER), user_names())),
+        "fragments": (st.nothing(), uints(32))}
+
+
 @st.composite
 def fragments(draw) -> link_pb2.Fragment:
     """A Fragment frame: a plausible piece of a message (a whole small one, or a piece of a bigger one, for this
     node, through it, or back to the fake neighbour), with any of its fields mutated."""
-    now = time.time()
     data = draw(st.binary(max_size=48))
     pieces = draw(st.integers(1, 3))
     index = draw(st.integers(0, pieces - 1))
     users = draw(st.lists(st.sampled_from(["", "bob", "fz"]), min_size=1, max_size=2))
-    f = draw(mutated({
-        "msg_id": (st.one_of(st.sampled_from(FUZZ_IDS[:3]), st.from_regex(r"fz[0-9]{1,3}", fullmatch=True)),
-                   st.one_of(st.sampled_from(FUZZ_IDS), odd_text())),
-        "dst": (LINK_NODES, node_names()),
-        "users": (st.just(users), st.one_of(st.lists(user_names(), max_size=3),
-                                            st.just([f"u{i}" for i in range(65)]))),
-        "foreign": (st.just(None), node_names()),           # a second recipient node (must be refused)
-        "data": (st.just(data), st.sampled_from([16385, (1 << 20) + 1]).map(lambda n: b"x" * n)),
-        "total": (st.just(len(data) * pieces), st.one_of(st.integers(0, 70_000),
-                                                        st.sampled_from([MAX_MESSAGE, MAX_MESSAGE + 1]), uints(64))),
-        "offset": (st.just(len(data) * index), st.one_of(st.integers(0, 70_000), uints(64))),
-        "hops": (st.integers(1, 3), st.one_of(st.just(0), st.integers(64, 70), uints(32))),
-        "src": (st.sampled_from([FAKE, "zz", "n2"]), node_names()),
-        "priority": (PRIORITY, uints(32)),
-        "submit_ts": (st.just(now), doubles()),
-        "expires_ts": (st.sampled_from([0.0, now + 3600]), doubles()),
-        "kind": (st.just(""), st.one_of(st.sampled_from(["ndr", "pub", "x"]), odd_text())),
-        "originator": (st.sampled_from(["", "bob"]), st.one_of(st.just(REPORTER), user_names())),
-        "fragments": (st.just(pieces), uints(32))}))
+    f = _draw_fields(draw, _fragment_fields(), {"users": users, "data": data, "total": len(data) * pieces,
+                                                "offset": len(data) * index, "fragments": pieces})
     msg_id, kind, data = f["msg_id"], f["kind"], f["data"]
     if kind == "pub" and draw(st.booleans()):               # a broker's stored copy: a Publication as the body
         msg_id = "pub." + msg_id
@@ -725,6 +778,7 @@ def fragments(draw) -> link_pb2.Fragment:
 REAL_SEQ_CAP = 1 << 62
 
 
+@cache
 def origins(real_cap: bool) -> st.SearchStrategy[tuple[str, int]]:
     """(origin, seq) of an advert or interest record. With real_cap, the records of the network's own nodes keep
     their sequence numbers at most 2**62: a node that gets a record of its own with the highest 64-bit number
@@ -738,6 +792,7 @@ def origins(real_cap: bool) -> st.SearchStrategy[tuple[str, int]]:
     return st.one_of(real, other)
 
 
+@cache
 def interests(real_cap: bool) -> st.SearchStrategy[link_pb2.Interest]:
     entry = st.builds(lambda f: link_pb2.InterestEntry(**f), mutated({
         "name": (st.from_regex(r"fz[a-z0-9]{1,5}", fullmatch=True), user_names()),
@@ -748,6 +803,7 @@ def interests(real_cap: bool) -> st.SearchStrategy[link_pb2.Interest]:
         "subscriptions": (st.lists(entry, max_size=4), st.one_of(st.lists(entry, max_size=8), st.just(many)))}))
 
 
+@cache
 def link_states(real_cap: bool) -> st.SearchStrategy[link_pb2.LinkState]:
     cost = st.builds(lambda f: link_pb2.LinkCost(**f), mutated({
         "neighbour": (LINK_NODES, node_names()), "cost": (st.sampled_from([1.0, 10.0, 250.0]), doubles())}))
@@ -1755,6 +1811,6 @@ TARGETS: dict[str, tuple[Callable[[], st.SearchStrategy], Callable]] = {
     "pools_control": (lambda: pool_publications(), drive_pool_publication),
 }
 
-# examples per target in `make test` (about a minute in all on 2 busy cores); the bench multiplies them
+# examples per target in `make test` (about 40 s in all on 2 busy cores); the bench multiplies them
 BASE_EXAMPLES = {"submit": 300, "control": 200, "pubsub": 200, "gateway": 60, "subscribe": 150, "link_open": 150,
                  "link": 300, "raw": 250, "pools_get": 20, "pools_control": 60}

@@ -11,7 +11,7 @@ bench/bench_fuzz.py, which runs the same fuzzing far longer). Then the attacks o
 client must refuse, forged and replayed link probes, calls without a valid token, pieces arriving after expiry.
 
 One network for the module, with tls and auth on (n1 - n2, and n3 alone with dynamic routing; n1 and n3 wait
-for a neighbour "a0" that the fuzzer plays). Bounded to about a minute and a half: the example counts are
+for a neighbour "a0" that the fuzzer plays). Bounded to well under a minute: the example counts are
 fuzz_strategies.BASE_EXAMPLES and fuzz_trust.BASE_EXAMPLES, times the environment variable WANBED_FUZZ_EXAMPLES
 (a factor, default 1; e.g. WANBED_FUZZ_EXAMPLES=10 for a longer run).
 Examples are derandomized (the same inputs on every run) and nothing is stored between runs.
