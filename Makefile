@@ -85,7 +85,8 @@ $(STUBS_STAMP): $(PROTOS) $(VENV)/.installed node/stubs.py
 
 # pytest-xdist workers for `make test` (CI runs it so). Three workers on 2 cores: 15-17 min of pytest from a fresh
 # clone for about 1,900 tests (one process: 23 min for 1,750 tests when last measured). Tests sharing a fixture wider than one test stay on one
-# worker, tests marked `alone` run while the other workers wait (tests/conftest.py); the summary's last lines say
+# worker, tests marked `alone` run first while the other workers wait, tests marked `testbed_up` one at a time
+# (tests/conftest.py); the summary's last lines say
 # where each worker's time went. `make test TEST_WORKERS=0` runs everything in one process.
 TEST_WORKERS ?= 3
 

@@ -14,10 +14,12 @@ controller, and the runs of its workers count as its own.
 Under pytest-xdist a test marked `alone` runs while the other workers wait (tests/worker_turns.py). The alone
 tests go to one xdist group, `alone`, sent first, so that they take one turn at the start instead of one each
 in the middle of the session; an alone test that shares a fixture wider than itself with tests that run beside
-others stays in that fixture's group (the fixture is made once) and takes its turn where it comes.
+others stays in that fixture's group (the fixture is made once) and takes its turn where it comes. A test
+marked `testbed_up` holds the session's `up` lock while it runs (one `testbed up` network at a time).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -122,7 +124,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for i, item in enumerate(items):
             name_xdist_group(item, ALONE_GROUP if i in members else None)
         groups = [it.nodeid.rpartition("@")[2] if "@" in it.nodeid else None for it in items]
-        items[:] = [items[i] for i in scheduling_order(groups, ALONE_GROUP)]
+        up_modules = {module_of(it) for it in items if needs_network(it)}
+        late = [module_of(it) in up_modules for it in items]
+        items[:] = [items[i] for i in scheduling_order(groups, ALONE_GROUP, late)]
+
+
+def module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+def needs_network(item: pytest.Item) -> bool:
+    """Marked `testbed_up` and not skipped by a mark."""
+    return item.get_closest_marker("testbed_up") is not None and not skipped_by_mark(item)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -155,16 +168,18 @@ def pytest_configure(config: pytest.Config) -> None:
 def runs_alone(item: pytest.Item) -> bool:
     """Marked `alone` and not skipped by a mark: a test that will only report a skip needs no turn of its own
     (taking one would make the other workers finish what they run first)."""
-    if item.get_closest_marker("alone") is None:
-        return False
+    return item.get_closest_marker("alone") is not None and not skipped_by_mark(item)
+
+
+def skipped_by_mark(item: pytest.Item) -> bool:
     try:
         from _pytest.skipping import evaluate_skip_marks
-    except ImportError:              # pytest moved it: take the turn
-        return True
+    except ImportError:              # pytest moved it: count the test as running
+        return False
     try:
-        return evaluate_skip_marks(item) is None
+        return evaluate_skip_marks(item) is not None
     except Exception:                # a condition that fails to evaluate: pytest reports it in the test itself
-        return True
+        return False
 
 
 @pytest.hookimpl(tryfirst=True, wrapper=True)
@@ -176,7 +191,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     alone = runs_alone(item)
     spent = item.config.stash.setdefault(TIME_SPENT, {})
     asked = time.monotonic()
-    with turns.alone(keep=nextitem is not None and runs_alone(nextitem)) if alone else turns.beside_others():
+    network = (turns.network(keep=nextitem is not None and needs_network(nextitem)) if needs_network(item)
+               else contextlib.nullcontext())
+    with network, turns.alone(keep=nextitem is not None and runs_alone(nextitem)) if alone else turns.beside_others():
         started = time.monotonic()
         try:
             return (yield)

@@ -5,6 +5,10 @@ otherwise idle 2-core machine; every other test may run beside another. One file
 tests hold it exclusively, all others shared. A second lock, the gate, is held by a test waiting to run
 alone, so that the other worker, whose tests come one after another, cannot keep the shared lock forever.
 
+A test marked `testbed_up` runs `testbed up`, whose network is the machine's one running network (the CLI's
+`down`, `status`, `link` act on it; a second `up` is refused): such tests take a fourth lock, `up`, one at a time,
+whichever worker they run on. The `up` lock is always taken before a turn, never while holding one.
+
 Every turn taken costs the other workers the rest of the test they are running, so the tests that can run alone
 as one group (tests/conftest.py) are sent first, to one worker, and take ONE turn at the start of the session:
 the other workers' first tests wait for that turn to begin (a third file, `began`) instead of racing it.
@@ -38,13 +42,17 @@ class TurnFiles:
         return self.folder / f"wanbed-pytest-{self.run_uid}.gate"
 
     @property
+    def up(self) -> Path:
+        return self.folder / f"wanbed-pytest-{self.run_uid}.up"
+
+    @property
     def began(self) -> Path:
         """Exists once some worker has taken an alone turn in this session."""
         return self.folder / f"wanbed-pytest-{self.run_uid}.began"
 
     def remove(self) -> None:
         """Called once by the controller at the end of the session."""
-        for p in (self.main, self.gate, self.began):
+        for p in (self.main, self.gate, self.up, self.began):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)
 
@@ -60,7 +68,9 @@ class Turns:
         self._files = files
         self._main: IO[str] = open(files.main, "a")
         self._gate: IO[str] = open(files.gate, "a")
+        self._up: IO[str] = open(files.up, "a")
         self._holding = False       # the exclusive turn, kept from one alone test to the next
+        self._holding_up = False    # the `up` lock, kept from one `testbed up` test to the next
         self.alone_group_first = False   # set once the worker has collected: the session starts with that group
         self._started = False
 
@@ -101,6 +111,23 @@ class Turns:
         finally:
             fcntl.flock(self._main, fcntl.LOCK_UN)
 
+    @contextlib.contextmanager
+    def network(self, keep: bool = False) -> Iterator[None]:
+        """Run as the only test with a `testbed up` network. `keep`: the worker's next test needs it too (a
+        module's network outlives one test)."""
+        if not self._holding_up:
+            if self._holding:                       # lock order is `up`, then the turn: hand a kept turn back
+                fcntl.flock(self._main, fcntl.LOCK_UN)
+                self._holding = False
+            fcntl.flock(self._up, fcntl.LOCK_EX)
+            self._holding_up = True
+        try:
+            yield
+        finally:
+            if not keep:
+                fcntl.flock(self._up, fcntl.LOCK_UN)
+                self._holding_up = False
+
     def _wait_for_first_turn(self) -> None:
         deadline = time.monotonic() + self.FIRST_TURN_WAIT_S
         while not self._files.began.exists() and time.monotonic() < deadline:
@@ -109,12 +136,16 @@ class Turns:
     def close(self) -> None:
         self._main.close()
         self._gate.close()
+        self._up.close()
 
 
-def scheduling_order(groups: Sequence[str | None], first: str) -> list[int]:
+def scheduling_order(groups: Sequence[str | None], first: str, late: Sequence[bool] | None = None) -> list[int]:
     """The order to hand tests to xdist (indices into `groups`, each test's xdist group or None): the group `first`
     at the head, then groups with more tests before groups with fewer (a test without a group counts as a group
-    of one), as xdist's own reordering would, collection order otherwise."""
+    of one), as xdist's own reordering would; within a group the tests marked `late` after the others (whole
+    modules, so that a module's fixtures are made once: a module with a `testbed up` test waits for the `up` lock,
+    and its group's other tests need not wait with it); collection order otherwise."""
     sizes = Counter(g for g in groups if g is not None)
+    late = late or [False] * len(groups)
     return sorted(range(len(groups)),
-                  key=lambda i: (groups[i] != first, -sizes[groups[i]] if groups[i] is not None else -1, i))
+                  key=lambda i: (groups[i] != first, -sizes[groups[i]] if groups[i] is not None else -1, late[i], i))

@@ -330,7 +330,7 @@ def test_sigint_mid_run_tears_down_and_marks_incomplete(workdir):
 
 
 @pytest.mark.root
-@pytest.mark.alone              # one `testbed up` network on the machine: no other test's `up` meanwhile
+@pytest.mark.testbed_up         # one `testbed up` network on the machine: no other test's `up` meanwhile
 @pytest.mark.timeout(600)
 def test_up_builds_the_links_run_built_and_takes_set(quick_run, workdir):
     """`testbed up` of the quickstart has the links `run --quick` wrote to topology.json (time_scale applied:

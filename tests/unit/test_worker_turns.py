@@ -89,3 +89,45 @@ def test_without_an_alone_group_the_first_test_does_not_wait(tmp_path: Path) -> 
         assert time.monotonic() - started < Turns.FIRST_TURN_WAIT_S / 10
     finally:
         turns.close()
+
+
+def test_within_a_group_modules_with_a_testbed_up_test_come_last() -> None:
+    groups = ["docker", "docker", "docker", "docker", None]
+    late = [True, True, False, False, False]
+    order = scheduling_order(groups, "alone", late)
+    assert order == [2, 3, 0, 1, 4]
+
+
+def _up_is_free(files: TurnFiles) -> bool:
+    with open(files.up, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return True
+
+
+def test_the_up_lock_is_kept_across_a_module_and_a_kept_turn_is_handed_back_before_waiting_for_it(
+        tmp_path: Path) -> None:
+    files = TurnFiles("t", tmp_path)
+    turns = Turns(files)
+    try:
+        with turns.network(keep=True):
+            assert not _up_is_free(files)
+        assert not _up_is_free(files)                   # the module's network outlives its first test
+        with turns.network(keep=False):
+            pass
+        assert _up_is_free(files)
+        with turns.alone(keep=True):
+            pass
+        assert not _others_can_start(files)
+        # The next test needs `up`: the kept turn goes back first (lock order: `up`, then the turn), so that a
+        # worker holding `up` and waiting for its turn cannot wait on us.
+        with turns.network():
+            assert _others_can_start(files)
+            with turns.alone():
+                assert not _others_can_start(files)
+        assert _others_can_start(files) and _up_is_free(files)
+    finally:
+        turns.close()

@@ -17,8 +17,9 @@ from testbed.runtime.docker import PREFIX_LABEL, RUN_LABEL, run_containers
 from testbed.runtime.netns import list_netns
 from tests.integration.support import skip_while_a_network_is_up
 
-# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
-pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.timeout(240)]
+# One Docker engine and image cache for the session: the Docker tests run on one worker. `testbed up` is the
+# machine's one running network: its tests hold the session's `up` lock.
+pytestmark = [pytest.mark.xdist_group("docker"), pytest.mark.testbed_up, pytest.mark.timeout(240)]
 
 REPO = Path(__file__).resolve().parents[3]
 

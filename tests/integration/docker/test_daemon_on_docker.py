@@ -16,8 +16,8 @@ from testbed.runtime.docker import CONTAINER_WORKDIR, DockerHost
 from testbed.topology.generators import linear
 from testbed.topology.model import Direction
 
-# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
-pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.timeout(240)]
+# One Docker engine and image cache for the session: the Docker tests run on one worker.
+pytestmark = [pytest.mark.xdist_group("docker"), pytest.mark.timeout(240)]
 
 DATA_PORT, MGMT_PORT = 7000, 7001
 UP_WITHIN = 60.0      # generous bound for a daemon to answer Health (2 cores, other tests running)

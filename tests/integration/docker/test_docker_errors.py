@@ -15,8 +15,9 @@ from testbed.runtime.docker import _has_rules
 REPO = Path(__file__).resolve().parents[3]
 NO_ENGINE = "unix:///nonexistent/wanbed-test/docker.sock"
 
-# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
-pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.timeout(120)]
+# One Docker engine and image cache for the session: the Docker tests run on one worker. `testbed up` is the
+# machine's one running network: its tests hold the session's `up` lock.
+pytestmark = [pytest.mark.xdist_group("docker"), pytest.mark.testbed_up, pytest.mark.timeout(120)]
 
 
 def test_no_engine_is_one_sentence(monkeypatch: pytest.MonkeyPatch) -> None:

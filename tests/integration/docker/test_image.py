@@ -10,8 +10,8 @@ import pytest
 from testbed import image
 from testbed.docker_engine import docker
 
-# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
-pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.timeout(900)]
+# One Docker engine and image cache for the session: the Docker tests run on one worker.
+pytestmark = [pytest.mark.xdist_group("docker"), pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -11,8 +11,8 @@ from testbed.network import Network
 from testbed.topology.generators import linear
 from testbed.topology.model import Direction
 
-# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
-pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.timeout(300)]
+# One Docker engine and image cache for the session: the Docker tests run on one worker.
+pytestmark = [pytest.mark.xdist_group("docker"), pytest.mark.timeout(300)]
 
 DELAY = 0.020   # seconds one way per direction; ping RTT crosses it twice
 

@@ -12,8 +12,8 @@ from testbed import image
 from testbed.runtime.docker import run_containers
 from tests.integration.support import recoveries
 
-# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
-pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.timeout(420)]
+# One Docker engine and image cache for the session: the Docker tests run on one worker.
+pytestmark = [pytest.mark.xdist_group("docker"), pytest.mark.timeout(420)]
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = REPO / "scenarios" / "quickstart.yaml"

@@ -15,8 +15,8 @@ from testbed.runtime.netns import netns_exists
 from testbed.topology.generators import linear
 from testbed.topology.model import Direction
 
-# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
-pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.timeout(240)]
+# One Docker engine and image cache for the session: the Docker tests run on one worker.
+pytestmark = [pytest.mark.xdist_group("docker"), pytest.mark.timeout(240)]
 
 DELAY = 0.010    # one-way per link; a -> c crosses two links: RTT >= 4 x DELAY
 

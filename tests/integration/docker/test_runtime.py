@@ -13,8 +13,8 @@ from testbed.docker_engine import docker
 from testbed.runtime.docker import DockerRuntime, clean_orphans
 from testbed.runtime.netns import netns_exists
 
-# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
-pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.timeout(300)]
+# One Docker engine and image cache for the session: the Docker tests run on one worker.
+pytestmark = [pytest.mark.xdist_group("docker"), pytest.mark.timeout(300)]
 
 
 def _labelled(run_id: str) -> list[str]:

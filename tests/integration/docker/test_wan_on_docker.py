@@ -19,8 +19,8 @@ from testbed.topology.model import Direction
 from tests.integration.support import binomial_interval
 
 # timing-sensitive (measured delays, rates or fault timing): runs while no other test does
-# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
-pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.alone, pytest.mark.timeout(240)]
+# One Docker engine and image cache for the session: the Docker tests run on one worker.
+pytestmark = [pytest.mark.xdist_group("docker"), pytest.mark.alone, pytest.mark.timeout(240)]
 
 DELAY = 0.015        # one-way delay per direction on the link (s)
 LOSS = 0.10          # random loss a -> b only

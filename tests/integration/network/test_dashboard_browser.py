@@ -50,7 +50,7 @@ def _missing() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.timeout(120),
+pytestmark = [pytest.mark.testbed_up, pytest.mark.timeout(120),
               pytest.mark.skipif(_missing() is not None, reason=_missing() or "")]
 
 

@@ -16,8 +16,9 @@ from node.client import NodeClient
 from testbed import netstate, registry
 from testbed.runtime.netns import netns_pids
 
-# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
-pytestmark = [pytest.mark.xdist_group("testbed-up"),
+# `testbed up` allows one network on the machine and down/status act on it: one such test at a time,
+# whichever worker it runs on (the session's `up` lock)
+pytestmark = [pytest.mark.testbed_up,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
               pytest.mark.timeout(240)]
 

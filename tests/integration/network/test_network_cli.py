@@ -14,8 +14,9 @@ import pytest
 from network_support import TESTS_DIR, free_mgmt_subnet, ours_left
 from testbed import netstate, registry
 
-# `testbed up` allows one network on the machine and down/status act on it: one such test at a time
-pytestmark = [pytest.mark.xdist_group("testbed-up"),
+# `testbed up` allows one network on the machine and down/status act on it: one such test at a time,
+# whichever worker it runs on (the session's `up` lock)
+pytestmark = [pytest.mark.testbed_up,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
               pytest.mark.timeout(180)]
 

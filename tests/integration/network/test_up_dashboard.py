@@ -18,7 +18,7 @@ from network_support import TESTS_DIR
 from testbed import netstate
 from tests.integration.support import skip_while_a_network_is_up
 
-pytestmark = [pytest.mark.xdist_group("testbed-up"),
+pytestmark = [pytest.mark.testbed_up,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth, iptables"),
               pytest.mark.timeout(180)]
 

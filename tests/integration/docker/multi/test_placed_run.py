@@ -20,7 +20,7 @@ from tests.integration.support import skip_while_a_network_is_up
 
 from .conftest import Machines
 
-pytestmark = [pytest.mark.xdist_group("testbed-up"), pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.xdist_group("docker"), pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[4]
 SCENARIO = REPO / "scenarios" / "quickstart.yaml"
@@ -109,6 +109,7 @@ def _rtt(r: subprocess.CompletedProcess) -> float:
     return min(float(x) for x in re.findall(r"time=([0-9.]+) ms", r.stdout))
 
 
+@pytest.mark.testbed_up
 def test_up_link_change_and_down_across_two_engines(machines: Machines, node_image: image.BuildResult,
                                                     tmp_path: Path) -> None:
     """`testbed up` of a placed network, then later processes: exec on the host's own engine, a link change
