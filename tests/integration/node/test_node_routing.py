@@ -17,7 +17,10 @@ NAMES = ["n1", "n2", "n3", "n4", "n5"]
 EDGES = [("n1", "n2"), ("n2", "n3"), ("n3", "n4"), ("n4", "n1"), ("n3", "n5")]
 PROBE = 0.1                       # seconds between probes
 QUANTUM = 5.0                     # loopback latency (<1 ms) rounds up to one quantum: costs are hop counts
-ROUTING = {"mode": "dynamic", "nodes": NAMES, "monitor": {"interval": PROBE},
+# A probe counts as lost after this long unanswered (the default is 1 s at this interval): on loopback none is
+# lost, but a daemon's event loop stalled for over a second by a loaded machine would make one look lost.
+PROBE_TIMEOUT = 5.0
+ROUTING = {"mode": "dynamic", "nodes": NAMES, "monitor": {"interval": PROBE, "timeout": PROBE_TIMEOUT},
            "cost": {"quantum": QUANTUM}, "damping": {"enabled": False}}
 HOLD = FAST["session"]["hold_time"]
 
