@@ -119,7 +119,7 @@ from node.errors import UserError  # noqa: E402
 from node.rpc import pubsub_pb2  # noqa: E402
 from node.spool import Spool  # noqa: E402
 from testbed.experiment import nodeconfig, timescale  # noqa: E402
-from pubsub_daemons import BenchDaemons, PySpy, RevisionTree, cprofile_top, pyspy_binary  # noqa: E402
+from pubsub_daemons import BenchDaemons, PySpy, RevisionTree, cprofile_top, CLK, proc_cpu_path, pyspy_binary  # noqa: E402
 from testbed.network import Network  # noqa: E402
 from testbed.scenario.loader import load_text  # noqa: E402
 
@@ -152,7 +152,6 @@ MODES = {
                  cut_rate=100.0, cut_secs=20.0, cut_at=5.0, cut_len=6.0, cut_idle=8.0, cut_wait=60.0),
 }
 
-CLK = os.sysconf("SC_CLK_TCK")
 
 
 def proc_cpu(pid: int) -> float:
@@ -163,15 +162,6 @@ def proc_cpu(pid: int) -> float:
 def thread_cpu(tid: int) -> float:
     """CPU seconds a thread of this process has used, 0 when it is gone."""
     return proc_cpu_path(f"/proc/self/task/{tid}/stat")
-
-
-def proc_cpu_path(path: str) -> float:
-    try:
-        with open(path) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 def machine_cpu() -> float:

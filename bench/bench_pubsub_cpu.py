@@ -43,6 +43,8 @@ def proc_cpu(pid: int) -> float:
     return proc_cpu_path(f"/proc/{pid}/stat")
 
 
+# Its own copy of bench/pubsub_daemons.py's reader: a session runs with another revision's tree first on sys.path
+# (--before), where that module may not have it.
 def proc_cpu_path(path: str) -> float:
     try:
         with open(path) as f:

@@ -28,6 +28,19 @@ REPO = Path(__file__).resolve().parents[1]
 TOP = 15                    # profile lines printed
 
 
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_path(path: str) -> float:
+    """CPU seconds (user + system) in a /proc stat file, 0 when it is gone."""
+    try:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 class RevisionTree:
     """A detached `git worktree` of `rev` in a temp dir with its stubs generated; `close` removes it."""
 

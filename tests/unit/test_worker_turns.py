@@ -10,15 +10,19 @@ from pathlib import Path
 from tests.worker_turns import TurnFiles, Turns, scheduling_order
 
 
-def _others_can_start(files: TurnFiles) -> bool:
-    """Would another worker get the shared lock now (without waiting)?"""
-    with open(files.main, "a") as f:
+def _would_get(path: Path, mode: int) -> bool:
+    """Would another worker get this lock now (without waiting)?"""
+    with open(path, "a") as f:
         try:
-            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(f, mode | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
         fcntl.flock(f, fcntl.LOCK_UN)
         return True
+
+
+def _others_can_start(files: TurnFiles) -> bool:
+    return _would_get(files.main, fcntl.LOCK_SH)
 
 
 def test_an_alone_turn_is_kept_for_the_next_alone_test_and_handed_back_after_the_last(tmp_path: Path) -> None:
@@ -99,13 +103,7 @@ def test_within_a_group_modules_with_a_testbed_up_test_come_last() -> None:
 
 
 def _up_is_free(files: TurnFiles) -> bool:
-    with open(files.up, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        fcntl.flock(f, fcntl.LOCK_UN)
-        return True
+    return _would_get(files.up, fcntl.LOCK_EX)
 
 
 def test_the_up_lock_is_kept_across_a_module_and_a_kept_turn_is_handed_back_before_waiting_for_it(
