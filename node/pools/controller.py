@@ -34,6 +34,11 @@ Durability: the Raft log, the current term and the vote are written to `journal`
 change; log compaction writes the state to `<journal>.dump` (pysyncobj's default keeps all of it in memory: a
 restart would forget the vote). A restarted replica applies what it last recorded as committed (pysyncobj stores the
 commit index once a second) before `start()` returns, and the rest of its log once the leader's commit index says so.
+pysyncobj's warning "truncating already-applied log entries ... may have diverged" is harmless here: a late reply of
+a replica that was behind rewinds the leader, which resends from its own log entries the replica already applied,
+and pysyncobj drops and re-appends them without applying them again. They are the same entries, because a replica
+applies only up to a commit index learnt once its log matched the leader's (the one it stores for a restart too), and
+a committed entry is in every later leader's log at the same index.
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import socket
 import threading
 import time
@@ -303,4 +304,58 @@ def test_start_on_a_port_in_use_is_one_clear_error(tmp_path: Path) -> None:
                 await c.start()
             await c.close()
         assert raft_threads() == []
+    asyncio.run(main())
+
+
+def test_a_late_reply_of_a_restarted_replica_makes_the_leader_resend_applied_entries_and_nothing_diverges(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A replica restarted behind the leader answers each append that arrived before it caught up with "resend from
+    my log's end" (pysyncobj's reset reply); one such reply arriving after it caught up rewinds the leader, which
+    resends entries the replica already applied. pysyncobj then truncates them ("truncating already-applied log
+    entries ... may have diverged") and appends the leader's: the very entries it applied. The late reply is handed
+    to the leader's Raft thread as the transport would (its timing is a matter of luck on a real network)."""
+    async def main() -> None:
+        group = Replicas(tmp_path, free_addresses(3), FAST)
+        await group.start_all()
+        try:
+            leader = await group.leader(election_bound(FAST))
+            for app in ("A", "B"):
+                await leader.submit({"op": "define_app", "app": app})
+            await group.settled(10 * FAST.append_period_s)
+            restarted = next(a for a in group.addresses if a != leader.self_addr)
+            log_end = group.running[restarted].status()["last_applied"]
+            await group.stop(restarted)
+            for app in ("C", "D"):
+                await leader.submit({"op": "define_app", "app": app})
+            group.applied[restarted].clear()
+            await group.start(restarted)       # from its journal: its state is rebuilt from the start
+            await group.settled(FAST.reconnect_s + 10 * FAST.append_period_s)
+            assert group.running[restarted].status()["last_applied"] > log_end   # it applied C and D
+
+            sync = leader._sync
+            node = next(n for n in sync._SyncObj__otherNodes if n.address == restarted)
+            late = {"type": "next_node_idx", "next_node_idx": log_end + 1, "reset": True, "success": False}
+            delivered = threading.Event()
+
+            def deliver() -> None:   # the Raft thread, between two ticks
+                if not delivered.is_set():
+                    delivered.set()
+                    sync._SyncObj__onMessageReceived(node, late)
+            caplog.set_level(logging.WARNING, logger="pysyncobj")
+            sync.addOnTickCallback(deliver)
+            while not delivered.is_set():
+                await asyncio.sleep(FAST.append_period_s / 10)
+            sync.removeOnTickCallback(deliver)
+            await leader.submit({"op": "define_app", "app": "E"})
+            await group.settled(10 * FAST.append_period_s)
+
+            assert f"truncating already-applied log entries from index {log_end + 1}" in caplog.text
+            expected = leader.state()
+            assert expected["apps"].keys() == set("ABCDE") and expected["version"] == 5
+            for addr, c in group.running.items():
+                # an entry applied twice would be a second define_app of one app: refused, and counted
+                assert c.state() == expected and c.status()["refused"] == 0
+                assert [cmd["app"] for _, _, cmd in group.applied[addr]] == list("ABCDE")
+        finally:
+            await group.stop_all()
     asyncio.run(main())
