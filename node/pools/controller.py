@@ -22,9 +22,9 @@ committed, never newer than what the new leader publishes under its newer term; 
 wherever it arrives late (a `refused` line).
 
 Threads: pysyncobj runs in one thread of its own, which builds the SyncObj, ticks it and destroys it (autoTick off,
-so the thread's life is ours: `close()` ends it). That thread never touches an asyncio object: every callback is
-handed to the loop with `call_soon_threadsafe`. The loop only reads attributes and queues proposals (pysyncobj's
-queue is locked), so nothing blocks it.
+so the thread's life is ours: `close()` ends it; a follower ticks at its election deadline too, `_tick_wait`). That
+thread never touches an asyncio object: every callback is handed to the loop with `call_soon_threadsafe`. The loop
+only reads attributes and queues proposals (pysyncobj's queue is locked), so nothing blocks it.
 
 Security: pysyncobj unpickles what it receives, so the password is mandatory. It encrypts and authenticates every
 message (Fernet, key derived from the password); without it, anyone who reaches the port would run code in the
@@ -55,6 +55,7 @@ from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, SyncObjException, replicated
 from pysyncobj.config import FAIL_REASON
+from pysyncobj.monotonic import monotonic as raft_clock   # the clock of pysyncobj's deadlines
 
 from node.errors import ConfigError
 
@@ -65,6 +66,7 @@ AppliedHook = Callable[[dict, list, dict], None]
 ElectedHook = Callable[[int], None]
 
 TICK_S = 0.05          # the Raft thread's longest sleep: a message or a proposal wakes it at once
+DEADLINE_SLACK_S = 0.001   # a tick due at the election deadline runs this much after it (poll rounds to 1 ms)
 CLOSE_WAIT_S = 5.0     # close() waits this long for the Raft thread (a tick is at most TICK_S)
 RAFT_LEADER = 2        # pysyncobj's state number for a leader, as onStateChanged reports it
 # pysyncobj failures that mean "this replica does not lead (any more)": the caller should ask the leader
@@ -89,8 +91,11 @@ class RaftTimeouts:
     # believing it leads for half a minute
     leader_fallback_s: float = 2.8
     connection_s: float = 3.5      # a silent connection is dropped after this (pysyncobj's default)
-    # retry period towards an unreachable replica; pysyncobj's 5 s is what a restarted replica would wait
-    reconnect_s: float = 1.0
+    # retry period towards an unreachable replica (pysyncobj's default is 5 s). Below election_min_s: a restarted
+    # replica hears the leader before its first election timeout (no pre-vote: standing would depose the leader),
+    # and two followers not yet connected to each other when the leader dies connect before either times out
+    # (connected late, both would stand in the same tick)
+    reconnect_s: float = 0.2
     commit_s: float = 2.0          # submit() gives up with CommitTimeout after this (the command may still commit)
 
     def validate(self) -> None:
@@ -310,7 +315,7 @@ class PoolController:
             log.info("%s: pool controller replica %s started (partners %s)", self.name, self.self_addr,
                      ", ".join(self.partners) or "none")
             while not self._stopping.is_set():
-                self._tick(sync, TICK_S)
+                self._tick(sync, _tick_wait(sync))
         finally:
             try:
                 sync.destroy()               # autoTick off: destroys here, in this thread
@@ -423,6 +428,21 @@ class PoolController:
                 "connections": state["connections"], "load": state["load"],
                 "commit_index": sync.raftCommitIndex if sync is not None else 0,
                 "last_applied": sync.raftLastApplied if sync is not None else 0, "refused": self._log.refused}
+
+
+def _tick_wait(sync: SyncObj) -> float:
+    """How long the Raft thread may sleep before its next tick: TICK_S, or until just past this replica's election
+    deadline when that comes sooner. pysyncobj checks the deadline only in a tick, and the leader's last heartbeat
+    wakes every follower at once, so whole TICK_S sleeps would round each follower's random timeout up to one shared
+    grid: two followers would stand in the same tick, a split vote, in about TICK_S / (election_max_s -
+    election_min_s) of fail-overs (5% with the defaults) instead of only when their draws fall within a message's
+    transit."""
+    deadline = getattr(sync, "_SyncObj__raftElectionDeadline", None)   # private: pysyncobj offers no accessor
+    if deadline is None or sync._isLeader():
+        return TICK_S
+    left = deadline - raft_clock()
+    # a deadline already past (no peer connected: it cannot stand yet) waits a whole tick, not a busy loop
+    return left + DEADLINE_SLACK_S if 0 <= left < TICK_S else TICK_S
 
 
 def _settle_ready(fut: asyncio.Future, error: BaseException | None) -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from node.errors import ConfigError
-from node.pools.controller import (CommandRefused, ControllerError, NotLeader, PoolController, RaftTimeouts,
-                                   initial_state)
+from node.pools.controller import (DEADLINE_SLACK_S, TICK_S, CommandRefused, ControllerError, NotLeader,
+                                   PoolController, RaftTimeouts, _tick_wait, initial_state, raft_clock)
 
 PASSWORD = "pools-test-secret"
 FAST = RaftTimeouts().scaled(0.5)     # elections in 0.2-0.7 s: the tests that do not measure fail-over
@@ -331,6 +331,9 @@ def test_a_late_reply_of_a_restarted_replica_makes_the_leader_resend_applied_ent
             await group.start(restarted)       # from its journal: its state is rebuilt from the start
             await group.settled(FAST.reconnect_s + 10 * FAST.append_period_s)
             assert group.running[restarted].status()["last_applied"] > log_end   # it applied C and D
+            # should it have stood before hearing the leader (no pre-vote), another one leads now: never the
+            # restarted one, whose log was behind
+            leader = await group.leader(election_bound(FAST))
 
             sync = leader._sync
             node = next(n for n in sync._SyncObj__otherNodes if n.address == restarted)
@@ -348,6 +351,7 @@ def test_a_late_reply_of_a_restarted_replica_makes_the_leader_resend_applied_ent
             sync.removeOnTickCallback(deliver)
             await leader.submit({"op": "define_app", "app": "E"})
             await group.settled(10 * FAST.append_period_s)
+            await asyncio.sleep(0)   # on_applied reaches the loop (call_soon_threadsafe) before the index moves
 
             assert f"truncating already-applied log entries from index {log_end + 1}" in caplog.text
             expected = leader.state()
@@ -356,6 +360,33 @@ def test_a_late_reply_of_a_restarted_replica_makes_the_leader_resend_applied_ent
                 # an entry applied twice would be a second define_app of one app: refused, and counted
                 assert c.state() == expected and c.status()["refused"] == 0
                 assert [cmd["app"] for _, _, cmd in group.applied[addr]] == list("ABCDE")
+        finally:
+            await group.stop_all()
+    asyncio.run(main())
+
+
+def test_the_raft_thread_wakes_at_the_election_deadline_not_a_whole_tick_later(tmp_path: Path) -> None:
+    """Whole TICK_S sleeps would put every follower's candidacy on the grid that the leader's last heartbeat set
+    for all of them (a split vote whenever two timeouts fall in one tick); the Raft thread sleeps to its own
+    deadline instead."""
+    class Follower:
+        def __init__(self, deadline: float) -> None:
+            self._SyncObj__raftElectionDeadline = deadline
+
+        def _isLeader(self) -> bool:
+            return False
+
+    now = raft_clock()
+    assert _tick_wait(Follower(now + TICK_S / 5)) == pytest.approx(TICK_S / 5 + DEADLINE_SLACK_S, abs=TICK_S / 10)
+    assert _tick_wait(Follower(now + 10 * TICK_S)) == TICK_S
+    assert _tick_wait(Follower(now - 1.0)) == TICK_S     # past: it could not stand (no peer); no busy loop
+
+    async def main() -> None:
+        # the attribute read is pysyncobj's own: a version that renamed it would tick on the grid again
+        group = Replicas(tmp_path, free_addresses(3), FAST)
+        c = await group.start(group.addresses[0])
+        try:
+            assert isinstance(c._sync._SyncObj__raftElectionDeadline, float)
         finally:
             await group.stop_all()
     asyncio.run(main())
