@@ -39,6 +39,11 @@ a replica that was behind rewinds the leader, which resends from its own log ent
 and pysyncobj drops and re-appends them without applying them again. They are the same entries, because a replica
 applies only up to a commit index learnt once its log matched the leader's (the one it stores for a restart too), and
 a committed entry is in every later leader's log at the same index.
+One path does diverge for a while: a replica behind the leader's last log compaction (every 5 minutes, or 5000
+entries) gets a snapshot in several messages, and pysyncobj raises its commit index on the first of them without that
+check, so entries of its own that were never committed (a deposed leader's proposals) are applied and reported to
+`on_applied` until the snapshot replaces its state. Only a follower is in that position, and its host publishes
+nothing.
 """
 from __future__ import annotations
 
