@@ -136,4 +136,7 @@ def measure_clocks(services: dict[str, tuple[str, int]]) -> dict[str, Estimate]:
             out[name] = measure(address, machine=name)
         except ClockError as exc:
             raise UserError(str(exc)) from None
+        except OSError as exc:          # no route to the address, say
+            raise UserError(f"machine {name}'s clock service at {address[0]}:{address[1]} cannot be reached "
+                            f"({exc}).") from None
     return out
