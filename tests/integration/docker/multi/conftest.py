@@ -46,6 +46,15 @@ class Machines:
     # (reached from the controller too: CONTROLLER_NET)
 
 
+def _unmount_under(root: Path) -> None:
+    """Unmount what a stopped dockerd left mounted under its root (the exec root's netns/default, which would
+    keep the engine's network namespace alive and its directory from being removed), deepest first."""
+    with open("/proc/mounts") as f:
+        points = [line.split()[1] for line in f]
+    for point in sorted((p for p in points if p.startswith(f"{root}/")), key=len, reverse=True):
+        subprocess.run(["umount", point], capture_output=True)
+
+
 def _start(index: int, ns: str) -> docker_engine.StartedEngine:
     # Short root: containerd's sockets live under the exec root (108-byte unix path limit).
     root = Path(tempfile.mkdtemp(prefix=f"tb-m{index}-", dir="/tmp"))
@@ -99,6 +108,7 @@ def machines(engine: str, node_image: image.BuildResult) -> Iterator[Machines]:
             list(pool.map(lambda s: s.stop(), started))
         print(f"\nmulti-engine rig: 2 dockerd stopped in {time.monotonic() - t0:.1f} s", flush=True)
         for s in started:
+            _unmount_under(s.root)
             shutil.rmtree(s.root, ignore_errors=True)
         for mine, *_ in CONTROLLER_NET.values():
             subprocess.run(["ip", "link", "del", mine], capture_output=True)   # its route goes with it
