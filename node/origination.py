@@ -135,6 +135,9 @@ class Origination:
         dsts = sorted({node for node, _u in m.recipients})
         now = time.time()
         expires = now + (m.lifetime or self.e.cfg.default_lifetime)
+        # the submission time the message carries is this machine's clock: a test-only offset of the records
+        # (node/records.py) shifts it as it shifts the node's own record times; expiry stays on the real clock
+        stamp = now + self.e.records.clock_offset
         prio = m.priority or 1
         pieces: list[Piece] = []
         # not under resource management: its buffers hold one fragment_size each
@@ -150,7 +153,7 @@ class Origination:
             users = sorted({u for node, u in m.recipients if node == dst})
             state = S.PART if dst == self.e.me else S.QUEUED
             for off, data in chunks:
-                pieces.append(Piece(msg_id, dst, off, n, 0, self.e.me, m.originator, users, prio, now, expires,
+                pieces.append(Piece(msg_id, dst, off, n, 0, self.e.me, m.originator, users, prio, stamp, expires,
                                     m.kind, frags, data, state))
         hops: dict[str, str | None] = {}           # asked once per copy (the router seam's contract)
         for p in pieces:
@@ -171,7 +174,7 @@ class Origination:
         verdict = self.e.policy.admit_submission(pieces, frags, internal=m.kind != "")
         if isinstance(verdict, str) and verdict:
             return Refusal(verdict)
-        origin = Spool.op_origin(msg_id, m.originator, dsts, n, prio, now, expires)
+        origin = Spool.op_origin(msg_id, m.originator, dsts, n, prio, stamp, expires)
         if not isinstance(verdict, Admitted):
             return Prepared(m, msg_id, dsts, now, prio, frags, pieces, origin)
 

@@ -16,7 +16,8 @@ log = logging.getLogger("node.records")
 # Test only: seconds added to the times this node's records stamp (`ts`, a delivery's `deliver_ts`), as if its
 # machine's clock were that far ahead; the clock tests of a run over several machines need a known offset on
 # one machine. Unset (the default) adds nothing. Times carried in a message (a delivery's `submit_ts`, the
-# origin's) are not this node's and stay as the origin stamped them.
+# origin's) are not this node's and stay as the origin stamped them; the origin stamps them with its own offset
+# (node/origination.py), as a machine whose clock runs ahead would.
 TEST_CLOCK_OFFSET_ENV = "WANBED_TEST_CLOCK_OFFSET"
 _STAMPED = ("deliver_ts",)
 

@@ -70,6 +70,10 @@ class ClockService:
             self._thread = None
         self._sock.close()
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def __enter__(self) -> "ClockService":
         return self.start()
 
@@ -136,3 +140,32 @@ def measure(address: tuple[str, int], count: int = DEFAULT_EXCHANGES, *, timeout
         who = f"machine {machine}" if machine else "the machine"
         raise ClockError(f"{who} did not answer any of {count} clock probes at {address[0]}:{address[1]}.")
     return estimate(got)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m testbed.clockservice --host ADDR [--port N] [--offset S] [--port-file F]`: serve until killed.
+    The agent starts it detached; the bound port goes to --port-file (written whole, then renamed) so that the
+    agent's request can answer with it."""
+    import argparse
+    import os
+    import signal
+
+    p = argparse.ArgumentParser(prog="python -m testbed.clockservice")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--offset", type=float, default=0.0, help="tests only: shift this machine's clock, s")
+    p.add_argument("--port-file", default="")
+    args = p.parse_args(argv)
+    service = ClockService(args.host, args.port, offset=args.offset).start()
+    if args.port_file:
+        tmp = f"{args.port_file}.tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{service.address[1]}\n")
+        os.replace(tmp, args.port_file)
+    signal.signal(signal.SIGTERM, lambda *_: service.stop())
+    while service.running:
+        time.sleep(0.5)
+
+
+if __name__ == "__main__":
+    main()

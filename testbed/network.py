@@ -107,6 +107,9 @@ class Network:
         # host's machine (records' times are that machine's clock: node/clockmodel.py)
         self.machines: dict[str, str] = {}
         self.agents: dict[str, Any] = {}        # machine -> its Agent (testbed/agent/controller.py), when placed
+        # machine -> (address, port) of its agent's clock service, started by the first measure_clocks()
+        self.clock_services: dict[str, tuple[str, int]] = {}
+        self.clock_offsets: dict[str, float] = {}   # machine -> a test-only clock offset (testbed/agent/placed.py)
         self.lan_netns: list[str] = []
         self.partitioned_hosts: set[str] = set()
         self._started = False
@@ -232,6 +235,24 @@ class Network:
         self.shaper_message = f"shaper: wire, split over machines {', '.join(sorted(used))} (one agent each)"
         return shaper
 
+    def measure_clocks(self) -> dict[str, Any]:
+        """machine -> its clock Estimate against this controller's (testbed/clockoffset.py), through the clock
+        service each machine's agent runs (started on the first call); {} for a network on one machine."""
+        if not self.agents:
+            return {}
+        from testbed.agent.placed import measure_clocks, start_clocks
+        if not self.clock_services:
+            self.clock_services = start_clocks(self.run_id, self.placement, self.agents, self.clock_offsets)
+        return measure_clocks(self.clock_services)
+
+    def daemon_env(self, host: str) -> dict[str, str]:
+        """What a node daemon on `host` gets in its environment beyond the runtime's (a placed host's test-only
+        clock offset; nothing otherwise)."""
+        if host not in self.machines or not self.clock_offsets:
+            return {}
+        from testbed.agent.placed import daemon_env
+        return daemon_env(self.machines[host], self.clock_offsets)
+
     # ---- lifecycle -------------------------------------------------------------------
 
     def __enter__(self) -> "Network":
@@ -267,8 +288,9 @@ class Network:
                 self._check_plan()
                 self._check_pools()
                 if self.placement is not None:
-                    from testbed.agent.placed import host_machines
+                    from testbed.agent.placed import host_machines, injected_offsets
                     self.machines = host_machines(self.topology, self.placement)
+                    self.clock_offsets = injected_offsets(self.placement)
                 self.runtime = self._make_runtime()
                 self.runtime.sysctls = dict(self.sysctls)
                 names = self.topology.node_names()
@@ -742,9 +764,23 @@ class Network:
 
     def _event(self, event: str, target: str | list, **params: Any) -> None:
         assert self.run_dir is not None
-        line = {"ts": time.time(), "node": "testbed", "event": event, "target": target, **params}
+        line = {"ts": time.time(), "node": "testbed", "event": event, "target": target, **params,
+                **self._where(target)}
         with open(self.run_dir / "events.jsonl", "a") as f:
             f.write(json.dumps(line) + "\n")
+
+    def _where(self, target: str | list) -> dict[str, Any]:
+        """On several machines, where an event happened: a host's `machine`, or the `machines` of a link's
+        ends or of a partition's hosts (sorted); nothing on one machine."""
+        if not self.machines:
+            return {}
+        if isinstance(target, str):
+            if target in self.machines:
+                return {"machine": self.machines[target]}
+            ends = next(((l.a, l.b) for l in self.topology.links if l.name == target), None)
+            return {"machines": sorted({self.machines[h] for h in ends if h in self.machines})} if ends else {}
+        hosts = [h for x in target for h in (x if isinstance(x, list) else [x]) if isinstance(h, str)]
+        return {"machines": sorted({self.machines[h] for h in hosts if h in self.machines})}
 
     # ---- state -------------------------------------------------------------------------------
 

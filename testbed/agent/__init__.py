@@ -6,8 +6,10 @@ started with NET_ADMIN, SYS_ADMIN and SYS_PTRACE, /dev/net/tun,
 container's init by pid), labelled `wanbed.run`/`wanbed.prefix` so that
 `testbed clean` removes it with the run's other containers. It names the host
 containers' network namespaces by pid, applies `ip` batches and sysctls in
-them, and runs that machine's half of the wire emulator
-(testbed/shaping/wire_emulator.py), whose requests it relays.
+them, runs that machine's half of the wire emulator
+(testbed/shaping/wire_emulator.py), whose requests it relays, and runs the
+machine's clock service (testbed/clockservice.py) on the machine's address,
+which the cell runner probes at the start and the end of a repetition.
 
 The controller talks to it through the engine's exec (`docker exec -i`), one
 JSON request list in, one JSON answer list out (testbed/agent/ops.py). Why the

@@ -29,7 +29,10 @@ REPO = Path(__file__).resolve().parents[2]
 # The files the agent runs, standard library only; testbed/shaping/__init__.py is replaced by an empty one
 # (the real one imports the controller's shapers, which the agent does not need).
 SHIPPED = ("testbed/__init__.py", "testbed/agent/__init__.py", "testbed/agent/ops.py",
-           "testbed/shaping/tunnel.py", "testbed/shaping/wire_emulator.py")
+           "testbed/shaping/tunnel.py", "testbed/shaping/wire_emulator.py",
+           # the clock service and what its module imports (standard library beneath)
+           "testbed/clockservice.py", "testbed/clockoffset.py", "node/__init__.py", "node/clockmodel.py",
+           "node/jsonlines.py")
 EMPTY_INIT = ("testbed/shaping/__init__.py",)
 # What the agent may do on its machine (docs/multi-machine.md: --privileged fails under this engine's
 # capability bound, these explicit capabilities work there and where --privileged works).

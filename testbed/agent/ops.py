@@ -12,6 +12,9 @@ it are not run), so a set-up list is never half applied silently. Operations:
     {"op": "sysctl", "netns": NAME, "values": {KEY: VALUE}}
     {"op": "wire_start", "tag": TAG}                start this machine's wire emulator half -> {"pid", "socket"}
     {"op": "wire", "socket": PATH, "requests": [REQ, ...]}   relay requests to it -> {"answers": [...]}
+    {"op": "clock_start", "tag": TAG, "host": ADDR, "offset": S}
+                                                    start this machine's clock service (testbed/clockservice.py)
+                                                    on ADDR -> {"pid", "port"}; `offset` is for tests only
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from typing import Any
 
 STATE_DIR = "/run/wanbed-agent"      # the wire halves' sockets and logs (inside the agent container)
 WIRE_START_TIMEOUT = 10.0            # s for a started half to answer on its control socket
+CLOCK_START_TIMEOUT = 10.0           # s for a started clock service to say its port
 
 
 class OpError(Exception):
@@ -88,6 +92,30 @@ def _wire_start(tag: str) -> dict[str, Any]:
                   f"{WIRE_START_TIMEOUT:.0f} s")
 
 
+def _clock_start(tag: str, host: str, offset: float) -> dict[str, Any]:
+    os.makedirs(STATE_DIR, exist_ok=True)
+    port_file, log = f"{STATE_DIR}/{tag}-clock.port", f"{STATE_DIR}/{tag}-clock.log"
+    if os.path.exists(port_file):
+        os.unlink(port_file)
+    with open(log, "ab") as logf:
+        # detached like the wire half: the service outlives this exec and goes with the agent's container
+        proc = subprocess.Popen([sys.executable, "-m", "testbed.clockservice", "--host", host, "--offset",
+                                 repr(float(offset)), "--port-file", port_file], stdout=logf, stderr=logf,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + CLOCK_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            with open(log, errors="replace") as f:
+                last = [line.strip() for line in f if line.strip()][-1:] or ["no output"]
+            raise OpError(f"the clock service exited at start on {host}: {last[0]}")
+        if os.path.exists(port_file):
+            with open(port_file) as f:
+                return {"pid": proc.pid, "port": int(f.read().strip())}
+        time.sleep(0.02)
+    proc.kill()
+    raise OpError(f"the clock service on {host} did not start within {CLOCK_START_TIMEOUT:.0f} s")
+
+
 def run_op(op: dict[str, Any]) -> dict[str, Any]:
     kind = op.get("op")
     if kind == "hello":
@@ -114,6 +142,8 @@ def run_op(op: dict[str, Any]) -> dict[str, Any]:
         return _wire_start(str(op["tag"]))
     if kind == "wire":
         return {"answers": _wire_call(str(op["socket"]), list(op["requests"]))}
+    if kind == "clock_start":
+        return _clock_start(str(op["tag"]), str(op["host"]), float(op.get("offset", 0.0)))
     raise OpError(f"unknown operation {kind!r}")
 
 

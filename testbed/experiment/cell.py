@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator
 from node.errors import UserError
 from testbed import accounting
 from testbed.accounting import stall
+from testbed.clockoffset import Estimate
 from testbed.experiment import nodeconfig, summary, timescale, workload
 from testbed.experiment.busy import BusyLoad
 from testbed.experiment.daemons import NodeDaemons
@@ -114,6 +115,8 @@ class _CellRun:
         # machine -> (start, end) clock estimates (testbed/clockservice.py), filled when the rep's hosts run on
         # several machines; machines.json is written from them before the summary (one machine: nothing)
         self.clock_estimates: dict[str, tuple[Estimate, Estimate]] = {}
+        self.clock_start: dict[str, Estimate] = {}
+        self.clock_problem = ""          # why the clocks could not be measured (flags the rep)
 
     def phase(self, name: str) -> None:
         log.info("%s rep %d: %s", self.cell, self.rep, name)
@@ -140,7 +143,7 @@ class _CellRun:
             self._teardown()
         if self.stop.is_set() and not reason:
             complete, reason = False, "interrupted"
-        write_machines(self.rep_dir, self.clock_estimates)
+        write_machines(self.rep_dir, self.clock_estimates, self.clock_problem)
         # Only now: the daemons are stopped, so every spool file holds what its node held at the end.
         verdict = accounting.check_run(self.rep_dir, SUBSYSTEMS)
         result = summary.write_summary(self.rep_dir, self.model, complete=complete, reason=reason, drain=self.drain,
@@ -179,6 +182,7 @@ class _CellRun:
         # Signals belong to the runner (it sets `stop`); the network must not install its own.
         self.network = Network.from_scenario(wall, run_dir=self.rep_dir, kind="run", handle_signals=False)
         self.network.start()
+        self._measure_clocks(start=True)
         configs = nodeconfig.node_configs(wall, self.network, self.rep_dir)
         run_secrets = nodeconfig.add_security(wall, configs, self.rep_dir)
         tokens = nodeconfig.client_tokens(configs, run_secrets)
@@ -356,6 +360,23 @@ class _CellRun:
                 log.warning("cannot ask %s for its failed record writes: %s", n, exc)
         self.network.record_event("records_failed", "all", counts=self.record_failures.counts())
 
+    def _measure_clocks(self, start: bool) -> None:
+        """Each machine's clock at the start of the rep (after the network is built) and at its end (before the
+        agents go): machines.json is written from the pairs. One machine: nothing. A machine that does not answer
+        flags the rep (`problem` in machines.json) rather than failing it: its records are complete."""
+        if self.network is None or (not start and not self.clock_start) or self.clock_problem:
+            return
+        try:
+            now = self.network.measure_clocks()
+        except UserError as exc:
+            self.clock_problem = f"{exc}".rstrip(".") + f" (at the {'start' if start else 'end'} of the rep)"
+            self.progress.event(f"clocks not measured: {self.clock_problem}")
+            return
+        if start:
+            self.clock_start = now
+        else:
+            self.clock_estimates = {m: (self.clock_start[m], now[m]) for m in self.clock_start if m in now}
+
     def _teardown(self) -> None:
         """Stop everything this cell started, in order; never raises, and a further Ctrl-C cannot cut it short."""
         with _signals_held():
@@ -373,6 +394,7 @@ class _CellRun:
                   ("link monitor", lambda: self.linkmon and self.linkmon.stop()),
                   ("busy processes", lambda: self.busy and self.busy.stop()),
                   ("count of failed record writes", self._record_failures),
+                  ("clock measurement", lambda: self._measure_clocks(start=False)),
                   ("daemons", lambda: self.daemons and self.daemons.stop_all()),
                   ("network", lambda: self.network and self.network.stop())]
         for what, fn in steps:

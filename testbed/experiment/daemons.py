@@ -52,7 +52,7 @@ class NodeDaemons:
         return pycmd.module_argv("node", "--config", str(self.config_paths[node].resolve()))
 
     def start(self, node: str) -> None:
-        proc = self.network.host(node).start("daemon", self._argv(node))
+        proc = self.network.host(node).start("daemon", self._argv(node), env=self.network.daemon_env(node))
         with self._lock:
             self.procs[node] = proc
             self.state[node] = "running"

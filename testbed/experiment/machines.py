@@ -17,15 +17,18 @@ from node.clockmodel import MACHINES_FILE
 from testbed.clockoffset import ClockError, Estimate, clock_model
 
 
-def write_machines(rep_dir: Path, measured: dict[str, tuple[Estimate, Estimate]]) -> Path | None:
+def write_machines(rep_dir: Path, measured: dict[str, tuple[Estimate, Estimate]],
+                   problem: str = "") -> Path | None:
     """machine -> (start, end estimate) written to rep_dir/machines.json atomically; nothing (None) for
-    one machine or none. Estimates that give no clock model (an end before its start) are written as the file's
-    `problem`, so the run is flagged rather than its summary lost or its times used uncorrected."""
-    if len(measured) <= 1:
+    one machine or none. Estimates that give no clock model (an end before its start), and a `problem` the
+    caller met measuring (a machine that did not answer), are written as the file's `problem`, so the run is
+    flagged rather than its summary lost or its times used uncorrected."""
+    if len(measured) <= 1 and not problem:
         return None
     machines: dict[str, Any] = {}
-    problem = ""
     for name, (start, end) in sorted(measured.items()):
+        if problem:
+            break
         try:
             model = clock_model(start, end)
         except ClockError as exc:

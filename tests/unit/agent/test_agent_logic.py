@@ -52,3 +52,40 @@ def test_a_machine_on_another_kernel_is_refused_naming_it() -> None:
     message = str(exc.value)
     assert message.startswith("machine m2 runs another kernel than this controller") and "\n" not in message
     assert set(agents) == {"m1", "m2"}             # both recorded: the caller removes them
+
+
+def test_the_agent_starts_a_clock_service_the_controller_measures(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Any) -> None:
+    """clock_start as an agent runs it (a detached process answering on UDP), with a test-only offset of 0.25 s
+    on its machine: the exchange finds it within half the best round trip."""
+    import os
+    import signal
+
+    from testbed.clockservice import measure
+    monkeypatch.setattr(ops, "STATE_DIR", str(tmp_path))
+    [answer] = ops.run([{"op": "clock_start", "tag": "tbtest", "host": "127.0.0.1", "offset": 0.25}])
+    assert answer["ok"], answer
+    try:
+        est = measure(("127.0.0.1", answer["port"]), machine="m2")
+        assert abs(est.offset - 0.25) <= est.rtt / 2 + 1e-6, est
+    finally:
+        os.kill(answer["pid"], signal.SIGKILL)
+        os.waitpid(answer["pid"], 0)
+    # an address the machine does not have: one answer naming it, no service left running
+    [bad] = ops.run([{"op": "clock_start", "tag": "tbtest", "host": "192.0.2.77", "offset": 0}])
+    assert bad["ok"] is False and "192.0.2.77" in bad["error"] and "\n" not in bad["error"]
+
+
+def test_injected_machine_offsets_and_the_daemons_environment() -> None:
+    spec = PlacementSpec([MachineSpec("m1", "unix:///a.sock", 1, "10.0.0.1"),
+                          MachineSpec("m2", "tcp://10.0.0.2:2376", 1, "10.0.0.2")])
+    env = placed.TEST_MACHINE_OFFSET_ENV
+    assert placed.injected_offsets(spec, {}) == {}
+    offsets = placed.injected_offsets(spec, {env: "m2=0.5, m1=-0.01"})
+    assert offsets == {"m2": 0.5, "m1": -0.01}
+    assert placed.daemon_env("m2", {"m2": 0.5}) == {"WANBED_TEST_CLOCK_OFFSET": "0.5"}
+    assert placed.daemon_env("m1", {"m2": 0.5}) == {}
+    for text in ("m3=0.5", "m2", "m2=fast", "m2=nan"):
+        with pytest.raises(UserError) as exc:
+            placed.injected_offsets(spec, {env: text})
+        assert env in str(exc.value) and "m1, m2" in str(exc.value) and "\n" not in str(exc.value)

@@ -182,3 +182,13 @@ def test_estimates_that_give_no_clock_flag_the_run(tmp_path: Path) -> None:
     write_machines(rep, {"ctl": measured(0.0, 0.0002), "m2": (end, start)})      # the end before the start
     s = summary.summarize(rep, scen(), complete=True)
     assert s["clock_uncertain"] is True and "machine m2" in s["clock"]["problem"]
+
+
+def test_a_machine_that_did_not_answer_flags_the_run(tmp_path: Path) -> None:
+    """The cell runner could not measure a machine (at the start or the end): machines.json holds why, the run
+    is flagged and its times are not corrected."""
+    rep = write_run(tmp_path / "e" / "c" / "1", SHIFT)
+    why = "machine m2 did not answer any of 16 clock probes at 10.0.0.2:4000 (at the end of the rep)"
+    write_machines(rep, {"ctl": measured(0.0, 0.0002)}, problem=why)
+    s = summary.summarize(rep, scen(), complete=True)
+    assert s["clock_uncertain"] is True and why in s["clock"]["problem"]

@@ -28,6 +28,11 @@ NAMESPACES = ("wanbed-eng1", "wanbed-eng2")    # not the testbed's run prefix: `
 # The two machines' network between them (a veth pair, as in bench/probe_swarm.sh): what the agents' wire halves
 # open their tunnels on. It goes with the namespaces.
 MACHINE_NET = {"m1": ("wanbed-ve1", "10.231.7.1"), "m2": ("wanbed-ve2", "10.231.7.2")}
+# The controller (this root namespace) reaches each machine's address as it would over a real LAN: a veth pair
+# per engine namespace (a /30 each) and a host route to the machine's address through it. The clock exchange
+# probes the machines there over UDP. Bridging is avoided: the root namespace's firewall may drop forwarded frames.
+CONTROLLER_NET = {"m1": ("wanbed-vc1", "10.231.8.1", "wanbed-vm1", "10.231.8.2"),
+                  "m2": ("wanbed-vc2", "10.231.8.5", "wanbed-vm2", "10.231.8.6")}
 
 
 @dataclass
@@ -38,6 +43,16 @@ class Machines:
     loaded: dict[str, float] = field(default_factory=dict)   # machine -> seconds of its save | load
     start_seconds: float = 0.0                 # both dockerd up (started concurrently)
     addresses: dict[str, str] = field(default_factory=dict)  # machine -> its address on the machines' network
+    # (reached from the controller too: CONTROLLER_NET)
+
+
+def _unmount_under(root: Path) -> None:
+    """Unmount what a stopped dockerd left mounted under its root (the exec root's netns/default, which would
+    keep the engine's network namespace alive and its directory from being removed), deepest first."""
+    with open("/proc/mounts") as f:
+        points = [line.split()[1] for line in f]
+    for point in sorted((p for p in points if p.startswith(f"{root}/")), key=len, reverse=True):
+        subprocess.run(["umount", point], capture_output=True)
 
 
 def _start(index: int, ns: str) -> docker_engine.StartedEngine:
@@ -60,6 +75,15 @@ def machines(engine: str, node_image: image.BuildResult) -> Iterator[Machines]:
         for args in (["addr", "add", f"{addr}/24", "dev", dev], ["link", "set", dev, "up"],
                      ["link", "set", "lo", "up"]):
             subprocess.run(["ip", "-n", ns, *args], check=True)
+    for (m, (mine, mine_addr, theirs, their_addr)), ns in zip(CONTROLLER_NET.items(), NAMESPACES):
+        subprocess.run(["ip", "link", "del", mine], capture_output=True)     # left by a killed session
+        subprocess.run(["ip", "link", "add", mine, "type", "veth", "peer", "name", theirs, "netns", ns], check=True)
+        subprocess.run(["ip", "addr", "add", f"{mine_addr}/30", "dev", mine], check=True)
+        subprocess.run(["ip", "link", "set", mine, "up"], check=True)
+        subprocess.run(["ip", "-n", ns, "addr", "add", f"{their_addr}/30", "dev", theirs], check=True)
+        subprocess.run(["ip", "-n", ns, "link", "set", theirs, "up"], check=True)
+        subprocess.run(["ip", "route", "replace", f"{MACHINE_NET[m][1]}/32", "via", their_addr, "dev", mine],
+                       check=True)
     started: list[docker_engine.StartedEngine] = []
     try:
         t0 = time.monotonic()
@@ -84,6 +108,9 @@ def machines(engine: str, node_image: image.BuildResult) -> Iterator[Machines]:
             list(pool.map(lambda s: s.stop(), started))
         print(f"\nmulti-engine rig: 2 dockerd stopped in {time.monotonic() - t0:.1f} s", flush=True)
         for s in started:
+            _unmount_under(s.root)
             shutil.rmtree(s.root, ignore_errors=True)
+        for mine, *_ in CONTROLLER_NET.values():
+            subprocess.run(["ip", "link", "del", mine], capture_output=True)   # its route goes with it
         for ns in NAMESPACES:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)

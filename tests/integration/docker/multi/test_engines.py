@@ -102,11 +102,13 @@ from pathlib import Path
 from testbed.agent.controller import Agent
 from testbed.docker_engine import Engine
 from testbed.runtime.docker import DockerRuntime
-run_id, workdir, image, m1, m2 = sys.argv[1:6]
-rt = DockerRuntime(run_id, Path(workdir), image=image, engines={"a": Engine("m1", m1), "b": Engine("m2", m2)})
-rt.add_hosts(["a", "b"])
-for name, address in (("m1", m1), ("m2", m2)):
-    Agent(run_id, name, Engine(name, address), image).start()
+run_ids, workdir, image, m1, m2 = sys.argv[1:6]
+for run_id in run_ids.split(","):
+    rt = DockerRuntime(run_id, Path(workdir) / run_id, image=image,
+                       engines={"a": Engine("m1", m1), "b": Engine("m2", m2)})
+    rt.add_hosts(["a", "b"])
+    for name, address in (("m1", m1), ("m2", m2)):
+        Agent(run_id, name, Engine(name, address), image).start()
 print("ready", flush=True)
 time.sleep(600)
 """
@@ -114,36 +116,52 @@ time.sleep(600)
 
 def test_clean_after_kill_9_leaves_nothing_on_either_engine(machines: Machines, node_image: image.BuildResult,
                                                             tmp_path: Path) -> None:
+    """Two runs, each with a host and an agent on both engines, whose controller is killed with -9: `clean
+    --run-id` removes the one it names on both engines and leaves the other; plain `clean` then finds the other
+    dead run by its record and removes it on both engines, naming an engine it cannot reach."""
     m1, m2 = machines.engines
-    run_id = registry.new_run_id()
-    ctl = subprocess.Popen([sys.executable, "-c", CONTROLLER, run_id, str(tmp_path), node_image.image, m1.host,
-                            m2.host], stdout=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True)
+    named, found = registry.new_run_id(), registry.new_run_id()
+    ctl = subprocess.Popen([sys.executable, "-c", CONTROLLER, f"{named},{found}", str(tmp_path), node_image.image,
+                            m1.host, m2.host], stdout=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True)
     try:
         assert ctl.stdout is not None and ctl.stdout.readline().strip() == "ready"
     finally:
         os.kill(ctl.pid, signal.SIGKILL)
         ctl.wait()
-    prefix = registry.prefix(run_id)
-    hosts_and_agents = {"m1": [f"{prefix}-a", agent_container(run_id, "m1")],
-                        "m2": [f"{prefix}-b", agent_container(run_id, "m2")]}
-    for m, engine in (("m1", m1), ("m2", m2)):
-        assert sorted(run_containers(run_id, engine)) == sorted(hosts_and_agents[m])
+
+    def left(run_id: str) -> dict[str, list[str]]:
+        prefix = registry.prefix(run_id)
+        return {"m1": [f"{prefix}-a", agent_container(run_id, "m1")],
+                "m2": [f"{prefix}-b", agent_container(run_id, "m2")]}
+
+    for run_id in (named, found):
+        for m, engine in (("m1", m1), ("m2", m2)):
+            assert sorted(run_containers(run_id, engine)) == sorted(left(run_id)[m])
     # `clean --run-id` (and `down` after a dead supervisor, which calls it) reaches every engine the run recorded.
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "testbed", "clean", "--run-id", run_id], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "testbed", "clean", "--run-id", named], capture_output=True,
                        text=True, cwd=REPO, timeout=180)
     assert r.returncode == 0, r.stderr
     for m, engine in (("m1", m1), ("m2", m2)):
-        assert all(f"container {c} on machine {m}" in r.stdout for c in hosts_and_agents[m]), r.stdout
-        assert run_containers(run_id, engine) == []
+        assert all(f"container {c} on machine {m}" in r.stdout for c in left(named)[m]), r.stdout
+        assert run_containers(named, engine) == []
+        assert sorted(run_containers(found, engine)) == sorted(left(found)[m])     # not the run it did not name
+    prefix = registry.prefix(named)
     assert not netns_exists(f"{prefix}-a") and not netns_exists(f"{prefix}-b")
-    assert registry.load(run_id) is None
+    assert registry.load(named) is None and registry.load(found) is not None
     print(f"clean --run-id of two engines: {time.monotonic() - t0:.1f} s")
-    # A dead run that used an engine that is gone: clean says so and goes on.
+    # Plain `clean`: the other dead run, found by its record, on both engines; and a dead run that used an engine
+    # that is gone: clean says so and goes on.
     dead = registry.new_run_id()
     registry.register(dead, "test-docker", owner_pid=ctl.pid, state={ENGINES_KEY: {"m9": NO_ENGINE}})
     r = subprocess.run([sys.executable, "-m", "testbed", "clean"], capture_output=True, text=True, cwd=REPO,
                        timeout=180)
     assert r.returncode == 0, r.stderr
+    for m, engine in (("m1", m1), ("m2", m2)):
+        assert all(f"container {c} on machine {m}" in r.stdout for c in left(found)[m]), r.stdout
+        assert run_containers(found, engine) == []
+    prefix = registry.prefix(found)
+    assert not netns_exists(f"{prefix}-a") and not netns_exists(f"{prefix}-b")
+    assert registry.load(found) is None
     assert "could not reach the Docker engine of machine m9" in r.stderr
     assert registry.load(dead) is None
