@@ -260,7 +260,7 @@ class Spool:
         self.path = Path(path)
         self.commit_window = commit_window
         self.max_commit = max_commit
-        self._q: queue.Queue = queue.Queue()
+        self._q: queue.SimpleQueue = queue.SimpleQueue()      # no Condition per put: one per operation adds up
         self._thread: threading.Thread | None = None
         self.commits = 0
         self.ops = 0
@@ -436,9 +436,14 @@ class Spool:
                 with self._later_lock:
                     self._later[:0] = later
                     self._later_due = time.monotonic() + LATER_RETRY
+        # one callback per event loop for the whole transaction, its operations' results in order (a callback per
+        # operation woke the loop once each)
+        done: dict[Any, list[tuple[Any, bool, Any]]] = {}
         for (_op, fut, loop), (ok, value) in zip(batch, results):
             if fut is not None:
-                loop.call_soon_threadsafe(_resolve, fut, ok, value)
+                done.setdefault(loop, []).append((fut, ok, value))
+        for loop, items in done.items():
+            loop.call_soon_threadsafe(_resolve_all, items)
 
     def defer(self, op: Op, within: float) -> None:
         """Run `op` in the next transaction, or in one of its own `within` seconds from now if none comes
@@ -524,8 +529,8 @@ class Spool:
 
         class _Loop:  # tiny adapter so the writer can hand the result back to a plain thread
             @staticmethod
-            def call_soon_threadsafe(fn: Callable, fut: Any, ok: bool, value: Any) -> None:
-                box.append((ok, value))
+            def call_soon_threadsafe(fn: Callable, results: list[tuple[Any, bool, Any]]) -> None:
+                box.extend((ok, value) for _fut, ok, value in results)
                 done.set()
 
         self._q.put((op, object(), _Loop))

@@ -301,3 +301,31 @@ def test_reads_asked_while_the_reader_is_busy_come_back_together_and_fail_alone(
         spool.close()
     assert together == [True, True, True, True]
     assert error == "no such table: nowhere" and rest == [3, 4]      # the failing read fails alone
+
+
+def test_one_transaction_wakes_the_event_loop_once(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool.db")
+    spool.open()
+    loop = asyncio.new_event_loop()
+    wakes = []
+    real = loop.call_soon_threadsafe
+
+    def counted(*args, **kw):
+        wakes.append(threading.current_thread().name)
+        return real(*args, **kw)
+    loop.call_soon_threadsafe = counted        # type: ignore[method-assign]
+    try:
+        async def go() -> list[int]:
+            gate = threading.Event()
+            held = spool.run(lambda c: gate.wait(30))
+            await asyncio.sleep(0.05)                   # the writer is inside `held`: the next ones queue up
+            ops = [spool.run(lambda c, i=i: i) for i in range(50)]
+            gate.set()
+            await held
+            return list(await asyncio.gather(*ops))
+        assert loop.run_until_complete(go()) == list(range(50))      # each caller its own result, in order
+    finally:
+        loop.close()
+        spool.close()
+    # `held` alone, then the 50 together: a wake-up per transaction, not one per operation
+    assert wakes.count("spool-writer") == 2
