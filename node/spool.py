@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import concurrent.futures
+import contextlib
 import fcntl
 import json
 import logging
@@ -259,7 +260,7 @@ class Spool:
         self.path = Path(path)
         self.commit_window = commit_window
         self.max_commit = max_commit
-        self._q: queue.Queue = queue.Queue()
+        self._q: queue.SimpleQueue = queue.SimpleQueue()      # no Condition per put: one per operation adds up
         self._thread: threading.Thread | None = None
         self.commits = 0
         self.ops = 0
@@ -271,6 +272,9 @@ class Spool:
         # reads of payloads for sending (`read`): their own connection and thread, so they wait neither for
         # the writer's fsync nor block the event loop (WAL: readers and the writer do not block each other)
         self._reader: concurrent.futures.ThreadPoolExecutor | None = None
+        self._reads: list[tuple[Op, asyncio.Future, asyncio.AbstractEventLoop]] = []    # waiting for the reader
+        self._reading = False          # a reader job is queued or running: it takes what `read` adds meanwhile
+        self._reads_lock = threading.Lock()
         self._rconn: sqlite3.Connection | None = None
         self._lock: SpoolLock | None = None
 
@@ -432,9 +436,14 @@ class Spool:
                 with self._later_lock:
                     self._later[:0] = later
                     self._later_due = time.monotonic() + LATER_RETRY
+        # one callback per event loop for the whole transaction, its operations' results in order (a callback per
+        # operation woke the loop once each)
+        done: dict[Any, list[tuple[Any, bool, Any]]] = {}
         for (_op, fut, loop), (ok, value) in zip(batch, results):
             if fut is not None:
-                loop.call_soon_threadsafe(_resolve, fut, ok, value)
+                done.setdefault(loop, []).append((fut, ok, value))
+        for loop, items in done.items():
+            loop.call_soon_threadsafe(_resolve_all, items)
 
     def defer(self, op: Op, within: float) -> None:
         """Run `op` in the next transaction, or in one of its own `within` seconds from now if none comes
@@ -461,10 +470,46 @@ class Spool:
         return fut
 
     def read(self, op: Op) -> "asyncio.Future[Any]":
-        """Run a read-only operation on the reader connection, beside the writer and off the event loop."""
-        if self._reader is None:
-            self._reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spool-reader")
-        return asyncio.get_running_loop().run_in_executor(self._reader, self._read, op)
+        """Run a read-only operation on the reader connection, beside the writer and off the event loop. Reads
+        asked for while the reader thread is busy go to it together and come back in one loop callback: the
+        hand-off between threads, not the query, is what a small read costs (a commit wakes several durable
+        subscriptions at once, each with a read)."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        with self._reads_lock:
+            self._reads.append((op, fut, loop))
+            start = not self._reading
+            self._reading = True
+        if start:
+            if self._reader is None:
+                self._reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spool-reader")
+            try:
+                self._reader.submit(self._read_waiting)
+            except BaseException:          # the reader is shut down (the spool closed): this read fails alone
+                with self._reads_lock:
+                    self._reading = False
+                    self._reads = [r for r in self._reads if r[1] is not fut]
+                raise
+        return fut
+
+    def _read_waiting(self) -> None:
+        """On the reader thread: every read waiting, in the order asked, until none is left."""
+        while True:
+            with self._reads_lock:
+                batch, self._reads = self._reads, []
+                if not batch:
+                    self._reading = False
+                    return
+            done: dict[Any, list[tuple[asyncio.Future, bool, Any]]] = {}
+            for op, fut, loop in batch:
+                try:
+                    result = (fut, True, self._read(op))
+                except Exception as exc:      # that caller hears it; the other reads go on
+                    result = (fut, False, exc)
+                done.setdefault(loop, []).append(result)
+            for loop, results in done.items():
+                with contextlib.suppress(RuntimeError):      # that loop is closed: nobody waits any more
+                    loop.call_soon_threadsafe(_resolve_all, results)
 
     def _read(self, op: Op) -> Any:
         if self._rconn is None:
@@ -484,8 +529,8 @@ class Spool:
 
         class _Loop:  # tiny adapter so the writer can hand the result back to a plain thread
             @staticmethod
-            def call_soon_threadsafe(fn: Callable, fut: Any, ok: bool, value: Any) -> None:
-                box.append((ok, value))
+            def call_soon_threadsafe(fn: Callable, results: list[tuple[Any, bool, Any]]) -> None:
+                box.extend((ok, value) for _fut, ok, value in results)
                 done.set()
 
         self._q.put((op, object(), _Loop))
@@ -783,6 +828,11 @@ class Spool:
             return {"origin": origin, "states": states, "done": done, "mailbox": inbox,
                     "ndr": [d for (d,) in c.execute("SELECT dst FROM ndr WHERE msg_id=?", (msg_id,))]}
         return op
+
+
+def _resolve_all(results: list[tuple[asyncio.Future, bool, Any]]) -> None:
+    for fut, ok, value in results:
+        _resolve(fut, ok, value)
 
 
 def _resolve(fut: asyncio.Future, ok: bool, value: Any) -> None:

@@ -162,6 +162,73 @@ def test_crash_between_durable_write_and_ack_loses_nothing(tmp_path: Path) -> No
     assert asyncio.run(after()) == (5, 1)   # 5 transit fragments back in the queue, m2 delivered at recovery
 
 
+def test_a_kill_while_two_batches_commit_together_keeps_the_acked_and_stores_none_of_the_unacked(
+        tmp_path: Path) -> None:
+    """kill -9 of a real process while one transaction holds two received batches (five transit pieces): the
+    batch acked before stays, none of the two is acked or stored, and the sender's offer again stores each once.
+    The last operation of that transaction writes a marker from inside it with the piece rows it can see, so
+    the kill provably fell while those pieces were being committed together."""
+    marker = tmp_path / "in-transaction"
+    script = textwrap.dedent(f"""
+        import asyncio, os, sys, threading, time
+        sys.path[:0] = [{str(ROOT)!r}, {str(Path(__file__).parent)!r}]
+        from test_node_engine_spool import _engine, pieces_of
+        from pathlib import Path
+        async def go():
+            eng = await _engine(Path({str(tmp_path)!r}))
+            await eng.receive("n2", pieces_of(b"c" * 200, msg="c", dst="n5"))
+            print("acked c", flush=True)
+            inside, gate = threading.Event(), threading.Event()
+            held = eng.spool.run(lambda c: (inside.set(), gate.wait(30)))
+            await asyncio.to_thread(inside.wait, 30)      # the writer is busy: what follows queues up for one commit
+            a = asyncio.ensure_future(eng.receive("n2", pieces_of(b"a" * 300, msg="a", dst="n5")))
+            b = asyncio.ensure_future(eng.receive("n2", pieces_of(b"b" * 200, msg="b", dst="n5")))
+            await asyncio.sleep(0.2)                              # both stores queued behind the held one
+
+            def tripwire(c):
+                n = c.execute("SELECT COUNT(*) FROM frag WHERE msg_id IN ('a', 'b')").fetchone()[0]
+                Path({str(marker)!r}).write_text(str(n))
+                time.sleep(60)                                    # killed here, before the COMMIT
+            eng.spool.run(tripwire)
+            gate.set()
+            await held
+            await asyncio.wait({{a, b}})
+            print("acked a b", flush=True)                       # never reached
+        asyncio.run(go())
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists() or not marker.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.02)
+        in_flight = int(marker.read_text())
+    finally:
+        proc.kill()
+        out, _err = proc.communicate(timeout=30)
+    assert in_flight == 5                     # both batches' pieces inside the one open transaction
+    assert out.splitlines() == ["acked c"]    # the acked batch was acked, the two in flight were not
+
+    async def after() -> tuple[list[str], list[str], list]:
+        eng = await _engine(tmp_path)
+        await eng.settle()
+        kept = sorted({p.msg_id for p in eng.peers["n4"].queue.pieces()})
+        # the sender kept both unacked batches and offers them again: stored now, once
+        again = await eng.receive("n2", pieces_of(b"a" * 300, msg="a", dst="n5")
+                                  + pieces_of(b"b" * 200, msg="b", dst="n5"))
+        await eng.settle()
+        stored = sorted(m for (m,) in await eng.spool.run(lambda c: c.execute(
+            "SELECT msg_id FROM frag ORDER BY msg_id, off").fetchall()))
+        await _close(eng)
+        return kept, stored, again
+
+    kept, stored, again = asyncio.run(after())
+    assert kept == ["c"]
+    assert again == [None] * 5
+    assert stored == ["a", "a", "a", "b", "b", "c", "c"]
+
+
 def test_submission_refusals_are_recorded_with_reasons(tmp_path: Path) -> None:
     async def go() -> list:
         eng = await _engine(tmp_path, local_users=["bob"])

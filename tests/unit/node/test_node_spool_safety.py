@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -270,3 +271,61 @@ def test_the_commit_window_is_waited_only_while_work_is_flowing(tmp_path: Path) 
         assert asyncio.run(burst()) <= 3          # what queued meanwhile shares commits
     finally:
         spool.close()
+
+
+def test_reads_asked_while_the_reader_is_busy_come_back_together_and_fail_alone(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool.db")
+    spool.open()
+    slow = 0.2
+    try:
+        async def go() -> tuple[list[bool], str, list[int]]:
+            gate = threading.Event()
+            first = spool.read(lambda c: gate.wait(30) and 1)
+            await asyncio.sleep(0.05)                    # the reader thread is busy with `first`
+
+            def bad(c: sqlite3.Connection) -> int:
+                raise sqlite3.OperationalError("no such table: nowhere")
+            waiting = [spool.read(lambda c: 2), spool.read(bad),
+                       spool.read(lambda c: time.sleep(slow) or 3), spool.read(lambda c: time.sleep(slow) or 4)]
+            gate.set()
+            assert await first == 1
+            assert await waiting[0] == 2
+            # the reads that waited ran as one job on the reader thread and came back in one callback: the
+            # slow ones are done too (one hand-off per read would deliver the fast one alone, `slow` earlier)
+            together = [f.done() for f in waiting]
+            with pytest.raises(sqlite3.OperationalError) as err:
+                await waiting[1]
+            return together, str(err.value), [await waiting[2], await waiting[3]]
+        together, error, rest = asyncio.run(go())
+    finally:
+        spool.close()
+    assert together == [True, True, True, True]
+    assert error == "no such table: nowhere" and rest == [3, 4]      # the failing read fails alone
+
+
+def test_one_transaction_wakes_the_event_loop_once(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool.db")
+    spool.open()
+    loop = asyncio.new_event_loop()
+    wakes = []
+    real = loop.call_soon_threadsafe
+
+    def counted(*args, **kw):
+        wakes.append(threading.current_thread().name)
+        return real(*args, **kw)
+    loop.call_soon_threadsafe = counted        # type: ignore[method-assign]
+    try:
+        async def go() -> list[int]:
+            gate = threading.Event()
+            held = spool.run(lambda c: gate.wait(30))
+            await asyncio.sleep(0.05)                   # the writer is inside `held`: the next ones queue up
+            ops = [spool.run(lambda c, i=i: i) for i in range(50)]
+            gate.set()
+            await held
+            return list(await asyncio.gather(*ops))
+        assert loop.run_until_complete(go()) == list(range(50))      # each caller its own result, in order
+    finally:
+        loop.close()
+        spool.close()
+    # `held` alone, then the 50 together: a wake-up per transaction, not one per operation
+    assert wakes.count("spool-writer") == 2
