@@ -157,7 +157,13 @@ def name_xdist_group(item: pytest.Item, group: str | None = None) -> None:
         item._id = type(item._id).parse(f"{item.nodeid}@{'_'.join(names)}")
 
 
+# The suite's reports are of a few small runs each: start Spark's JVM for short jobs (spark_analysis/session.py),
+# in this process and in the `testbed` and `spark-submit` processes tests start. WANBED_SPARK_QUICK_JVM=0 keeps the default.
+QUICK_JVM_ENV = "WANBED_SPARK_QUICK_JVM"
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault(QUICK_JVM_ENV, "1")
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         config.stash[TURNS] = Turns(TurnFiles(workerinput["testrunuid"]))

@@ -7,6 +7,7 @@ import pytest
 from spark_analysis.__main__ import main, report
 from spark_analysis.layout import find_runs
 from spark_analysis.records import check_file
+from spark_analysis.session import QUICK_JVM_OPTIONS, quick_jvm
 from spark_analysis.storage import HadoopPath, resolve
 from node.errors import UserError
 
@@ -101,6 +102,8 @@ def test_spark_submit_with_bundle(tree, tmp_path):
     assert main(["bundle", "--out", str(zip_path)]) == 0
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    if quick_jvm():       # spark-submit starts the driver JVM itself: the session's switch reaches it this way
+        env["SPARK_SUBMIT_OPTS"] = f"{env.get('SPARK_SUBMIT_OPTS', '')} {QUICK_JVM_OPTIONS}".strip()
     proc = subprocess.run([str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
                            "--py-files", str(zip_path), str(repo / "spark_analysis" / "submit_entry.py"),
                            "report", tree.as_uri(), "--out", str(tmp_path / "o"), "--quiet", "--no-pcap"],

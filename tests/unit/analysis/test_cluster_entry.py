@@ -6,7 +6,7 @@ import zipfile
 import pytest
 
 from spark_analysis.bundle import write_bundle
-from spark_analysis.session import default_master
+from spark_analysis.session import QUICK_JVM_ENV, QUICK_JVM_OPTIONS, default_master, driver_java_options
 from spark_analysis.storage import is_local, scheme
 from node.errors import UserError
 
@@ -16,6 +16,17 @@ def test_default_master_follows_spark_submit(monkeypatch: pytest.MonkeyPatch) ->
     assert default_master() == "local[*]"
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "40123")  # what spark-submit hands its Python driver
     assert default_master() is None
+
+
+@pytest.mark.parametrize("value,quick", [(None, False), ("0", False), ("", False), ("1", True)])
+def test_quick_jvm_flags_only_when_asked(monkeypatch: pytest.MonkeyPatch, value: str | None, quick: bool) -> None:
+    if value is None:
+        monkeypatch.delenv(QUICK_JVM_ENV, raising=False)
+    else:
+        monkeypatch.setenv(QUICK_JVM_ENV, value)
+    options = driver_java_options()
+    assert options.startswith("-Dlog4j2.configurationFile=file:")
+    assert options.endswith(" " + QUICK_JVM_OPTIONS) is quick and ("-XX:" in options) is quick
 
 
 def test_bundle_holds_package_and_the_two_repo_modules(tmp_path) -> None:
