@@ -322,10 +322,13 @@ def test_a_transform_that_objects_inside_the_transaction_refuses_the_event_whole
         row = c.execute("SELECT seq FROM pool_seq WHERE consumer='c1' AND app='B'").fetchone()
         moved = (row[0] if row else 0) + 5
         c.execute("INSERT OR REPLACE INTO pool_seq VALUES ('c1', 'B', ?)", (moved,))
-    published = len(net.records("n1", "publication"))
+    def data_publications() -> int:   # heartbeats and load reports (`_pools.*`) go on meanwhile: not counted
+        return sum(1 for r in net.records("n1", "publication") if not r["topic"].startswith("_pools."))
+
+    published = data_publications()
     ok, _pid, why = publish_event(net, "n1", "ev.t2.src1")
     assert not ok and "sequence of c1/B is" in why
-    assert len(net.records("n1", "publication")) == published          # nothing of it was stored
+    assert data_publications() == published          # nothing of it was stored
     ok, pid, why = publish_event(net, "n1", "ev.t2.src1")
     assert ok, why
     wait_until(lambda: pid in b.events(), SPREAD, what="the next event at i2")
