@@ -159,6 +159,7 @@ def name_xdist_group(item: pytest.Item, group: str | None = None) -> None:
 
 # The suite's reports are of a few small runs each: start Spark's JVM for short jobs (spark_analysis/session.py),
 # in this process and in the `testbed` and `spark-submit` processes tests start. WANBED_SPARK_QUICK_JVM=0 keeps the default.
+# The name is spark_analysis.session.QUICK_JVM_ENV, spelled here: importing that module imports pyspark in every worker.
 QUICK_JVM_ENV = "WANBED_SPARK_QUICK_JVM"
 
 
