@@ -16,7 +16,9 @@ routes -> `topology.json` + the network state for later CLI calls.
 Partitions are iptables rules inside the hosts: a chain `<prefix>-part` in each
 host of one side drops packets to and from every data and loopback address of
 the other side. `heal()` deletes exactly that chain. The management network is
-never partitioned: it is the control plane the testbed itself needs.
+never partitioned: it is the control plane the testbed itself needs. A placed
+host's chain is put and removed by the agent of its machine
+(testbed/agent/ops.py `chain`), the same rules, one request per machine.
 """
 from __future__ import annotations
 
@@ -159,6 +161,10 @@ class Network:
         net.shaper_message = st.get("shaper_message", "")
         net.runtime = _AttachedRuntime(st.get("runtime", "netns"), _attached_hosts(st))
         net.shaper = _attached_shaper(st)
+        if st.get("agents"):
+            from testbed.agent.controller import Agent
+            net.agents = {m: Agent.from_state(run_id, a) for m, a in st["agents"].items()}
+            net.machines = {n: e[0] for n, e in st.get("engines", {}).items()}
         return net
 
     def _validate_topology(self) -> None:
@@ -715,16 +721,21 @@ class Network:
             raise UserError(f"host {sorted(both)[0]} is on both sides of the partition.")
         chain = partition_chain(self.run_id)
         procs = []
+        by_agent: dict[str, list[dict[str, Any]]] = {}
         for mine, other in ((a, b), (b, a)):
             blocked = [addr for n in other for addr in self.addresses(n)]
             rules = "*filter\n" + "".join(f"-A {chain} -s {x}/32 -j DROP\n-A {chain} -d {x}/32 -j DROP\n"
                                           for x in blocked) + "COMMIT\n"
             for n in mine:
+                if self._agent_of(n) is not None:
+                    by_agent.setdefault(self.machines[n], []).extend(self._chain_ops(n, chain, rules))
+                    continue
                 script = (f"iptables -w -N {chain} 2>/dev/null; "
                           f"iptables -w -C INPUT -j {chain} 2>/dev/null || iptables -w -I INPUT 1 -j {chain}; "
                           f"iptables -w -C OUTPUT -j {chain} 2>/dev/null || iptables -w -I OUTPUT 1 -j {chain}; "
                           "iptables-restore -w --noflush")
                 procs.append((n, self._ns_popen(n, script), rules))
+        self._agents_do(by_agent, "partition")
         self._wait_all(procs, "partition")
         self.partitioned_hosts |= set(a) | set(b)
         self.partitions.append([a, b])
@@ -736,13 +747,47 @@ class Network:
         chain = partition_chain(self.run_id)
         script = (f"iptables -w -D INPUT -j {chain} 2>/dev/null; iptables -w -D OUTPUT -j {chain} 2>/dev/null; "
                   f"iptables -w -F {chain} 2>/dev/null; iptables -w -X {chain} 2>/dev/null; true")
-        procs = [(n, self._ns_popen(n, script), "") for n in sorted(self.partitioned_hosts)]
+        by_agent: dict[str, list[dict[str, Any]]] = {}
+        for n in sorted(self.partitioned_hosts):
+            if self._agent_of(n) is not None:
+                by_agent.setdefault(self.machines[n], []).extend(self._chain_ops(n, chain, None))
+        procs = [(n, self._ns_popen(n, script), "") for n in sorted(self.partitioned_hosts)
+                 if self._agent_of(n) is None]
+        self._agents_do(by_agent, "heal")
         self._wait_all(procs, "heal")
         healed = self.partitions
         self.partitions = []
         self.partitioned_hosts = set()
         self._event("heal", "all", partitions=healed)
         self._save_state()
+
+    def _agent_of(self, node: str) -> Any:
+        """The agent of a placed host's machine (it makes the host's partition chain), or None: the controller
+        makes it in the host's namespace itself."""
+        return self.agents.get(self.machines.get(node, ""))
+
+    def _chain_ops(self, node: str, chain: str, rules: str | None) -> list[dict[str, Any]]:
+        """The agent's operations that put (rules) or remove (None) `chain` in a placed host's namespace. The
+        agent names the namespace again by the container's current init first: a restarted container has a new
+        one. A stopped container has none to name; its old name stays (the runtime carries the rules over)."""
+        h = self.host(node)
+        ops: list[dict[str, Any]] = []
+        try:
+            ops.append({"op": "attach", "netns": h.netns, "pid": h.init_pid()})  # type: ignore[attr-defined]
+        except (RuntimeError, ValueError, subprocess.TimeoutExpired):
+            pass
+        return ops + [{"op": "chain", "netns": h.netns, "chain": chain, "rules": rules}]
+
+    def _agents_do(self, ops: dict[str, list[dict[str, Any]]], what: str) -> None:
+        """One request per machine's agent; RuntimeError naming the machines whose agent failed."""
+        errors = []
+        for machine, batch in sorted(ops.items()):
+            try:
+                self.agents[machine].request(batch)
+            except UserError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise RuntimeError(f"{what} failed: " + "; ".join(errors))
 
     def _ns_popen(self, node: str, script: str) -> subprocess.Popen:
         return subprocess.Popen(["ip", "netns", "exec", self.host(node).netns, "sh", "-c", script],
@@ -855,6 +900,8 @@ class Network:
                  # a placed host's engine: exec, kill and restart from a later process go to its machine
                  "engines": {n: [h.engine.name, h.engine.address()] for n, h in self.hosts.items()
                              if n in self.machines and hasattr(h, "engine")},
+                 # a placed network's agents: a later process's partition and heal go through them
+                 "agents": {m: a.state() for m, a in self.agents.items()},
                  "pools": list(self.pools), "sysctls": dict(self.sysctls), "generator": self.generator}
         netstate.save(self.run_id, state, big, ready=ready)
 

@@ -6,7 +6,9 @@ started with NET_ADMIN, SYS_ADMIN and SYS_PTRACE, /dev/net/tun,
 container's init by pid), labelled `wanbed.run`/`wanbed.prefix` so that
 `testbed clean` removes it with the run's other containers. It names the host
 containers' network namespaces by pid, applies `ip` batches and sysctls in
-them, runs that machine's half of the wire emulator
+them, puts and removes the run's partition chain in them (with the controller's
+iptables, copied in with its code when the image has none), runs that
+machine's half of the wire emulator
 (testbed/shaping/wire_emulator.py), whose requests it relays, and runs the
 machine's clock service (testbed/clockservice.py) on the machine's address,
 which the cell runner probes at the start and the end of a repetition.

@@ -10,8 +10,13 @@ it are not run), so a set-up list is never half applied silently. Operations:
     {"op": "detach", "netns": NAME}                 forget a name (the namespace lives while its processes do)
     {"op": "ip", "netns": NAME|null, "batch": TEXT} `ip [-n NAME] -batch -`
     {"op": "sysctl", "netns": NAME, "values": {KEY: VALUE}}
-    {"op": "wire_start", "tag": TAG}                start this machine's wire emulator half -> {"pid", "socket"}
+    {"op": "wire_start", "tag": TAG}                start this machine's wire emulator half -> {"pid", "socket"};
+                                                    its captures go to STATE_DIR/TAG-pcap/
     {"op": "wire", "socket": PATH, "requests": [REQ, ...]}   relay requests to it -> {"answers": [...]}
+    {"op": "wait_exit", "pid": PID}                 wait for a process (a half told to shut down) to end
+    {"op": "chain", "netns": NAME, "chain": CHAIN, "rules": TEXT|null}
+                                                    a partition: put iptables-restore `rules` (the filter table's
+                                                    CHAIN) in NAME's INPUT and OUTPUT; null: remove CHAIN
     {"op": "clock_start", "tag": TAG, "host": ADDR, "offset": S}
                                                     start this machine's clock service (testbed/clockservice.py)
                                                     on ADDR -> {"pid", "port"}; `offset` is for tests only
@@ -30,6 +35,11 @@ from typing import Any
 STATE_DIR = "/run/wanbed-agent"      # the wire halves' sockets and logs (inside the agent container)
 WIRE_START_TIMEOUT = 10.0            # s for a started half to answer on its control socket
 CLOCK_START_TIMEOUT = 10.0           # s for a started clock service to say its port
+WAIT_EXIT_TIMEOUT = 10.0             # s for a wire half told to shut down to end (its captures closed)
+# The controller's iptables, shipped with the agent's code when the node image has none (testbed/agent/controller.py):
+# its binary, the libraries it needs beyond the C library, and its extensions.
+IPTABLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                            "iptables")
 
 
 class OpError(Exception):
@@ -52,6 +62,35 @@ def _sysctl(netns: str, values: dict[str, str]) -> None:
     _run(["ip", "netns", "exec", netns, "unshare", "-m", "sh", "-c", script])
 
 
+def _iptables_env() -> dict[str, str]:
+    """The environment that runs `iptables`: the image's own when it has one, else the shipped one."""
+    env = dict(os.environ)
+    if not any(os.path.exists(os.path.join(d, "iptables")) for d in env.get("PATH", "").split(":") if d) \
+            and os.path.isdir(IPTABLES_DIR):
+        env.update(PATH=f"{IPTABLES_DIR}/bin:{env.get('PATH', '')}", LD_LIBRARY_PATH=f"{IPTABLES_DIR}/lib",
+                   XTABLES_LIBDIR=f"{IPTABLES_DIR}/xtables")
+    return env
+
+
+def _chain(netns: str, chain: str, rules: str | None) -> None:
+    # The same rules and hooks as the controller's own partition (testbed/network.py): a chain of the run in
+    # INPUT and OUTPUT, loaded with iptables-restore --noflush; removed hooks first, then the chain.
+    if rules is None:
+        script = (f"iptables -w -D INPUT -j {chain} 2>/dev/null; iptables -w -D OUTPUT -j {chain} 2>/dev/null; "
+                  f"iptables -w -F {chain} 2>/dev/null; iptables -w -X {chain} 2>/dev/null; "
+                  f"! iptables -w -n -L {chain} >/dev/null 2>&1")
+    else:
+        script = (f"iptables -w -N {chain} 2>/dev/null; "
+                  f"iptables -w -C INPUT -j {chain} 2>/dev/null || iptables -w -I INPUT 1 -j {chain}; "
+                  f"iptables -w -C OUTPUT -j {chain} 2>/dev/null || iptables -w -I OUTPUT 1 -j {chain}; "
+                  "iptables-restore -w --noflush")
+    res = subprocess.run(["ip", "netns", "exec", netns, "sh", "-c", script], input=rules or "",
+                         capture_output=True, text=True, timeout=60, env=_iptables_env())
+    if res.returncode != 0:
+        why = "; ".join(line.strip() for line in (res.stderr or res.stdout).splitlines() if line.strip())
+        raise OpError(f"iptables in {netns} failed: {why or 'chain ' + chain + ' is still there'}")
+
+
 def _wire_call(path: str, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
@@ -72,6 +111,8 @@ def _wire_call(path: str, requests: list[dict[str, Any]]) -> list[dict[str, Any]
 
 def _wire_start(tag: str) -> dict[str, Any]:
     os.makedirs(STATE_DIR, exist_ok=True)
+    # the half's captures, which the controller copies out after the half has ended
+    os.makedirs(f"{STATE_DIR}/{tag}-pcap", exist_ok=True)
     sock = f"{STATE_DIR}/{tag}-wire.sock"
     with open(f"{STATE_DIR}/{tag}-wire.log", "ab") as logf:
         # start_new_session: the half outlives this exec, as the local emulator outlives `testbed up`
@@ -116,6 +157,20 @@ def _clock_start(tag: str, host: str, offset: float) -> dict[str, Any]:
     raise OpError(f"the clock service on {host} did not start within {CLOCK_START_TIMEOUT:.0f} s")
 
 
+def _wait_exit(pid: int, timeout: float) -> None:
+    # The half is no child of this exec (started by an earlier one): gone, or a zombie nobody reaped yet, is ended.
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return
+        except OSError:
+            return
+        time.sleep(0.02)
+    raise OpError(f"process {pid} did not end within {timeout:.0f} s")
+
+
 def run_op(op: dict[str, Any]) -> dict[str, Any]:
     kind = op.get("op")
     if kind == "hello":
@@ -142,6 +197,12 @@ def run_op(op: dict[str, Any]) -> dict[str, Any]:
         return _wire_start(str(op["tag"]))
     if kind == "wire":
         return {"answers": _wire_call(str(op["socket"]), list(op["requests"]))}
+    if kind == "wait_exit":
+        _wait_exit(int(op["pid"]), float(op.get("timeout", WAIT_EXIT_TIMEOUT)))
+        return {}
+    if kind == "chain":
+        _chain(str(op["netns"]), str(op["chain"]), None if op.get("rules") is None else str(op["rules"]))
+        return {}
     if kind == "clock_start":
         return _clock_start(str(op["tag"]), str(op["host"]), float(op.get("offset", 0.0)))
     raise OpError(f"unknown operation {kind!r}")

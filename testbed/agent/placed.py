@@ -3,8 +3,9 @@ that run the machines' wire emulator halves (used by testbed/network.py when the
 
 Built so far for machines that share the controller's kernel (the engines of
 tests/integration/docker/multi/, each in a network namespace of its own): the
-management network, addresses, routes, sysctls and partitions are still made by
-the controller, which needs the host containers' namespaces in its own kernel.
+management network, addresses, routes and sysctls are still made by the
+controller, which needs the host containers' namespaces in its own kernel (a
+partition of placed hosts is made by their machines' agents, testbed/network.py).
 An agent on another kernel is refused in one sentence, before any link exists,
 rather than giving a network that half works.
 """

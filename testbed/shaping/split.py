@@ -14,7 +14,10 @@ half also tells the other of a carrier change, so a change made at either half
 alone still applies to the whole link). counters() adds up the two halves: the
 sending half counts the impairment drops and duplicates, the receiving half
 the frames it wrote. A split link's capture is one file per half, holding the
-direction delivered there: `<name>.<machine>.pcap` beside the requested path.
+direction delivered there: `<name>.<machine>.pcap` beside the requested path
+(in a placed run the agents' halves write them in the agents, and the
+controller copies them out and merges them into the requested path:
+testbed/agent/controller.py, testbed/shaping/pcapmerge.py).
 
 By default every half is a process on this machine (tests and benchmarks split
 a link across two emulator processes); in a placed network each machine's agent

@@ -10,8 +10,9 @@
 `address` is where the machine's half of the wire emulator opens the tunnels of
 the links across machines (the other machines must reach it); it defaults to
 the host of a tcp:// or ssh:// engine. A placement needs `runtime: docker` and
-the wire shaper (`shaper: wire` or `auto`, which then takes wire), and no
-capture of links (a split link's pcap would be written on the other machine).
+the wire shaper (`shaper: wire` or `auto`, which then takes wire). Captured
+links are written by the agents and collected into the run directory after the
+rep (testbed/agent/controller.py).
 """
 from __future__ import annotations
 

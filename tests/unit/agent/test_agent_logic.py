@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
 import sys
 from typing import Any
 
@@ -89,3 +91,22 @@ def test_injected_machine_offsets_and_the_daemons_environment() -> None:
         with pytest.raises(UserError) as exc:
             placed.injected_offsets(spec, {env: text})
         assert env in str(exc.value) and "m1, m2" in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a network namespace and iptables)")
+def test_the_agent_puts_and_removes_a_partition_chain_in_a_namespace() -> None:
+    ns, chain = f"tbunit{os.getpid()}", f"tbunit{os.getpid()}-part"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        rules = f"*filter\n-A {chain} -s 10.9.9.9/32 -j DROP\n-A {chain} -d 10.9.9.9/32 -j DROP\nCOMMIT\n"
+        assert ops.run([{"op": "chain", "netns": ns, "chain": chain, "rules": rules}]) == [{"ok": True}]
+        listed = subprocess.run(["ip", "netns", "exec", ns, "iptables", "-S"], capture_output=True, text=True).stdout
+        assert f"-A INPUT -j {chain}" in listed and f"-A OUTPUT -j {chain}" in listed
+        assert f"-A {chain} -s 10.9.9.9/32 -j DROP" in listed
+        assert ops.run([{"op": "chain", "netns": ns, "chain": chain, "rules": None}]) == [{"ok": True}]
+        listed = subprocess.run(["ip", "netns", "exec", ns, "iptables", "-S"], capture_output=True, text=True).stdout
+        assert chain not in listed
+        [answer] = ops.run([{"op": "chain", "netns": "tbunit-none", "chain": chain, "rules": rules}])
+        assert not answer["ok"] and "tbunit-none" in answer["error"]
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)

@@ -2,7 +2,7 @@
 machines are split over the agents' wire halves, daemons run on both engines, nothing is lost or duplicated,
 and the mean delay stays as close to the same scenario's on one engine as its own run-to-run noise allows
 (message by message: the same seeded messages in both runs); and
-`testbed up` of a placed network driven by later processes (exec, a link change, down)."""
+`testbed up` of a placed network driven by later processes (exec, a link change, a partition, down)."""
 from __future__ import annotations
 
 import json
@@ -18,6 +18,8 @@ import pytest
 import yaml
 
 from testbed import image, netstate
+from testbed.docker_engine import Engine, docker
+from testbed.network import partition_chain
 from testbed.runtime.docker import run_containers
 from tests.integration.support import skip_while_a_network_is_up
 
@@ -140,11 +142,19 @@ def _rtt(r: subprocess.CompletedProcess) -> float:
     return min(float(x) for x in re.findall(r"time=([0-9.]+) ms", r.stdout))
 
 
+def _rules(engine: Engine, container: str) -> str:
+    """`iptables -S` in a container's network namespace, entered by its init's pid as its engine reports it."""
+    pid = docker(["inspect", "--format", "{{.State.Pid}}", container], engine=engine).stdout.strip()
+    return subprocess.run(["nsenter", "-t", pid, "-n", "iptables", "-w", "-S"], capture_output=True, text=True,
+                          check=True).stdout
+
+
 @pytest.mark.testbed_up
 def test_up_link_change_and_down_across_two_engines(machines: Machines, node_image: image.BuildResult,
                                                     tmp_path: Path) -> None:
     """`testbed up` of a placed network, then later processes: exec on the host's own engine, a link change
-    through the agents' halves, and `down` leaving nothing on either engine."""
+    through the agents' halves, a partition and heal through the agents, and `down` leaving nothing on either
+    engine."""
     skip_while_a_network_is_up()
     m1, m2 = machines.engines
     machines_yaml = ", ".join(f"{{name: {e.name}, engine: '{e.host}', cores: 1, "
@@ -165,6 +175,17 @@ def test_up_link_change_and_down_across_two_engines(machines: Machines, node_ima
         assert _rtt(_cli(*ping)) >= 2 * 5.0 - 0.5       # n2 is a container of m2: exec went to its engine
         r = _cli("link", "n1", "n2", "--delay", "20ms")
         assert r.returncode == 0, r.stderr
+        assert _rtt(_cli(*ping)) >= 2 * 20.0 - 0.5
+        # A partition from a later process: the agents (reached through the network's state) put the run's chain
+        # in n2's container on m2's engine; heal removes it.
+        chain = partition_chain(run_id)
+        n2 = next(h["netns"] for h in topo["hosts"] if h["name"] == "n2")
+        assert _cli("partition", "n1", "n2").returncode == 0
+        assert f"-N {chain}" in _rules(m2, n2)
+        assert _cli("exec", "n2", "--", "ping", "-c", "1", "-W", "1", n1).returncode != 0
+        r = _cli("heal")
+        assert r.returncode == 0, r.stderr
+        assert chain not in _rules(m2, n2)
         assert _rtt(_cli(*ping)) >= 2 * 20.0 - 0.5
     finally:
         r = _cli("down")
