@@ -22,8 +22,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import time
 from collections.abc import Generator
+from pathlib import Path
 
 import pytest
 
@@ -163,12 +165,35 @@ def name_xdist_group(item: pytest.Item, group: str | None = None) -> None:
 QUICK_JVM_ENV = "WANBED_SPARK_QUICK_JVM"
 
 
+# With PYTHONDONTWRITEBYTECODE set (as many CI and container shells have it) every Python process a test starts
+# (a `testbed` command, a node daemon, a supervisor, a wire emulator) would compile the project's modules from
+# source again: a command loads over 200 of them, several tenths of a second of CPU each time, thousands of times
+# in a run. The variable is there to keep __pycache__ out of the source tree, so the suite writes its bytecode to
+# a cache of the user's instead (PYTHONPYCACHEPREFIX): kept between runs, since the interpreter checks each file
+# against its source, and since under a prefix the venv's own bytecode is not read either (the first run compiles
+# the third-party packages there once). A prefix the user set is kept.
+def bytecode_outside_the_tree() -> None:
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "wanbed" / "pycache"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:                 # no writable home: compile as asked
+        return
+    os.environ["PYTHONPYCACHEPREFIX"] = str(cache)    # the workers and every process they start inherit both
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    sys.pycache_prefix = str(cache)
+    sys.dont_write_bytecode = False
+
+
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault(QUICK_JVM_ENV, "1")
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         config.stash[TURNS] = Turns(TurnFiles(workerinput["testrunuid"]))
-    elif hasattr(config.option, "loadscopereorder"):
+        return
+    bytecode_outside_the_tree()                  # before the workers start: they inherit the environment
+    if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False   # the order is ours (scheduling_order): the alone group first
 
 

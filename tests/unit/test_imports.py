@@ -47,6 +47,9 @@ TIMEOUT = 60.0          # seconds for one module's import (pyspark and pandas ta
 # hundreds of times. A zygote imports those once, and no project module, then forks one child per module: each
 # child starts with no module of node/, testbed/ or spark_analysis/ loaded, as a fresh interpreter would, imports
 # its module and reports the testbed modules that came with it (or the traceback) through a pipe.
+# A child compiles what no earlier child left in the bytecode cache (tests/conftest.py keeps one for the session
+# when PYTHONDONTWRITEBYTECODE is set): compiling the project from source in every child costs more than the
+# imports themselves.
 ZYGOTE = r"""
 import importlib, json, os, select, signal, sys, time, traceback
 for name in sys.argv[2:]:
@@ -128,10 +131,13 @@ def third_party_modules() -> list[str]:
     return sorted(n for n in names if n.split(".")[0] not in (*PACKAGES, "__future__"))
 
 
-def import_each(modules: list[str], third_party: list[str]) -> dict[str, subprocess.CompletedProcess]:
+def import_each(modules: list[str], third_party: list[str],
+                root: Path = REPO) -> dict[str, subprocess.CompletedProcess]:
+    """Import each of `modules` (found under `root`) in a child of its own with only `third_party` loaded."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # the repository and the venv only
-    r = subprocess.run([sys.executable, "-c", ZYGOTE, str(TIMEOUT), *third_party], input="\n".join(modules) + "\n",
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT * len(modules))
+    r = subprocess.run([sys.executable, "-c", ZYGOTE, str(TIMEOUT), *third_party],
+                       input="\n".join(modules) + "\n", cwd=root, env=env, capture_output=True, text=True,
+                       timeout=TIMEOUT * len(modules))
     out = {}
     for line in r.stdout.splitlines():
         rec = json.loads(line)
@@ -149,6 +155,20 @@ def imported() -> dict[str, subprocess.CompletedProcess]:
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda ms: import_each(ms, third_party), halves))
     return {m: r for part in results for m, r in part.items()}
+
+
+def test_a_module_that_imports_only_after_another_fails(tmp_path: Path) -> None:
+    # `a` reaches `pkg.b` through the package without importing it: in one interpreter that imported `b` first
+    # (the order below) it would import; each in a fresh child it must not, and the bytecode cache `b` leaves
+    # behind must not change that
+    pkg = tmp_path / "src" / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "b.py").write_text("X = 1\n")
+    (pkg / "a.py").write_text("import pkg\nY = pkg.b.X\n")
+    results = import_each(["pkg.b", "pkg.a", "pkg.b"], [], root=tmp_path / "src")
+    assert results["pkg.b"].returncode == 0
+    assert results["pkg.a"].returncode == 1 and "has no attribute 'b'" in results["pkg.a"].stderr
 
 
 def test_the_module_list_covers_the_packages() -> None:
