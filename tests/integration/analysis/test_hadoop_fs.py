@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from spark_analysis import pcap_ingest
 from spark_analysis.__main__ import main, report
 from spark_analysis.layout import find_runs
 from spark_analysis.records import check_file
@@ -120,11 +121,22 @@ def test_bundle_bad_out(tmp_path, capsys):
 
 
 def test_not_a_pcap_is_one_line_error(spark, tmp_path, capsys):
-    """read_format fails inside a Spark task; the driver must still print one sentence, no traceback."""
+    """A local capture that is not a pcap is refused before any Spark job runs (not after the records are
+    read); a remote one is checked by its index task, and the failure inside that Spark task still reaches
+    the driver as one sentence, no traceback."""
     make_tree(tmp_path / "exp", messages=5)
     (tmp_path / "exp" / "frag" / "1" / "pcap").mkdir()
     bogus = tmp_path / "exp" / "frag" / "1" / "pcap" / "a-b.pcap"
     bogus.write_bytes(b"this is not a capture file at all" * 4)
-    with pytest.raises(UserError) as err:
-        report(str(tmp_path / "exp"), str(tmp_path / "o"), spark=spark)
+    sc = spark.sparkContext
+    sc.setJobGroup("not-a-pcap", "report of a run with a bad capture")
+    try:
+        with pytest.raises(UserError) as err:
+            report(str(tmp_path / "exp"), str(tmp_path / "o"), spark=spark)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
     assert str(err.value) == f"{bogus} is not a readable pcap file (bad or missing magic number)."
+    assert sc.statusTracker().getJobIdsForGroup("not-a-pcap") == []
+    with pytest.raises(UserError) as err:
+        pcap_ingest.ranges(spark, [pcap_ingest.Capture("frag", "1", "a-b", bogus.as_uri())])
+    assert str(err.value) == f"{bogus.as_uri()} is not a readable pcap file (bad or missing magic number)."
