@@ -62,13 +62,16 @@ def test_schema_violation_named_through_hadoop(spark, tmp_path):
     assert f"{f.as_uri()}:3:" in str(err.value) and "'hops'" in str(err.value)
 
 
-def test_report_via_hadoop_matches_local(spark, tree, tmp_path):
-    report(str(tree), str(tmp_path / "local"), spark=spark)
+def test_report_via_hadoop_matches_local(spark, built, tmp_path):
+    _, local, _ = built                 # the local report of the shared tree (conftest)
+    tree = local.parent / "synthetic"
     report(tree.as_uri(), str(tmp_path / "hadoop"), spark=spark, hadoop_fs=True)
-    a = pd.read_csv(tmp_path / "local" / "runs.csv", dtype={"rep": str})
-    b = pd.read_csv(tmp_path / "hadoop" / "runs.csv", dtype={"rep": str})
-    pd.testing.assert_frame_equal(a, b)
-    assert sorted(a["undelivered"]) == [0, 0, 0, 2]
+    for table in ("runs", "summary", "delay_by_size"):
+        a = pd.read_csv(local / f"{table}.csv", dtype={"rep": str, "bucket": str})
+        b = pd.read_csv(tmp_path / "hadoop" / f"{table}.csv", dtype={"rep": str, "bucket": str})
+        pd.testing.assert_frame_equal(a, b)
+    runs = pd.read_csv(tmp_path / "hadoop" / "runs.csv")
+    assert sorted(runs["undelivered"]) == [0, 0, 0, 3] and sorted(runs["duplicates"]) == [0, 0, 1, 2]
 
 
 def test_unknown_scheme_is_one_clear_error(spark, tmp_path):
@@ -89,7 +92,8 @@ def test_remote_without_session_is_user_error():
 
 def test_spark_submit_with_bundle(tree, tmp_path):
     """The documented cluster invocation, with a local master: spark-submit runs the entry script from a
-    folder outside the repository, so spark_analysis, node.schema and node.errors come from the zip."""
+    folder outside the repository, so spark_analysis, node.schema and node.errors come from the zip. One run
+    of the tree: what is proved is the submission path (a report of every run is a separate JVM's minute)."""
     import os
     import subprocess
     import sys
@@ -107,11 +111,11 @@ def test_spark_submit_with_bundle(tree, tmp_path):
         env["SPARK_SUBMIT_OPTS"] = f"{env.get('SPARK_SUBMIT_OPTS', '')} {QUICK_JVM_OPTIONS}".strip()
     proc = subprocess.run([str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
                            "--py-files", str(zip_path), str(repo / "spark_analysis" / "submit_entry.py"),
-                           "report", tree.as_uri(), "--out", str(tmp_path / "o"), "--quiet", "--no-pcap"],
+                           "report", tree.as_uri() + "/frag/1", "--out", str(tmp_path / "o"), "--quiet", "--no-pcap"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs = pd.read_csv(tmp_path / "o" / "runs.csv", dtype={"rep": str})
-    assert sorted(runs["undelivered"]) == [0, 0, 0, 2]
+    assert runs[["cell", "rep", "undelivered"]].values.tolist() == [["frag", "1", 2]]
 
 
 def test_bundle_bad_out(tmp_path, capsys):
