@@ -34,6 +34,7 @@ from pyspark.sql.types import (ByteType, DoubleType, IntegerType, LongType, Shor
 from node.errors import UserError
 
 from .layout import Run
+from .storage import HadoopPath
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def find_captures(runs: list[Run]) -> list[Capture]:
     return caps
 
 
-def _check_header(path: Path | object) -> None:
+def _check_header(path: Path | HadoopPath) -> None:
     """A local capture that is not a pcap is refused here, before any Spark job; a remote one (hdfs://, s3a://)
     is checked by its index task, so that the driver never reads a remote file."""
     from .pcap_parser import read_format
