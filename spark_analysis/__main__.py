@@ -111,6 +111,8 @@ def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
     from .report import ReportTables
     from .sections import SECTIONS, RunData
 
+    # a capture that is not a pcap is refused now, not after the records are read and the metrics computed
+    caps = pcap_ingest.find_captures(runs) if pcaps else []
     with progress.step("reading node records (schema-checked)", spark):
         subs = records.read(spark, runs, "submission")
         dels = records.read(spark, runs, "delivery")
@@ -132,7 +134,6 @@ def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
         tables.refusals = compare.refusals(subs)
         tables.resources = compare.resources_over_time(metrics)
         tables.buffer_classes = compare.buffer_class_usage(metrics)
-    caps = pcap_ingest.find_captures(runs) if pcaps else []
     with progress.step(f"pcap ingestion ({len(caps)} captures) and flows", spark):
         if caps:
             parquet = out_dir / "parquet"

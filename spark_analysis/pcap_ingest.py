@@ -34,6 +34,7 @@ from pyspark.sql.types import (ByteType, DoubleType, IntegerType, LongType, Shor
 from node.errors import UserError
 
 from .layout import Run
+from .storage import HadoopPath
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +105,23 @@ def find_captures(runs: list[Run]) -> list[Capture]:
                 raise UserError(f"{tf} is not valid JSON ({e}).") from None
         links = {lk["name"]: lk for lk in topo.get("links", []) if "name" in lk}
         for p in pcaps:
+            _check_header(p)
             a_nets, b_nets = _side_nets(topo, links[p.stem]) if p.stem in links else ((), ())
             caps.append(Capture(run.cell, run.rep, p.stem, str(p), a_nets, b_nets))
     return caps
+
+
+def _check_header(path: Path | HadoopPath) -> None:
+    """A local capture that is not a pcap is refused here, before any Spark job; a remote one (hdfs://, s3a://)
+    is checked by its index task, so that the driver never reads a remote file."""
+    from .pcap_parser import read_format
+
+    if not isinstance(path, Path):
+        return
+    with path.open("rb") as fh:
+        head = fh.read(24)
+    if len(head) == 24:      # shorter: an empty capture, which the index task skips
+        read_format(head, str(path))
 
 
 # ---- task side --------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from spark_analysis import pcap_ingest
 from spark_analysis.__main__ import main, report
 from spark_analysis.layout import find_runs
 from spark_analysis.records import check_file
@@ -61,13 +62,16 @@ def test_schema_violation_named_through_hadoop(spark, tmp_path):
     assert f"{f.as_uri()}:3:" in str(err.value) and "'hops'" in str(err.value)
 
 
-def test_report_via_hadoop_matches_local(spark, tree, tmp_path):
-    report(str(tree), str(tmp_path / "local"), spark=spark)
+def test_report_via_hadoop_matches_local(spark, built, tmp_path):
+    _, local, _ = built                 # the local report of the shared tree (conftest)
+    tree = local.parent / "synthetic"
     report(tree.as_uri(), str(tmp_path / "hadoop"), spark=spark, hadoop_fs=True)
-    a = pd.read_csv(tmp_path / "local" / "runs.csv", dtype={"rep": str})
-    b = pd.read_csv(tmp_path / "hadoop" / "runs.csv", dtype={"rep": str})
-    pd.testing.assert_frame_equal(a, b)
-    assert sorted(a["undelivered"]) == [0, 0, 0, 2]
+    for table in ("runs", "summary", "delay_by_size"):
+        a = pd.read_csv(local / f"{table}.csv", dtype={"rep": str, "bucket": str})
+        b = pd.read_csv(tmp_path / "hadoop" / f"{table}.csv", dtype={"rep": str, "bucket": str})
+        pd.testing.assert_frame_equal(a, b)
+    runs = pd.read_csv(tmp_path / "hadoop" / "runs.csv")
+    assert sorted(runs["undelivered"]) == [0, 0, 0, 3] and sorted(runs["duplicates"]) == [0, 0, 1, 2]
 
 
 def test_unknown_scheme_is_one_clear_error(spark, tmp_path):
@@ -120,11 +124,22 @@ def test_bundle_bad_out(tmp_path, capsys):
 
 
 def test_not_a_pcap_is_one_line_error(spark, tmp_path, capsys):
-    """read_format fails inside a Spark task; the driver must still print one sentence, no traceback."""
+    """A local capture that is not a pcap is refused before any Spark job runs (not after the records are
+    read); a remote one is checked by its index task, and the failure inside that Spark task still reaches
+    the driver as one sentence, no traceback."""
     make_tree(tmp_path / "exp", messages=5)
     (tmp_path / "exp" / "frag" / "1" / "pcap").mkdir()
     bogus = tmp_path / "exp" / "frag" / "1" / "pcap" / "a-b.pcap"
     bogus.write_bytes(b"this is not a capture file at all" * 4)
-    with pytest.raises(UserError) as err:
-        report(str(tmp_path / "exp"), str(tmp_path / "o"), spark=spark)
+    sc = spark.sparkContext
+    sc.setJobGroup("not-a-pcap", "report of a run with a bad capture")
+    try:
+        with pytest.raises(UserError) as err:
+            report(str(tmp_path / "exp"), str(tmp_path / "o"), spark=spark)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
     assert str(err.value) == f"{bogus} is not a readable pcap file (bad or missing magic number)."
+    assert sc.statusTracker().getJobIdsForGroup("not-a-pcap") == []
+    with pytest.raises(UserError) as err:
+        pcap_ingest.ranges(spark, [pcap_ingest.Capture("frag", "1", "a-b", bogus.as_uri())])
+    assert str(err.value) == f"{bogus.as_uri()} is not a readable pcap file (bad or missing magic number)."

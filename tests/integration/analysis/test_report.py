@@ -1,6 +1,8 @@
 """spark_analysis report on a synthetic run tree: numbers, HTML, errors."""
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -14,15 +16,6 @@ from node.errors import UserError
 from .runtree import MODES, log_ci2, make_tree, mean_ci2
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="module")
-def built(spark, tmp_path_factory):
-    root = tmp_path_factory.mktemp("runs") / "synthetic"
-    expected = make_tree(root, messages=100, lose={("frag", "2"): 3}, dup={("frag", "2"): 2, ("nofrag", "1"): 1})
-    out = root.parent / "out"
-    page = report(str(root), str(out), spark=spark)
-    return expected, out, page
 
 
 def test_per_run_figures_match(built):
@@ -101,12 +94,27 @@ def test_html_self_contained(built):
     assert (out / "delay_by_size.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_cli_single_run_dir(spark, tmp_path, capsys):
-    make_tree(tmp_path / "exp", messages=20)
-    assert main(["report", str(tmp_path / "exp" / "frag" / "1"), "--out", str(tmp_path / "o")]) == 0
-    runs = pd.read_csv(tmp_path / "o" / "runs.csv")
-    assert runs[["cell", "mode", "delivered"]].values.tolist() == [["frag", "fragmenting", 20]]
-    assert "report written to" in capsys.readouterr().out
+@pytest.fixture(scope="module")
+def single_run(spark, tmp_path_factory):
+    """(exit status, stdout, report folder) of the CLI's report of one run directory, whose submissions hold
+    one to a list of recipients with an integer timestamp."""
+    tmp = tmp_path_factory.mktemp("single")
+    make_tree(tmp / "exp", messages=10)
+    f = tmp / "exp" / "frag" / "1" / "nodes" / "a" / "submissions.jsonl"
+    f.write_text(f.read_text() + '{"ts": 1700000100, "node": "a", "msg_id": "multi", "src": "a", '
+                 '"dst": ["b", "c"], "size": 10, "accepted": true, "reason": ""}\n')
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        rc = main(["report", str(tmp / "exp" / "frag" / "1"), "--out", str(tmp / "o")])
+    return rc, stdout.getvalue(), tmp / "o"
+
+
+def test_cli_single_run_dir(single_run):
+    rc, stdout, out = single_run
+    assert rc == 0
+    runs = pd.read_csv(out / "runs.csv")
+    assert runs[["cell", "mode", "delivered"]].values.tolist() == [["frag", "fragmenting", 10]]
+    assert "report written to" in stdout
 
 
 def test_schema_violation_names_file_and_line(spark, tmp_path):
@@ -142,13 +150,8 @@ def test_mean_ci_student_t():
     assert mean_ci([5.0])[2] == 1 and mean_ci([])[2] == 0
 
 
-def test_list_dst_and_integer_ts_are_read(spark, tmp_path):
-    make_tree(tmp_path / "exp", messages=10)
-    f = tmp_path / "exp" / "frag" / "1" / "nodes" / "a" / "submissions.jsonl"
-    f.write_text(f.read_text() + '{"ts": 1700000100, "node": "a", "msg_id": "multi", "src": "a", '
-                 '"dst": ["b", "c"], "size": 10, "accepted": true, "reason": ""}\n')
-    report(str(tmp_path / "exp" / "frag" / "1"), str(tmp_path / "o"), spark=spark)
-    row = pd.read_csv(tmp_path / "o" / "runs.csv").iloc[0]
+def test_list_dst_and_integer_ts_are_read(single_run):
+    row = pd.read_csv(single_run[2] / "runs.csv").iloc[0]
     assert (row["submitted"], row["accepted"], row["delivered"], row["undelivered"]) == (12, 11, 10, 1)
 
 
@@ -240,8 +243,9 @@ def test_latency_cdf_and_hops(built):
     assert set(hops["hops"]) == {2}
 
 
-def test_svg_plots_and_bad_plot_format(spark, tmp_path):
-    make_tree(tmp_path / "exp", messages=10)
-    report(str(tmp_path / "exp"), str(tmp_path / "o"), spark=spark, plots="png,svg")
-    assert (tmp_path / "o" / "delay_by_size.svg").read_text().lstrip().startswith("<?xml")
-    assert main(["report", str(tmp_path / "exp"), "--plots", "gif"]) == 2
+def test_svg_plots_and_bad_plot_format(built, tmp_path):
+    _, out, _ = built       # reported with plots="png,svg"
+    assert (out / "delay_by_size.svg").read_text().lstrip().startswith("<?xml")
+    assert (out / "delay_by_size.png").read_bytes().startswith(b"\x89PNG")
+    assert main(["report", str(out.parent / "synthetic"), "--out", str(tmp_path / "o"), "--plots", "gif"]) == 2
+    assert not (tmp_path / "o").exists()
