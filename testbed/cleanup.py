@@ -16,7 +16,7 @@ import re
 import subprocess
 from typing import Any, Iterable
 
-from testbed import PREFIX, netlink, registry
+from testbed import PREFIX, registry
 from testbed.runtime.netns import list_netns, netns_pids, run_ip, terminate_pids
 
 log = logging.getLogger(__name__)
@@ -27,6 +27,9 @@ TABLES = ("filter", "nat", "mangle")
 
 def root_links() -> list[str]:
     """Interface names in the machine's own namespace (one netlink dump)."""
+    # imported here: pyroute2 costs most of a second, which the many importers of this module that never
+    # sweep (the CLI's commands, the node starter) would pay at start
+    from testbed import netlink
     return netlink.interface_names()
 
 

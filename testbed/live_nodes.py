@@ -20,18 +20,18 @@ import dataclasses
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from node.errors import UserError
 from testbed import netstate, registry
 from testbed.cleanup import process_start
-from testbed.experiment import nodeconfig, timescale
-from testbed.experiment.cell import HEALTH_TIMEOUT, SESSION_TIMEOUT
-from testbed.experiment.daemons import TERM_GRACE, NodeDaemons
-from testbed.network import Network
 from testbed.runtime.netns import terminate_pids
-from testbed.secrets import SECRETS_DIR
-from testbed.scenario.spec import Scenario
+
+if TYPE_CHECKING:
+    from testbed.scenario.spec import Scenario
+
+# What starts and stops daemons (the node's subsystems, gRPC, pyroute2: seconds of CPU) is imported by the
+# functions that do it: `send`, `queue` and `trace` only read the recorded daemons.
 
 STATE_KEY = "nodes"          # where the run's registry state keeps the live daemons
 START_TIME_SLACK = 1.0       # seconds: a pid whose process started at another time was recycled
@@ -81,6 +81,10 @@ def start(record: registry.RunRecord, scenario: Scenario) -> LiveNodes:
     `scenario` is the one the network was built from (model units). On any failure the daemons
     already started are stopped again before the error propagates.
     """
+    from testbed.experiment import nodeconfig, timescale
+    from testbed.experiment.cell import HEALTH_TIMEOUT, SESSION_TIMEOUT
+    from testbed.experiment.daemons import NodeDaemons
+    from testbed.network import Network
     net = Network.attach(record.run_id)
     run_dir = Path(record.state["run_dir"])
     runtime = record.state.get("runtime") or scenario.runtime
@@ -118,6 +122,7 @@ def _save(run_id: str, live: LiveNodes | None) -> None:
         if live is None:
             rec.state.pop(STATE_KEY, None)
         else:
+            from testbed.experiment import nodeconfig
             rec.state[STATE_KEY] = live.to_state()
             rec.state["mgmt_port"] = nodeconfig.MGMT_PORT
         registry.save(rec)
@@ -137,6 +142,7 @@ def stop(run_id: str) -> LiveNodes | None:
         return None
     pids = [d.pid for d in live.daemons if _same_process(d)]
     if pids:
+        from testbed.experiment.daemons import TERM_GRACE
         terminate_pids(pids, grace=TERM_GRACE)
     _save_quietly(run_id, None)
     return live
@@ -168,6 +174,7 @@ def remove_records(live: LiveNodes) -> list[Path]:
             path.rmdir()
     if live.records_dir.is_dir() and not any(live.records_dir.iterdir()):
         live.records_dir.rmdir()
+    from testbed.secrets import SECRETS_DIR
     secrets_dir = Path(live.run_dir) / SECRETS_DIR      # the CA key and the tokens are of no use after `down`
     if secrets_dir.is_dir():
         shutil.rmtree(secrets_dir, ignore_errors=True)

@@ -1,4 +1,5 @@
-"""One module per CLI command group; each exposes register(subparsers)."""
+"""One module per CLI command group; each exposes register(subparsers). Its commands' one-line help is in
+COMMANDS of testbed/cli.py, which imports the module only when one of them is chosen."""
 from __future__ import annotations
 
 import argparse

@@ -93,7 +93,7 @@ def _say(text: str) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("check", help="check a run for lost, duplicated and late messages (reads only the run directory)",
+    p = sub.add_parser("check",
                        description="Classify every accepted message copy of each repetition as delivered, "
                                    "duplicate, reported undeliverable, late (still held in a spool: where) or lost; "
                                    "with publications, every expected receipt of a subscription too. "

@@ -67,7 +67,7 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "dashboard", help="a web view of a run directory: live while it is written, a replay once it is done",
+        "dashboard",
         description="Serve a web page showing RUN_DIR (a repetition, a `testbed up` run directory or a whole "
                     "experiment folder) from its files only: hosts and links with their state and utilisation, "
                     "queues per node, route changes, faults on a timeline, phases. It follows the files as they "

@@ -127,7 +127,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "run", help="run a scenario (or a sweep) end to end into a run directory (as root)",
+        "run",
         description="Validate SCENARIO, then for every cell of its sweep and every repetition: build the network, "
                     "start the node daemons, warm up, drive the workload and faults, drain, collect and tear "
                     "down. Progress goes to standard error; the closing table (one row per repetition) to "
@@ -157,7 +157,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_run)
 
     p = sub.add_parser(
-        "validate", help="check a scenario as `run` would and print its plan, building nothing",
+        "validate",
         description="Check SCENARIO as `testbed run` checks it (the file, the --set overrides, every sweep "
                     "value and every node's settings), then print the plan: cells, repetitions, seeds and an "
                     "estimated wall time. Needs no root and builds no network.",
@@ -172,7 +172,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_validate)
 
     p = sub.add_parser(
-        "report", help="make the report of a run directory (tables, plots, report.html)",
+        "report",
         description="Ingest RUN_DIR (one repetition, a cell or a whole experiment of `testbed run`) with "
                     "Spark and write the comparison report: tables, plots and report.html.",
         **examples("testbed report runs/quickstart", "testbed report runs/quickstart --out /tmp/qs-report --no-pcap"))

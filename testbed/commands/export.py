@@ -60,7 +60,6 @@ def _export(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", usage="testbed export SCENARIO --to mininet | --to kathara DIR [--set KEY=VALUE]",
-                       help="write a scenario's network as a Mininet script or a Kathará lab",
                        description="Write the scenario's hosts and links (with their per-direction link "
                                    "parameters in wall units, time_scale applied as by run and up) for another "
                                    "emulator: --to mininet prints a Topo script to "

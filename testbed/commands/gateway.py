@@ -13,7 +13,6 @@ import math
 from typing import Any
 
 from node.errors import UserError
-from spark_analysis.render import plain_lines
 from testbed.commands.messaging import node_client, resolve_address
 from testbed.commands.routing import one_line
 
@@ -25,6 +24,7 @@ def _rate(value: Any) -> str:
 
 
 def render(node: str, g: dict[str, Any]) -> str:
+    from spark_analysis.render import plain_lines     # rich comes with it: loaded only to print
     lines = [f"{node}: gamma {g['gamma']:g}, threshold {g['threshold']:g}, MAXRATE "
              f"{'original' if g['maxrate'] is None else format(g['maxrate'], 'g') + ' msg/s'}, "
              f"Phi_out {g.get('phi_out', 0.0):.3g} msg/s, dropped {g['dropped']}"]
@@ -79,7 +79,7 @@ def _gateway(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "gateway", help="a live node's gateway policies: show, set gamma and thresholds, ask about a user",
+        "gateway",
         description="Show NODE's EMG gateway state (gamma, MAXRATE, per connector its queue, load balancing, "
                     "rate; incoming THROUGHPUT; users' credits; refusals), set gamma or the queue thresholds "
                     "(until the daemon restarts), or ask whether a user's request of a throughput at a delivery "

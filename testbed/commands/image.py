@@ -17,7 +17,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("image", help="the node container image",
+    p = sub.add_parser("image",
                        description="The container image the node daemons run in with `runtime: docker`.",
                        **examples("testbed image build", "testbed image build --offline --force"))
     isub = p.add_subparsers(dest="image_command", metavar="ACTION")

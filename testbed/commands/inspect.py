@@ -16,7 +16,6 @@ from typing import Any
 
 from node.errors import UserError
 from node.natural import natural_key
-from spark_analysis.render import plain_lines
 from testbed import live_nodes, netstate
 from testbed.commands.messaging import node_client, resolve_address
 from testbed.commands.routing import one_line
@@ -42,6 +41,7 @@ def queue_plain(items: list[Any], now: float) -> list[dict[str, Any]]:
 
 
 def render_queue(node: str, rows: list[dict[str, Any]]) -> str:
+    from spark_analysis.render import plain_lines     # rich comes with it: loaded only to print
     if not rows:
         return f"queue of {node} is empty"
     table = [[r["msg_id"], r["destination"], r["next_hop"] or "-", r["state"], f"{r['age_s']:.1f}",
@@ -150,6 +150,7 @@ def trace_rows(nodes: list[str], msg_id: str) -> list[dict[str, Any]]:
 
 def render_trace(msg_id: str, rows: list[dict[str, Any]]) -> str:
     """The message's rows, hop by hop (see trace_rows)."""
+    from spark_analysis.render import plain_lines     # rich comes with it: loaded only to print
     def what(r: dict[str, Any]) -> str:
         if r.get("error"):
             return r["error"]
@@ -178,7 +179,7 @@ def _trace(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "queue", help="list the message copies a node holds for others",
+        "queue",
         description="List the message copies NODE holds for other nodes (like postqueue -p): queued for a "
                     "neighbour, held while a hop collects a whole message, or orphans waiting for a route. "
                     "One row per copy and place: message id, destination, next hop, state, age since "
@@ -193,7 +194,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                      "running network)")
     p.set_defaults(handler=_queue)
     p = sub.add_parser(
-        "trace", help="show where a message is, node by node",
+        "trace",
         description="Ask every node of the running network (or of WANBED_NODES) what it knows of MSG_ID "
                     "(Submit.Status): its state there (forwarded, queued, orphan, reassembling, delivered, "
                     "not-delivered), its pieces by state and the outcome per destination. Hop by hop: the "

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spark_analysis.render import console_table
 from testbed import netstate, pycmd, registry
 from testbed.commands import dashboard, examples
 from testbed.commands.values import parse_duration, parse_percent, parse_rate
@@ -207,6 +206,8 @@ def _print_tables(desc: dict[str, Any], run_dir: Path | None = None) -> None:
     """The hosts and links: rich tables on a terminal; otherwise plain aligned columns at full width (a pipe or
     a log file gets no table folded into 80 columns)."""
     from rich.console import Console
+
+    from spark_analysis.render import console_table     # rich: only the commands that print tables pay for it
 
     out = Console()
     out.print(f"network [bold]{desc['run_id']}[/bold] ({desc['topology']}): runtime {desc['runtime']}, "
@@ -417,7 +418,7 @@ def _clean(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "up", help="build the emulated WAN of a scenario and keep it up (as root)",
+        "up",
         description="Build SCENARIO's network (hosts, links with their delay, loss and rate), start a node daemon "
                     "in every host and return, leaving the network up for `send`, `link`, `partition` ... until "
                     "`testbed down`. Needs root (it creates network namespaces and interfaces). What it waits "
@@ -446,27 +447,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     dashboard.add_options(p, serve=True)
     p.add_argument("--factory", help=argparse.SUPPRESS)   # MODULE:FUNCTION building the Network (tests)
     p.set_defaults(handler=_up)
-    p = sub.add_parser("down", help="stop the node daemons and tear down the running network",
+    p = sub.add_parser("down",
                        description="Stop the node daemons of the running network, then tear the network down "
                                    "and remove the node records and secrets (unless --keep).",
                        **examples("sudo testbed down", "sudo testbed down --keep"))
     p.add_argument("--keep", action="store_true", help="keep the node daemons' records (<run dir>/nodes/) and the "
                    "run's secrets")
     p.set_defaults(handler=_down)
-    p = sub.add_parser("status", help="hosts, links and their state",
+    p = sub.add_parser("status",
                        description="The running network's hosts (addresses, interfaces) and links (state, delay, "
                                    "loss, rate per direction). With --json and no network up it prints "
                                    '{"running": false} and exits 0.',
                        **examples("testbed status", "testbed status --json"))
     p.add_argument("--json", action="store_true", help="machine-readable output (with running: true or false)")
     p.set_defaults(handler=_status)
-    p = sub.add_parser("exec", help="run a command inside a host: testbed exec NODE -- CMD...",
+    p = sub.add_parser("exec",
                        description="Run CMD in NODE's network namespace; the exit status is CMD's.",
                        **examples("sudo testbed exec n1 -- ping -c 3 10.0.0.2", "sudo testbed exec n2 -- ip addr"))
     p.add_argument("node", metavar="NODE", help="the host to run the command in")
     p.add_argument("cmd", metavar="CMD", nargs=argparse.REMAINDER, help="the command and its arguments, after --")
     p.set_defaults(handler=_exec)
-    p = sub.add_parser("link", help="change a link's parameters or state",
+    p = sub.add_parser("link",
                        description="Change the link between A and B while the network runs: delay, jitter, "
                                    "loss, rate (in both directions or one), or take it down and up. Units as "
                                    "in a scenario: 25ms, 1%, 10Mbit.",
@@ -487,17 +488,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the link afterwards as JSON (link, a, b, up, a_to_b, "
                                                        "b_to_a)")
     p.set_defaults(handler=_link)
-    p = sub.add_parser("partition", help="cut two sets of hosts apart: testbed partition A,B C,D",
+    p = sub.add_parser("partition",
                        description="Drop every packet between the hosts of SIDE_A and those of SIDE_B (both "
                                    "ways) until `testbed heal`.",
                        **examples("sudo testbed partition n1,n2 n3,n4", "sudo testbed partition n1 n2"))
     p.add_argument("side_a", metavar="SIDE_A", help="hosts on one side, comma separated")
     p.add_argument("side_b", metavar="SIDE_B", help="hosts on the other side, comma separated")
     p.set_defaults(handler=_partition)
-    p = sub.add_parser("heal", help="undo partitions", description="Undo every partition of the running network.",
+    p = sub.add_parser("heal", description="Undo every partition of the running network.",
                        **examples("sudo testbed heal"))
     p.set_defaults(handler=_heal)
-    p = sub.add_parser("clean", help="remove everything a crashed testbed left behind (its prefix only)",
+    p = sub.add_parser("clean",
                        description="Remove the namespaces, interfaces, rules, processes and registry entries of "
                                    "testbed runs whose owner is gone (only names with the testbed's prefix). "
                                    "Needs root.",

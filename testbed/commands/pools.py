@@ -15,7 +15,6 @@ from typing import Any
 from google.protobuf.json_format import MessageToDict
 
 from node.errors import UserError
-from spark_analysis.render import plain_lines
 from testbed.commands.messaging import node_client, resolve_address
 from testbed.commands.routing import one_line
 
@@ -28,6 +27,7 @@ def as_dict(reply: Any) -> dict[str, Any]:
 
 
 def render(p: dict[str, Any]) -> str:
+    from spark_analysis.render import plain_lines     # rich comes with it: loaded only to print
     leader = p["leader"] or "none (an election is on)"
     lines = [f"{p['node']}: leader {leader}{' (this replica)' if p['is_leader'] else ''}, term {p['term']}, "
              f"map version {p['version']}"]
@@ -63,7 +63,7 @@ def _pools(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "pools", help="a controller replica's view of the pools: leader, term, maps, load",
+        "pools",
         description="Show the pool controller as NODE (a controller replica of the run's `pools:`) sees it: "
                     "the leader, term and map version, the applications, instances with their load and "
                     "connections, consumers, and which instance each consumer feeds per application.",

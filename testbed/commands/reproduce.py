@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from node.errors import UserError
-from spark_analysis.render import plain_lines
 from testbed.commands import examples
 
 
@@ -40,6 +39,7 @@ def _duration(seconds: float) -> str:
 
 
 def render_listing(rows: list[dict[str, Any]]) -> str:
+    from spark_analysis.render import plain_lines     # rich comes with it: loaded only to print
     table = []
     for r in rows:
         if r["title"] is None:
@@ -73,7 +73,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "reproduce", help="run one figure of a paper end to end (reproductions/NAME.yaml), resumable",
+        "reproduce",
         description="Run the scenario of figure NAME with the figure's overrides (as root; complete repetitions "
                     "of an earlier attempt are kept), make its report, then the figure's CSV and PNG. "
                     "--list names the figures with the estimated wall time of each.",

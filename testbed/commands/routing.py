@@ -18,7 +18,6 @@ import yaml
 
 from node.errors import UserError
 from node.natural import natural_key
-from spark_analysis.render import plain_lines
 from testbed.commands import examples
 from testbed.commands.messaging import node_client, resolve_address
 
@@ -88,6 +87,7 @@ def yes_no(flag: bool) -> str:
 
 def render(plain: dict[str, Any]) -> str:
     """The routing table as the thesis prints it, then the links to the neighbours and the number of rules."""
+    from spark_analysis.render import plain_lines     # rich comes with it: loaded only to print
     dynamic = plain["mode"] == "dynamic"      # a static node measures and advertises no link costs
     routes = [[r["destination"], r["next_hop"] or "-", _cost(r["cost"], r["learned"] == "unreachable"), r["learned"]]
               for r in plain["routes"]]
@@ -171,12 +171,12 @@ def _add(sub: argparse._SubParsersAction, name: str, handler: Callable[[argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = _add(sub, "routes", _routes, help="a live node's routing table and measured links",
+    p = _add(sub, "routes", _routes,
              description="Print NODE's routing table (destination, next hop, cost, how it was learned) "
                          "and its measured links, from the running network.",
              **examples("testbed routes n1", "testbed routes n1 --json"))
     p.add_argument("--json", action="store_true", help="the reply as JSON (node, mode, routes, links, rules)")
-    p = _add(sub, "rules", _rules, help="show or replace a live node's routing rules",
+    p = _add(sub, "rules", _rules,
              description="Replace NODE's routing rules with a YAML list (node config form, see README), "
                          "show the rules in force, or clear them. Not kept across a daemon restart.",
              **examples("testbed rules n1 --show", "testbed rules n1 --file rules.yaml", "testbed rules n1 --clear"))

@@ -131,3 +131,39 @@ def test_up_and_status_tables_off_a_terminal_are_not_folded(capsys) -> None:
     assert "eth1=10.200.1.1/30" in host and "eth6=10.200.6.1/30" in host and len(host) > 80
     [link] = [l for l in lines if l.startswith("n1-n2 ")]
     assert link.count("rate 320kbit") == 2
+
+
+# What the parser and the light commands must not import (pyroute2, gRPC, Spark, rich, the node's subsystems):
+# each costs a noticeable share of a second at every start of `testbed`, which the tests start thousands of times.
+LOADED = r"""
+import sys
+from testbed import cli
+for argv in sys.argv[1:]:
+    try:
+        cli.main(argv.split())
+    except SystemExit:
+        pass
+heavy = {"pyroute2", "grpc", "pyspark", "rich", "node.registry", "node.client"}
+print(" ".join(sorted(heavy & {m.split(".")[0] for m in sys.modules} | heavy & set(sys.modules))), file=sys.stderr)
+"""
+
+
+def test_help_and_light_commands_import_no_heavy_package(tmp_path: Path) -> None:
+    # one fresh interpreter: the help of the whole CLI and of the network commands, `status` with no network up
+    # (an empty registry of its own, whatever else runs on the machine)
+    argv = ["--help", "clean --help", "status --help", "exec --help", "link --help", "check --help",
+            "status --json"]
+    r = subprocess.run([sys.executable, "-c", LOADED, *argv], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                       env={**os.environ, "WANBED_REGISTRY": str(tmp_path)})
+    loaded = r.stderr.strip().splitlines()[-1].split() if r.stderr.strip() else []
+    assert r.returncode == 0 and '"running": false' in r.stdout, r.stderr
+    assert not loaded, f"loaded by parsing or by a light command: {loaded}"
+
+
+def test_every_command_is_listed_once_with_its_own_parser() -> None:
+    # the table that lists commands without importing them names exactly the parsers the groups register
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parsers = dict(sub.choices.items())
+    assert list(parsers) == list(cli.COMMANDS)
+    assert all(p.prog == f"testbed {name}" for name, p in parsers.items())
+    assert [a.dest for a in sub._choices_actions] == list(cli.COMMANDS)
