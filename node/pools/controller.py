@@ -47,10 +47,12 @@ nothing.
 """
 from __future__ import annotations
 
+import _socket
 import asyncio
 import copy
 import functools
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -63,6 +65,11 @@ from pysyncobj.config import FAIL_REASON
 from pysyncobj.monotonic import monotonic as raft_clock   # the clock of pysyncobj's deadlines
 
 from node.errors import ConfigError
+
+# pysyncobj's TCP transport imports its Windows shim, which replaces socket.inet_ntop on every platform with a
+# function that only works on Windows: any later caller in this process (pyroute2 decoding an address it reads,
+# for one) would fail. The C library's function goes back; pysyncobj itself works with it.
+socket.inet_ntop = _socket.inet_ntop
 
 log = logging.getLogger("node.pools")
 

@@ -9,6 +9,8 @@ import asyncio
 import copy
 import logging
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -390,3 +392,17 @@ def test_the_raft_thread_wakes_at_the_election_deadline_not_a_whole_tick_later(t
         finally:
             await group.stop_all()
     asyncio.run(main())
+
+
+def test_importing_the_controller_leaves_socket_inet_ntop_working() -> None:
+    """pysyncobj's Windows shim replaces socket.inet_ntop on every platform; a later pyroute2 import binds it and
+    cannot decode an address. In a fresh interpreter, pysyncobj first, then pyroute2 reads the loopback address."""
+    code = ("import node.pools.controller, socket\n"
+            "assert socket.inet_ntop(socket.AF_INET, bytes([127, 0, 0, 1])) == '127.0.0.1'\n"
+            "from pyroute2 import IPRoute\n"
+            "with IPRoute() as ipr:\n"
+            "    addrs = [a.get_attr('IFA_ADDRESS') for a in ipr.get_addr(label='lo', family=socket.AF_INET)]\n"
+            "assert '127.0.0.1' in addrs, addrs\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       cwd=Path(__file__).resolve().parents[4])
+    assert r.returncode == 0, r.stderr[-2000:]
