@@ -8,6 +8,7 @@ traffic b1 sends meanwhile must all arrive exactly once (the loss checker).
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -78,7 +79,18 @@ def test_b1_tables_after_each_phase_are_tables_3_4_5(run) -> None:
             cost = got[dst][1]
             assert cost is not None, f"{name}: {dst} unreachable"
             # each link of the path is rounded to the quantum: at most one quantum off per link
-            assert abs(cost - units * MS_PER_UNIT) <= QUANTUM * units, f"{name}: cost to {dst} {cost}"
+            assert abs(cost - units * MS_PER_UNIT) <= QUANTUM * units, \
+                f"{name}: cost to {dst} {cost}; {_context(rep, routes, dst, at)}"
+
+
+def _context(rep: Path, routes: list[dict], dst: str, at: float) -> str:
+    """What a failed cost reading needs beside it: b1's route lines for `dst` in the 5 s before `at` and the
+    rep's host verdicts (a stalled or saturated host shows in the measured costs, not in the routing)."""
+    lines = [(round(r["ts"] - at, 2), r["next_hop"], r["cost"]) for r in routes
+             if r["dst"] == dst and at - 5 <= r["ts"] <= at]
+    summary = json.loads((rep / "summary.json").read_text())
+    return (f"b1's lines for {dst} (s before the reading, next hop, cost): {lines}; "
+            f"saturation {summary.get('saturation')}; stall {summary.get('stall')}")
 
 
 @pytest.mark.root
