@@ -203,7 +203,7 @@ OPTIONAL: dict[str, tuple[Field, ...]] = {
            "users{user: {credits (null: unlimited)}}, refused{throttled, no_credits, locked, not_permitted}, dropped"),
         _f("routing", dict, "routing state, present with routing.mode dynamic (or rules): mode, routes (table size), "
            "changes (table changes so far), seq, adverts, links{neighbour: {latency_ms, sd_ms, jitter_ms, loss, "
-           "probes_sent, probes_answered, cost (null: withdrawn), up, suppressed, probed}}, probes_refused{reason: n} "
+           "probes_sent, probes_answered, samples_dropped, cost (null: withdrawn), up, suppressed, probed}}, probes_refused{reason: n} "
            "(reasons: malformed, name, key, mac, seq)"),
     ),
     "event": (

@@ -19,20 +19,32 @@ probe under it (no probe is lost at the changeover); the prober sends nothing
 until it holds a key. The key crosses the Link session: with mTLS it stays
 between the two nodes, in plaintext it stops only forgers off the path.
 
-Datagram (version 2): struct "!2sBBQdBB" (magic b"WB", version 2, type 1 =
-request or 2 = response, sequence number, the prober's time.monotonic() when
-it sent the request, the byte lengths of the two names), then the UTF-8 names
-of the prober and of the addressee, then a 16-byte tag: HMAC-SHA256 of all
-the bytes before it, truncated, under the key the addressee gave the prober.
-The addressee answers a request whose tag checks with the same fields, type 2
-and a tag under the same key. The prober takes an answer only when its tag
-checks, it names this node as prober and a probed neighbour as addressee, and
-its sequence number and stamp are those of a probe still outstanding; the
-latency comes from its own record of the send time. Sequence numbers count up
-from a random 63-bit start per link, so a sender off the path cannot guess an
-outstanding one. Neither side cares about the source address (NAT, several
-interfaces). Every datagram refused is counted by reason (`REFUSALS`) and
-logged at most once a minute per reason.
+Datagram (version 3): struct "!2sBBQdddBB" (magic b"WB", version 3, type 1 =
+request or 2 = response, sequence number, t1: the prober's time.time() just
+before it sent the request, t2: the addressee's kernel receive time of the
+request, t3: the addressee's time.time() just before it sent the answer (t2
+and t3 are 0 in a request), the byte lengths of the two names), then the
+UTF-8 names of the prober and of the addressee, then a 16-byte tag:
+HMAC-SHA256 of all the bytes before it, truncated, under the key the
+addressee gave the prober. The addressee answers a request whose tag checks
+with the same fields, its t2 and t3, type 2 and a tag under the same key. The
+prober takes an answer only when its tag checks, it names this node as prober
+and a probed neighbour as addressee, and its sequence number and t1 are those
+of a probe still outstanding. Sequence numbers count up from a random 63-bit
+start per link, so a sender off the path cannot guess an outstanding one.
+Neither side cares about the source address (NAT, several interfaces). Every
+datagram refused is counted by reason (`REFUSALS`) and logged at most once a
+minute per reason. Other versions are malformed: all nodes of a run speak one.
+
+Round trip (as TWAMP, RFC 5357, and NTP): (t4 - t1) - (t3 - t2), t4 the
+kernel's receive time of the answer (`stamped`), t1 the prober's own record of
+the send time (never the echoed one). Taking receive times from the kernel and
+taking out the addressee's turnaround keeps both daemons' event-loop delays
+out of the link's latency: on a loaded host those are milliseconds. Kernel
+stamps are CLOCK_REALTIME, hence time.time() for t1 and t3. A sample whose
+stamps cannot be right (`round_trip`: t3 < t2, a turnaround longer than the
+round trip, a clock step) is dropped and counted (`samples_dropped`); the
+probe still counts as answered.
 
 Per neighbour a `LinkEstimator` (pure logic, no sockets) keeps latency
 (z-test outlier removal over a window, then an EMA of window means), jitter
@@ -64,14 +76,15 @@ from typing import Callable
 from node.errors import ConfigError
 from node.routing.config import CostConfig, MonitorConfig, RoutingConfig
 from node.names import NODE_NAME_MAX
+from node.routing.stamped import StampedReader, enable_stamps
 
 log = logging.getLogger("node.routing.monitor")
 
 MAGIC = b"WB"
-VERSION = 2
+VERSION = 3
 REQUEST = 1
 RESPONSE = 2
-HEADER = struct.Struct("!2sBBQdBB")
+HEADER = struct.Struct("!2sBBQdddBB")
 TAG = 16                # bytes of the truncated HMAC-SHA256 that ends a datagram
 KEY_BYTES = 32
 KEY_KIND = "probe_key"  # the Extension frame kind that carries a key over the Link session
@@ -90,13 +103,16 @@ LOG_EVERY = 60.0        # seconds: at most one log line per kind of trouble (and
 class Probe:
     kind: int          # REQUEST or RESPONSE
     seq: int
-    stamp: float       # the prober's time.monotonic() when it sent the request
+    stamp: float       # t1: the prober's time.time() just before it sent the request
     prober: str        # the node that sent the request
     addressee: str     # the node the request is addressed to
+    received: float = 0.0   # t2 (answers): the addressee's kernel receive time of the request
+    replied: float = 0.0    # t3 (answers): the addressee's time.time() just before it sent the answer
 
     def encode(self, key: bytes) -> bytes:
         prober, addressee = self.prober.encode(), self.addressee.encode()
-        body = HEADER.pack(MAGIC, VERSION, self.kind, self.seq, self.stamp, len(prober), len(addressee))
+        body = HEADER.pack(MAGIC, VERSION, self.kind, self.seq, self.stamp, self.received, self.replied,
+                           len(prober), len(addressee))
         body += prober + addressee
         return body + _tag(key, body)
 
@@ -115,8 +131,10 @@ def decode_probe(data: bytes) -> Probe | None:
     wanbed probe."""
     if not HEADER.size + 2 + TAG <= len(data) <= MAX_PROBE:
         return None
-    magic, version, kind, seq, stamp, n_prober, n_addressee = HEADER.unpack_from(data)
-    if magic != MAGIC or version != VERSION or kind not in (REQUEST, RESPONSE) or not math.isfinite(stamp):
+    magic, version, kind, seq, stamp, received, replied, n_prober, n_addressee = HEADER.unpack_from(data)
+    if magic != MAGIC or version != VERSION or kind not in (REQUEST, RESPONSE):
+        return None
+    if not (math.isfinite(stamp) and math.isfinite(received) and math.isfinite(replied)):
         return None
     if not n_prober or not n_addressee or HEADER.size + n_prober + n_addressee + TAG != len(data):
         return None
@@ -125,7 +143,7 @@ def decode_probe(data: bytes) -> Probe | None:
         prober, addressee = names[:n_prober].decode(), names[n_prober:].decode()
     except UnicodeDecodeError:
         return None
-    return Probe(kind, seq, stamp, prober, addressee)
+    return Probe(kind, seq, stamp, prober, addressee, received, replied)
 
 
 def parse_addr(addr: str) -> tuple[str, int] | None:
@@ -141,6 +159,22 @@ def parse_addr(addr: str) -> tuple[str, int] | None:
 
 
 # --- estimates ------------------------------------------------------------------------------------------
+
+def round_trip(t1: float, t2: float, t3: float, t4: float, bound: float | None = None) -> float | None:
+    """Seconds on the wire there and back: (t4 - t1) - (t3 - t2), t1/t4 the prober's send and (kernel) receive
+    times, t2/t3 the addressee's (kernel) receive and send times. `bound`: the round trip as the prober's
+    monotonic clock saw it (send to handling the answer, never shorter than the wire's); t4 - t1 is clamped to
+    it, so a forward step of the wall clock between t1 and t4 cannot lengthen a sample. None (drop the sample)
+    when the stamps cannot be right: t3 < t2, a turnaround longer than the round trip (the addressee's clock
+    stepped, or ours stepped back), or a negative result."""
+    raw = t4 - t1
+    if bound is not None:
+        raw = min(raw, bound)
+    turnaround = t3 - t2
+    if turnaround < 0 or turnaround > raw:
+        return None
+    rtt = raw - turnaround
+    return rtt if rtt >= 0 else None
 
 def window_stats(samples: list[float], z: float) -> tuple[float, float]:
     """(mean, population sd) of `samples` after dropping |x - mean| / sd > z; nothing is dropped when sd == 0."""
@@ -163,9 +197,11 @@ class LinkEstimator:
     jitter_ms: float = 0.0            # RFC 3550 running estimate
     sent: int = 0
     answered: int = 0
+    dropped: int = 0                  # answers whose stamps could not be right: no latency sample
     _samples: deque = field(init=False, repr=False)       # last `window` latency samples, ms
     _last_sample: float | None = field(default=None, init=False, repr=False)
-    _pending: dict[int, float] = field(default_factory=dict, init=False, repr=False)  # seq -> send time
+    # seq -> (send time on the monotonic clock, for timeouts; t1, the stamp it carried)
+    _pending: dict[int, tuple[float, float]] = field(default_factory=dict, init=False, repr=False)
     _settled: deque = field(init=False, repr=False)       # True = lost, over the last `loss_window` settled
     _next_seq: int = field(default=0, init=False, repr=False)
 
@@ -192,20 +228,25 @@ class LinkEstimator:
     def loss(self) -> float:
         return sum(self._settled) / len(self._settled) if self._settled else 0.0
 
-    def probe(self, now: float) -> int:
-        """Account a probe sent (or that failed to send) at `now`; returns its sequence number."""
+    def probe(self, now: float, stamp: float | None = None) -> int:
+        """Account a probe sent (or that failed to send) at `now` (monotonic) carrying t1 = `stamp` (wall clock;
+        `now` when None); returns its sequence number."""
         seq = self._next_seq
         self._next_seq += 1
         self.sent += 1
-        self._pending[seq] = now
+        self._pending[seq] = (now, now if stamp is None else stamp)
         return seq
 
-    def on_answer(self, seq: int, echoed: float, now: float) -> bool:
-        """Take the answer to probe `seq`, sent at `echoed`; False (and nothing changes) for late, duplicate or
-        unknown answers and for one whose stamp is not that probe's send time."""
-        sent = self._pending.get(seq)
-        if sent is None or sent != echoed:
+    def on_answer(self, seq: int, echoed: float, t4: float, t2: float = 0.0, t3: float = 0.0,
+                  now: float | None = None) -> bool:
+        """Take the answer to probe `seq` that echoes t1 = `echoed`, received at `t4`, with the addressee's t2 and
+        t3 (`round_trip`); `now`: the monotonic time it is handled, bounding the round trip. False (and nothing
+        changes) for late, duplicate or unknown answers and for one whose stamp is not that probe's t1. An answer
+        taken whose stamps cannot be right settles the probe but gives no sample (`dropped`)."""
+        record = self._pending.get(seq)
+        if record is None or record[1] != echoed:
             return False          # already settled (lost by timeout or gap, or a duplicate), never sent, or forged
+        sent, t1 = record
         del self._pending[seq]
         # Every older probe still pending was overtaken by this answer: lost, one per missing number.
         for old in [s for s in self._pending if s < seq]:
@@ -213,13 +254,17 @@ class LinkEstimator:
             self._settled.append(True)
         self._settled.append(False)
         self.answered += 1
-        self.add_sample(max(0.0, now - sent) / 2 * 1000.0)
+        rtt = round_trip(t1, t2, t3, t4, None if now is None else now - sent)
+        if rtt is None:
+            self.dropped += 1
+        else:
+            self.add_sample(rtt / 2 * 1000.0)
         return True
 
     def expire(self, now: float) -> int:
         """Settle as lost the probes unanswered for longer than the timeout; returns how many."""
         cut = now - self.timeout
-        old = [s for s, t in self._pending.items() if t < cut]
+        old = [s for s, (t, _) in self._pending.items() if t < cut]
         for s in old:
             del self._pending[s]
             self._settled.append(True)
@@ -290,25 +335,6 @@ class _Quiet:
         return True
 
 
-class _Protocol(asyncio.DatagramProtocol):
-    """One probe socket's datagrams; a request is answered from the socket it came in on."""
-
-    def __init__(self, monitor: LinkMonitor, sock: socket.socket) -> None:
-        self.monitor = monitor
-        self.sock = sock
-        self.closed = asyncio.get_running_loop().create_future()
-
-    def datagram_received(self, data: bytes, addr: tuple) -> None:
-        self.monitor._received(data, addr, self.sock)
-
-    def error_received(self, exc: Exception) -> None:
-        self.monitor._quiet_warning("recv", "probe socket error: %s", exc)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed.done():
-            self.closed.set_result(None)
-
-
 @dataclass
 class _Link:
     peer: str
@@ -343,7 +369,7 @@ class LinkMonitor:
         self._answer_keys: dict[str, bytes] = {}     # neighbour -> the key it probes this node with (ours)
         self._published: dict[str, float] = {}
         self._socks: list[socket.socket] = []
-        self._transports: list[tuple[asyncio.DatagramTransport, _Protocol]] = []
+        self._readers: list[StampedReader] = []
         self._tasks: list[asyncio.Task] = []
         self._quiet = _Quiet()
         self.refused: dict[str, int] = dict.fromkeys(REFUSALS, 0)
@@ -379,13 +405,15 @@ class LinkMonitor:
         if not hostports:
             log.warning("node %s: no data address can carry UDP probes; the link monitor is off", self.me)
             return
-        loop = asyncio.get_running_loop()
         try:
             for host, port in hostports:
                 sock = await self._bind(host, port)
                 self._socks.append(sock)
-                self._transports.append(
-                    await loop.create_datagram_endpoint(lambda s=sock: _Protocol(self, s), sock=sock))
+                # a request is answered from the socket it came in on
+                reader = StampedReader(sock, MAX_PROBE + 1, lambda data, addr, t, s=sock: self._received(
+                    data, addr, s, t), self._read_error)
+                reader.start()
+                self._readers.append(reader)
         except BaseException:
             await self.stop()
             raise
@@ -399,14 +427,11 @@ class LinkMonitor:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for transport, _ in self._transports:
-            transport.close()      # closes its socket too, on a later turn of the loop
-        for sock in self._socks[len(self._transports):]:
-            sock.close()           # bound, but start failed before its transport was made
-        closing = [protocol.closed for _, protocol in self._transports]
-        self._transports, self._socks = [], []
-        if closing:       # the ports are free when stop returns (a restart binds them again); never wait long
-            await asyncio.wait(closing, timeout=1.0)
+        for reader in self._readers:
+            reader.close()         # closes its socket: the port is free when stop returns (a restart binds it)
+        for sock in self._socks[len(self._readers):]:
+            sock.close()           # bound, but start failed before its reader was made
+        self._readers, self._socks = [], []
 
     def cost(self, peer: str) -> float:
         """The last published cost of the link to `peer` (one quantum before any)."""
@@ -455,14 +480,14 @@ class LinkMonitor:
             link = self._links.get(peer)
             if link is None:
                 out[peer] = {"latency_ms": 0.0, "sd_ms": 0.0, "jitter_ms": 0.0, "loss": 0.0,
-                             "probes_sent": 0, "probes_answered": 0, "cost": round(self.cost(peer), 3),
-                             "probed": False}
+                             "probes_sent": 0, "probes_answered": 0, "samples_dropped": 0,
+                             "cost": round(self.cost(peer), 3), "probed": False}
                 continue
             est = link.est
             out[peer] = {
                 "latency_ms": round(est.latency_ms, 3), "sd_ms": round(est.sd_ms, 3),
                 "jitter_ms": round(est.jitter_ms, 3), "loss": round(est.loss, 3),
-                "probes_sent": est.sent, "probes_answered": est.answered,
+                "probes_sent": est.sent, "probes_answered": est.answered, "samples_dropped": est.dropped,
                 "cost": round(self.cost(peer), 3), "probed": True,
             }
         return out
@@ -483,6 +508,9 @@ class LinkMonitor:
                 # "[::]" should hear IPv4 neighbours too, as the TCP listener does
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             sock.setblocking(False)
+            if not enable_stamps(sock):
+                self._quiet_warning("stamps", "no kernel receive stamps on udp %s: probe times are taken when "
+                                    "the event loop reads them", where)
             sock.bind(sockaddr)
         except OSError as exc:
             sock.close()
@@ -540,11 +568,14 @@ class LinkMonitor:
                     now = time.monotonic()
                 key = link.key             # read again: the session may have changed while resolving
                 if key is not None:
-                    seq = link.est.probe(now)     # a probe that fails to go out is sent-but-unanswered
+                    # t1 on the clock of the kernel's receive stamps; the monotonic time for timeouts and to bound
+                    # the round trip against a step of that clock
+                    now, t1 = time.monotonic(), time.time()
+                    seq = link.est.probe(now, t1)     # a probe that fails to go out is sent-but-unanswered
                     if route is not None:
                         sock, dest = route
                         try:
-                            sock.sendto(Probe(REQUEST, seq, now, self.me, link.peer).encode(key), dest)
+                            sock.sendto(Probe(REQUEST, seq, t1, self.me, link.peer).encode(key), dest)
                         except OSError as exc:     # unreachable network, full buffer, ...: the probe is lost
                             self._quiet_warning(f"send {link.peer}", "probe to %s (%s) failed: %s", link.peer,
                                                 self.neighbours[link.peer], exc)
@@ -555,7 +586,11 @@ class LinkMonitor:
                 next_at, delay = loop.time(), 0.0
             await asyncio.sleep(delay)
 
-    def _received(self, data: bytes, addr: tuple, sock: socket.socket) -> None:
+    def _read_error(self, exc: OSError) -> None:
+        self._quiet_warning("recv", "probe socket error: %s", exc)
+
+    def _received(self, data: bytes, addr: tuple, sock: socket.socket, arrived: float) -> None:
+        """One datagram, `arrived` its kernel receive time (time.time() scale)."""
         probe = decode_probe(data)
         if probe is None:
             self._refuse("malformed", "a malformed probe datagram from %s", addr)
@@ -573,7 +608,9 @@ class LinkMonitor:
                 self._refuse("mac", "a probe from %s claiming to be %r: its tag does not check", addr, probe.prober)
                 return
             try:
-                sock.sendto(Probe(RESPONSE, probe.seq, probe.stamp, probe.prober, self.me).encode(key), addr)
+                # t3 as late as it can be: it goes inside the tag, so the HMAC's microseconds count as the wire's
+                answer = Probe(RESPONSE, probe.seq, probe.stamp, probe.prober, self.me, arrived, time.time())
+                sock.sendto(answer.encode(key), addr)
             except OSError as exc:
                 self._quiet_warning("answer", "cannot answer a probe from %s: %s", addr, exc)
             return
@@ -589,10 +626,15 @@ class LinkMonitor:
         if not authentic(data, link.key):
             self._refuse("mac", "a probe answer from %s claiming to be %s: its tag does not check", addr, link.peer)
             return
-        if not link.est.on_answer(probe.seq, probe.stamp, time.monotonic()):
+        dropped = link.est.dropped
+        if not link.est.on_answer(probe.seq, probe.stamp, arrived, probe.received, probe.replied, time.monotonic()):
             self._refuse("seq", "a probe answer from %s (%s) to no outstanding probe (late, duplicate or replayed)",
                          addr, link.peer)
             return
+        if link.est.dropped != dropped:
+            self._quiet_warning(f"stamps {link.peer}", "dropped a latency sample of %s: its stamps cannot be right "
+                                "(a clock step?): turnaround %.3f ms (%d dropped so far)", link.peer,
+                                (probe.replied - probe.received) * 1000.0, link.est.dropped)
         self._publish(link)
 
     def _refuse(self, reason: str, what: str, *args: object) -> None:

@@ -31,6 +31,7 @@ import hashlib
 import hmac
 import json
 import secrets
+import struct
 import time
 import uuid
 from dataclasses import dataclass
@@ -43,8 +44,8 @@ from hypothesis import strategies as st
 import fuzz_strategies as fs
 from node.client import tls_problem
 from node.broker.topics import pattern_problem, topic_problem
-from node.routing.monitor import HEADER, KEY_BYTES, KEY_KIND, MAGIC, REQUEST, RESPONSE, TAG, Probe, authentic, \
-    decode_probe
+from node.routing.monitor import HEADER, KEY_BYTES, KEY_KIND, MAGIC, REQUEST, RESPONSE, TAG, VERSION, Probe, \
+    authentic, decode_probe
 from node.rpc import common_pb2, control_pb2, link_pb2, link_pb2_grpc, pubsub_pb2, submit_pb2
 from node.security.tokens import digest
 from node.spool import EXPIRED_ON_ARRIVAL
@@ -540,7 +541,8 @@ async def drive_cert(fz: fs.Fuzzer, cc: CertCheck) -> None:
 # A forgery: (kind, args). Answers to n3's probes (outstanding ones, or the genuine answers sent before):
 # ("answer", i, tag) tag "random" | "none" | "old" (a key of an earlier session) | "theirs" (n3's key, the other
 # direction) | "zero"; ("stamp", i, delta) and ("seq", i, delta) under the right key; ("names", i, prober,
-# addressee) under the right key; ("replay", i, pos, byte) a genuine answer with one byte set (or as it was);
+# addressee) under the right key; ("version2", i) the right answer in the datagram version before the receive
+# stamps, under the right key; ("replay", i, pos, byte) a genuine answer with one byte set (or as it was);
 # ("truncated", i, n); ("reflect",) n3's own answer to a0's probe sent back. Requests to n3: ("request", tag)
 # tag "random" | "none" | "old" | "ours" (a0's key, the other direction); ("request_names", prober, addressee)
 # under n3's key; ("old_request",) a0's genuine request of an earlier session. And ("garbage", bytes).
@@ -568,6 +570,7 @@ def forgeries() -> st.SearchStrategy[tuple]:
             lambda d: d != 0))),
         st.tuples(st.just("seq"), i, st.one_of(st.integers(-3, 3).filter(bool), st.sampled_from([1 << 40, -(1 << 40)]))),
         st.tuples(st.just("names"), i, name, name).filter(lambda t: (t[2], t[3]) != ("n3", fs.FAKE)),
+        st.tuples(st.just("version2"), i),
         st.tuples(st.just("replay"), i, st.integers(0, 80), st.integers(-1, 255)),
         st.tuples(st.just("truncated"), i, st.integers(0, 60)),
         st.tuples(st.just("reflect")),
@@ -704,7 +707,7 @@ def _retag(body: bytes, key: bytes) -> bytes:
 
 def _body(kind: int, seq: int, stamp: float, prober: str, addressee: str) -> bytes:
     p, a = prober.encode(), addressee.encode()
-    return HEADER.pack(MAGIC, 2, kind, seq % (1 << 64), stamp, len(p) % 256, len(a) % 256) + p + a
+    return HEADER.pack(MAGIC, VERSION, kind, seq % (1 << 64), stamp, 0.0, 0.0, len(p) % 256, len(a) % 256) + p + a
 
 
 def _tagged(body: bytes, tag: str, theirs: bytes, old: bytes) -> bytes:
@@ -741,7 +744,8 @@ async def drive_probes(fz: fs.Fuzzer, pa: ProbeAttack) -> None:
         answers: list[bytes] = []
         for _ in range(pa.genuine):
             p, addr = await _next_request(fz, inbox, ours, pa)
-            answers.append(Probe(RESPONSE, p.seq, p.stamp, p.prober, p.addressee).encode(ours))
+            arrived = time.time()          # a0's receive and answer times, as a daemon stamps them
+            answers.append(Probe(RESPONSE, p.seq, p.stamp, p.prober, p.addressee, arrived, time.time()).encode(ours))
             sock.sendto(answers[-1], addr)
         request = Probe(REQUEST, secrets.randbelow(1 << 63), time.monotonic(), fs.FAKE, "n3").encode(theirs)
         sock.sendto(request, n3)
@@ -803,7 +807,7 @@ def _forge(f: tuple, pending: list[Probe], answers: list[bytes], reflect: bytes,
     `ours`: the key a0 gave n3 (answers to n3's probes carry its tag); `theirs`: the key n3 gave a0 (for a0's
     requests); `old`: both of an earlier session."""
     kind = f[0]
-    if kind in ("answer", "stamp", "seq", "names"):
+    if kind in ("answer", "stamp", "seq", "names", "version2"):
         p = pending[f[1] % len(pending)]
         if kind == "answer":
             return _tagged(_body(RESPONSE, p.seq, p.stamp, "n3", fs.FAKE), f[2], theirs, old[0])
@@ -815,6 +819,9 @@ def _forge(f: tuple, pending: list[Probe], answers: list[bytes], reflect: bytes,
             if any(q.seq == seq for q in pending):     # another outstanding one: still not its stamp
                 return _retag(_body(RESPONSE, seq, p.stamp + 1.0, "n3", fs.FAKE), ours)
             return _retag(_body(RESPONSE, seq, p.stamp, "n3", fs.FAKE), ours)
+        if kind == "version2":
+            body = struct.pack("!2sBBQdBB", MAGIC, 2, RESPONSE, p.seq, p.stamp, 2, len(fs.FAKE.encode()))
+            return _retag(body + b"n3" + fs.FAKE.encode(), ours)
         return _retag(_body(RESPONSE, p.seq, p.stamp, f[2], f[3]), ours)
     if kind == "replay":
         data = bytearray(answers[f[1] % len(answers)])

@@ -3,15 +3,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import socket
 import statistics
+import threading
+import struct
+import time
 
 import pytest
 
 from node.routing.config import CostConfig, MonitorConfig, ProbeLinkConfig, RoutingConfig
 from node.errors import ConfigError
-from node.routing.monitor import (REFUSALS, REQUEST, RESPONSE, SEQ_START, LinkEstimator, LinkMonitor, Probe,
-                                  authentic, changed_enough, decode_probe, link_cost, parse_addr, window_stats)
+from node.routing.monitor import (REFUSALS, REQUEST, RESPONSE, SEQ_START, LinkEstimator, LinkMonitor, Probe, _tag,
+                                  authentic, changed_enough, decode_probe, link_cost, parse_addr, round_trip,
+                                  window_stats)
 
 THESIS = [1, 1, 2, 1, 1, 0, 1, 10, 1, 2]
 
@@ -162,13 +167,22 @@ def test_datagram_codec_and_addresses() -> None:
     p = Probe(REQUEST, 2**64 - 1, 12.5, "n1", "n2")
     data = p.encode(KEY)
     assert decode_probe(data) == p and authentic(data, KEY)
-    assert data[:2] == b"WB" and data[2] == 2 and data[22:26] == b"n1n2" and len(data) == 22 + 4 + 16
+    assert data[:2] == b"WB" and data[2] == 3 and data[38:42] == b"n1n2" and len(data) == 38 + 4 + 16
+    answer = Probe(RESPONSE, 5, 12.5, "n1", "n2", 1e9 + 0.25, 1e9 + 0.5)
+    assert decode_probe(answer.encode(KEY)) == answer                # t2 and t3 go through
     assert not authentic(data, bytes(32)) and not authentic(data[:-1] + bytes([data[-1] ^ 1]), KEY)
     assert not authentic(data[:3] + b"\x02" + data[4:], KEY)        # the type is covered: no request as answer
-    for bad in (b"", b"WB", data[:20], b"XX" + data[2:], data[:2] + b"\x01" + data[3:],
+    stamped = answer.encode(KEY)
+    assert not authentic(stamped[:20] + bytes([stamped[20] ^ 1]) + stamped[21:], KEY)   # so are t2 and t3
+    assert not authentic(stamped[:28] + bytes([stamped[28] ^ 1]) + stamped[29:], KEY)
+    nan = struct.pack("!d", math.nan)
+    version2 = struct.pack("!2sBBQdBB", b"WB", 2, REQUEST, 1, 12.5, 2, 2) + b"n1n2"
+    for bad in (b"", b"WB", data[:36], b"XX" + data[2:], data[:2] + b"\x01" + data[3:],
+                data[:2] + b"\x02" + data[3:], version2 + _tag(KEY, version2),
                 data[:3] + b"\x07" + data[4:], data + b"x" * 10, data[:-16],
-                data[:20] + b"\x00\x02" + data[22:], data[:20] + b"\x03\x02" + data[22:],
-                data[:22] + b"\xff\xfe" + data[24:]):
+                data[:20] + nan + data[28:], data[:28] + nan + data[36:],
+                data[:36] + b"\x00\x02" + data[38:], data[:36] + b"\x03\x02" + data[38:],
+                data[:38] + b"\xff\xfe" + data[40:]):
         assert decode_probe(bad) is None
     assert parse_addr("10.0.0.1:7000") == ("10.0.0.1", 7000)
     assert parse_addr("[::1]:7000") == ("::1", 7000)
@@ -216,7 +230,8 @@ def test_two_monitors_probe_each_other() -> None:
         assert costs["a"] and costs["a"][0] == ("b", 1.0) and costs["b"][0] == ("a", 1.0)
         assert a.cost("b") == 1.0
         assert a.snapshot()["u"] == {"latency_ms": 0.0, "sd_ms": 0.0, "jitter_ms": 0.0, "loss": 0.0,
-                                     "probes_sent": 0, "probes_answered": 0, "cost": 1.0, "probed": False}
+                                     "probes_sent": 0, "probes_answered": 0, "samples_dropped": 0, "cost": 1.0,
+                                     "probed": False}
         a.republish("b")                            # forgotten: the next estimate goes out again
         assert a.cost("b") == 1.0
     asyncio.run(go())
@@ -268,9 +283,13 @@ def test_only_well_formed_authentic_requests_for_this_node_are_answered(caplog: 
                         Probe(RESPONSE, 7, 1.5, "me", "nobody").encode(key), b"XX" + good.encode(key)[2:],
                         good.encode(bytes(32)), Probe(REQUEST, 7, 1.5, "x", "me").encode(key)):
                 transport.sendto(bad)
+            sent_at = time.time()
             transport.sendto(good.encode(key))
             answer = await asyncio.wait_for(client.got.get(), 1.0)
-            assert decode_probe(answer) == Probe(RESPONSE, 7, 1.5, "cl", "me") and authentic(answer, key)
+            got = decode_probe(answer)
+            assert got is not None and authentic(answer, key)
+            assert (got.kind, got.seq, got.stamp, got.prober, got.addressee) == (RESPONSE, 7, 1.5, "cl", "me")
+            assert sent_at <= got.received <= got.replied <= time.time()     # t2, t3: on the wall clock
             await asyncio.sleep(0.05)
             assert client.got.empty()               # nothing came back for the bad ones
             assert mon.refusals() == {"malformed": 3, "name": 2, "key": 1, "mac": 1, "seq": 0}
@@ -401,3 +420,86 @@ def test_forget_losses_starts_the_loss_count_afresh_and_keeps_latency() -> None:
     est.forget_losses()
     assert est.loss == 0.0 and est.settled == 0 and est.latency_ms == pytest.approx(10.0)
     assert not est.on_answer(lost, 0.0, 1.5)            # an answer to a forgotten probe changes nothing
+
+
+# --- kernel stamps and the addressee's turnaround ---------------------------------------------------------
+
+def test_round_trip_takes_out_the_turnaround_and_drops_impossible_stamps() -> None:
+    # t1 sent, t2 received there, t3 answered there, t4 received back: 36 ms, 30 of them turnaround
+    assert round_trip(100.0, 100.002, 100.032, 100.036) == pytest.approx(0.006)
+    assert round_trip(100.0, 7.0, 7.0, 100.010) == pytest.approx(0.010)     # the clocks need not agree
+    assert round_trip(100.0, 100.002, 100.032, 100.036, bound=0.040) == pytest.approx(0.006)
+    # our wall clock stepped forward 5 s between t1 and t4: clamped to the monotonic round trip
+    assert round_trip(100.0, 100.002, 100.032, 105.036, bound=0.040) == pytest.approx(0.010)
+    assert round_trip(100.0, 100.032, 100.002, 100.036) is None       # t3 < t2
+    assert round_trip(100.0, 100.002, 100.050, 100.036) is None       # a turnaround longer than the round trip
+    assert round_trip(100.0, 100.002, 100.032, 99.9) is None           # our clock stepped back: negative
+    assert round_trip(100.0, 100.0, 100.0, 99.9) is None
+    assert round_trip(100.0, 5.0, 5.01, 100.01) == pytest.approx(0.0, abs=1e-9)   # the whole round trip was turnaround
+    est = est_for()
+    seq = est.probe(50.0, 1000.0)                  # monotonic 50 for the timeout, t1 = 1000 on the wall clock
+    assert not est.on_answer(seq, 50.0, 1000.036)  # it carried t1, not the monotonic time
+    assert est.on_answer(seq, 1000.0, 1000.036, 7.002, 7.032, now=50.040)
+    assert est.latency_ms == pytest.approx(3.0) and est.dropped == 0
+    bad = est.probe(60.0, 1010.0)
+    assert est.on_answer(bad, 1010.0, 1010.036, 7.032, 7.002, now=60.040)  # answered, but no sample
+    assert est.answered == 2 and est.dropped == 1 and est.loss == 0.0 and est.latency_ms == pytest.approx(3.0)
+
+
+STALL = 0.030      # seconds the answering daemon's event loop is blocked at a time
+
+
+def test_a_stalled_answering_loop_does_not_lengthen_the_round_trip() -> None:
+    """b answers from an event loop that is blocked STALL at a time with one turn between stalls, in which its
+    stall comes before its reads: a request waits there one to two STALLs before b reads it. The samples must
+    still be the loopback round trip's (tens of microseconds): kernel receive stamps, b's turnaround taken out.
+    From loop times alone every sample is STALL / 2 or more (half of a round trip of at least one STALL)."""
+    typical_ms = STALL * 1000 / 6                   # a third of the least error of loop times
+    routing = routing_for(interval=0.04, timeout=1.0)
+    pa, pb = free_udp_port(), free_udp_port()
+    a = LinkMonitor("a", routing, {"b": f"127.0.0.1:{pb}"}, [f"127.0.0.1:{pa}"], lambda peer, c: None)
+    b = LinkMonitor("b", routing, {"a": f"127.0.0.1:{pa}"}, [f"127.0.0.1:{pb}"], lambda peer, c: None)
+    b_loop = asyncio.new_event_loop()
+    b_thread = threading.Thread(target=b_loop.run_forever, name="b's loop")
+    b_thread.start()
+    stalls: list[int] = [0]
+    stop = threading.Event()
+
+    async def stall() -> None:            # b's loop busy but for one turn after each STALL
+        while not stop.is_set():
+            time.sleep(STALL)
+            stalls[0] += 1
+            await asyncio.sleep(0)
+
+    async def b_up() -> bytes | None:
+        await b.start()
+        key = b.session("a", True)        # b answers a's probes under this key (and does not probe a itself)
+        asyncio.get_running_loop().create_task(stall())
+        return key
+
+    def on_b(coro) -> object:
+        return asyncio.run_coroutine_threadsafe(coro, b_loop).result(5.0)
+
+    async def go() -> None:
+        await a.start()
+        try:
+            a.session("b", True)
+            assert a.take_key("b", on_b(b_up()))
+            await asyncio.sleep(0.6)
+        finally:
+            await a.stop()
+    try:
+        asyncio.run(go())
+    finally:
+        stop.set()
+        on_b(asyncio.sleep(STALL))        # lets the stall task see `stop`
+        on_b(b.stop())
+        b_loop.call_soon_threadsafe(b_loop.stop)
+        b_thread.join(5.0)
+        b_loop.close()
+    est = a.estimator("b")
+    samples = list(est._samples)
+    assert est.answered >= 5 and stalls[0] >= 0.6 / STALL / 2
+    shown = f"latency samples {samples} ms with b's loop stalled {STALL * 1000:g} ms"
+    # the median: on a loaded host one sample may still lose the CPU between a time stamp and its send
+    assert statistics.median(samples) < typical_ms and max(samples) < STALL * 1000 / 2, shown
