@@ -1,13 +1,15 @@
 """MQ rate control end to end: `testbed run scenarios/mq-adaptive.yaml --quick` (both cells: control off, on).
 
-Three clients forward to a root across daemon-less CE, PE and P routers; mq2 triples its load for 140 model
-seconds. Without control mq2 (held to R/3) must overflow during the burst; with control nobody may overflow.
+Three clients forward to a root across daemon-less CE, PE and P routers; mq2 triples its load for 160 model
+seconds (the quick scale: 20 kB messages at time_scale 0.0625). Without control mq2 (held to R/3) must overflow
+during the burst; with control nobody may overflow.
 Nothing accepted may be lost in either cell, and the records the report's figures come from must be there.
 
 A repetition whose host was CPU-saturated (its summary's `saturation`) measured the machine, not the rate
-control: the clients could not even offer the burst. Such a repetition is run once more (`--resume` after its
-`.complete` marker is removed); should the overflow figures still miss while a repetition is saturated, the
-test fails naming the saturation rather than the overflow.
+control: the clients could not even offer the burst. When the overflow figures miss, the saturated repetitions
+are run once more (`--resume` after their `.complete` markers are removed; figures that came out as designed
+need no second run); should they still miss while a repetition is saturated, the test fails naming the
+saturation rather than the overflow.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from node import schema
 from tests.e2e.test_testbed_run import REPO, RunWatcher, cli_cmd, env, leftovers, quick_run_in_tempdir, read_jsonl
 
 SCENARIO = REPO / "scenarios" / "mq-adaptive.yaml"
-RUN_TIMEOUT = 400.0
+RUN_TIMEOUT = 240.0     # about five times what both cells took on a loaded 2-core machine
 CELLS = ("control-false", "control-true")
 # one repetition of the two: half the run (the module's tests have 600 s for the run and this)
 RERUN_TIMEOUT = RUN_TIMEOUT / 2
@@ -37,11 +39,24 @@ def saturation_of(rep: Path) -> dict | None:
     return sat if isinstance(sat, dict) and sat.get("saturated") else None
 
 
+def overflow_as_designed(off: dict, on: dict) -> bool:
+    """Without control only mq2 overflowed, and more than a few times; with control nobody did."""
+    return (off["overflowed"]["mq2"] > 50 and off["overflowed"]["mq1"] == 0 and off["overflowed"]["mq3"] == 0
+            and on["overflowed"] == {"mq1": 0, "mq2": 0, "mq3": 0})
+
+
 def rerun_saturated(result: dict[str, Any]) -> dict[str, dict]:
-    """Run once more, with --resume, the repetitions of `result` whose host was saturated; their first verdicts."""
+    """When the overflow figures miss, run once more, with --resume, the repetitions of `result` whose host was
+    saturated; their first verdicts."""
     saturated = {cell: sat for cell in CELLS if (sat := saturation_of(result["out"] / cell / "1")) is not None}
     if result["rc"] != 0 or not saturated:
         return {}
+    try:
+        s = summaries(result)
+        if overflow_as_designed(s["control-false"], s["control-true"]):
+            return {}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass                # no figures to judge: the second run decides
     for cell in saturated:
         (result["out"] / cell / "1" / ".complete").unlink()
     proc = subprocess.Popen(cli_cmd("run", str(SCENARIO), "--quick", "--out", str(result["out"]), "--resume"),
@@ -89,10 +104,8 @@ def test_both_cells_run_clean_and_leave_nothing_behind(run) -> None:
 @pytest.mark.timeout(600)
 def test_control_removes_the_overflow_of_the_bursty_client(run) -> None:
     off, on = summaries(run)["control-false"], summaries(run)["control-true"]
-    overflow_as_designed = (off["overflowed"]["mq2"] > 50 and off["overflowed"]["mq1"] == 0
-                            and off["overflowed"]["mq3"] == 0 and on["overflowed"] == {"mq1": 0, "mq2": 0, "mq3": 0})
     saturated = {cell: sat for cell in CELLS if (sat := saturation_of(run["out"] / cell / "1")) is not None}
-    if not overflow_as_designed and saturated:
+    if not overflow_as_designed(off, on) and saturated:
         first = run["saturated_before"]
         pytest.fail("not a measurement of the rate control: " + "; ".join(
             saturation_text(c, s) + (f", and on the first attempt ({saturation_text(c, first[c])})" if c in first
@@ -114,6 +127,7 @@ def test_control_removes_the_overflow_of_the_bursty_client(run) -> None:
 @pytest.mark.timeout(600)
 def test_rate_records_conform_and_cover_the_run(run) -> None:
     rep = run["out"] / "control-true" / "1"
+    s = summaries(run)["control-true"]
     for node in ("mq1", "mq2", "mq3", "root"):
         recs = read_jsonl(rep / "nodes" / node / "rates.jsonl")
         assert recs and all(schema.validate("rate", r) == [] for r in recs), node
@@ -121,6 +135,9 @@ def test_rate_records_conform_and_cover_the_run(run) -> None:
     by_round: dict[int, float] = {}
     for r in rounds:
         by_round[r["round"]] = by_round.get(r["round"], 0.0) + r["rate_bps"]
-    assert len(by_round) > 50
-    assert all(abs(v - 8e6) < 1e-3 for v in by_round.values())      # R = 1 Mbit/s model = 8 Mbit/s wall
+    # a round every T from before the workload to after it: at least as many as T fits into its duration
+    assert len(by_round) >= s["duration_model_s"] / s["rate_control"]["interval_s"]
+    # every round hands out all of R (a model rate: the nodes see R / time_scale of wall time)
+    wall_rate = s["rate_control"]["rate_bps"] / s["time_scale"]
+    assert all(abs(v - wall_rate) < 1e-3 for v in by_round.values())
     assert not list((rep / "nodes" / "ce1").glob("*"))             # daemon-less hosts: nothing to account
