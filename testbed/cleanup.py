@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable
 
 from testbed import PREFIX, registry
@@ -39,6 +40,14 @@ def _iptables_chains(tool: str, table: str) -> list[str]:
     except (FileNotFoundError, subprocess.TimeoutExpired):
         return []
     return [line.split()[1] for line in out.splitlines() if line.startswith("-N ") and len(line.split()) > 1]
+
+
+def _all_iptables_chains() -> dict[tuple[str, str], list[str]]:
+    """(tool, table) -> its chains, for every tool and table; the listings run side by side (each is a process
+    of its own, which may wait for the xtables lock)."""
+    keys = [(tool, table) for tool in IPTABLES for table in TABLES]
+    with ThreadPoolExecutor(len(keys)) as pool:
+        return dict(zip(keys, pool.map(lambda key: _iptables_chains(*key), keys)))
 
 
 def _remove_chain(tool: str, table: str, chain: str) -> None:
@@ -110,12 +119,11 @@ def remove_run_resources(run_id: str, record: registry.RunRecord | None = None) 
         # Deleting one end of a veth removes its peer: later lines may fail harmlessly (-force goes on).
         run_ip([], batch="".join(f"link del {l}\n" for l in links), check=False)
         removed += [f"interface {l}" for l in links]
-    for tool in IPTABLES:
-        for table in TABLES:
-            for chain in _iptables_chains(tool, table):
-                if registry.owns(run_id, chain):
-                    _remove_chain(tool, table, chain)
-                    removed.append(f"{tool} chain {table}/{chain}")
+    for (tool, table), chains in _all_iptables_chains().items():
+        for chain in chains:
+            if registry.owns(run_id, chain):
+                _remove_chain(tool, table, chain)
+                removed.append(f"{tool} chain {table}/{chain}")
     lock = registry.REGISTRY_DIR / f"{prefix}.lock"
     if lock.exists():
         lock.unlink(missing_ok=True)
@@ -125,9 +133,8 @@ def remove_run_resources(run_id: str, record: registry.RunRecord | None = None) 
 def resource_run_ids() -> set[str]:
     """Run ids that own at least one namespace, interface, iptables chain or registry record."""
     names: list[str] = list_netns() + root_links()
-    for tool in IPTABLES:
-        for table in TABLES:
-            names += _iptables_chains(tool, table)
+    for chains in _all_iptables_chains().values():
+        names += chains
     ids = {rid for n in names if (rid := registry.run_id_of(n)) is not None}
     ids |= {r.run_id for r in registry.all_runs()}
     if registry.REGISTRY_DIR.is_dir():

@@ -47,6 +47,7 @@ HEALTH_TIMEOUT = 60.0     # wall seconds for every daemon to answer Health (Pyth
 SESSION_TIMEOUT = 30.0    # wall seconds for neighbour sessions to come up before the workload starts
 TICK = 1.0                # wall seconds between progress updates
 CONFIRM = 0.3             # wall seconds between a drain round that found every spool empty and the one confirming it
+DRAIN_POLL = 0.25         # wall seconds between drain rounds while something is held: the drain ends soon after
 COMPLETE_MARKER = ".complete"
 
 
@@ -274,8 +275,7 @@ class _CellRun:
             if not self.daemons.reachable(n):
                 continue
             try:
-                with self.daemons.client(n, timeout=2.0) as c:
-                    st = c.stats()
+                st = self.daemons.stats(n, timeout=2.0)
                 self._saw_stats(n, st)
                 total += int(st.get("delivered", 0))
             except UserError:
@@ -300,6 +300,7 @@ class _CellRun:
         remaining: dict[str, Any] = {}
         stalled = False
         seen_empty: int | None = None        # the traffic counters of the last round that found nothing
+        last_tick: float | None = None
         while True:
             remaining = {}
             delivered = 0
@@ -309,8 +310,7 @@ class _CellRun:
                     remaining[n] = f"daemon {self.daemons.state.get(n)}"
                     continue
                 try:
-                    with self.daemons.client(n, timeout=5.0) as c:
-                        st = c.stats()
+                    st = self.daemons.stats(n, timeout=5.0)
                 except UserError as exc:
                     remaining[n] = f"unreachable: {exc}"
                     continue
@@ -328,13 +328,17 @@ class _CellRun:
             elapsed = time.monotonic() - t0
             submitted = self.driver.submitted if self.driver else 0
             self._saw_delivered(delivered)
-            self.progress.tick(elapsed, bound, submitted, self.delivered)
             stalled = bool(remaining) and self.last_delivery is not None and \
                 time.monotonic() - self.last_delivery >= stall_after
-            if (not remaining and seen_empty == activity) or elapsed >= bound or stalled:
+            done = (not remaining and seen_empty == activity) or elapsed >= bound or stalled
+            # rounds come every DRAIN_POLL, progress lines (and progress.jsonl) still once a TICK
+            if done or last_tick is None or time.monotonic() - last_tick >= TICK:
+                self.progress.tick(elapsed, bound, submitted, self.delivered)
+                last_tick = time.monotonic()
+            if done:
                 break
             seen_empty = activity if not remaining else None
-            pause = CONFIRM if not remaining else TICK
+            pause = CONFIRM if not remaining else DRAIN_POLL
             if self.stop.wait(max(0.0, min(pause, bound - elapsed))):
                 raise _Stopped()
         in_flight = sum(v for v in remaining.values() if isinstance(v, int))
@@ -354,8 +358,7 @@ class _CellRun:
             if not self.daemons.reachable(n):
                 continue
             try:
-                with self.daemons.client(n, timeout=2.0) as c:
-                    self._saw_stats(n, c.stats())
+                self._saw_stats(n, self.daemons.stats(n, timeout=2.0))
             except UserError as exc:
                 log.warning("cannot ask %s for its failed record writes: %s", n, exc)
         self.network.record_event("records_failed", "all", counts=self.record_failures.counts())

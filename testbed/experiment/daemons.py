@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -27,6 +28,9 @@ log = logging.getLogger(__name__)
 
 TERM_GRACE = 10.0     # seconds a daemon gets to flush its records after SIGTERM
 LOG_TAIL = 15         # lines of a failed daemon's log shown in the error
+READY_POLL = 0.05     # wall seconds between looks at a starting daemon's management port
+HEALTH_RETRY = 1.0    # wall seconds between health calls to a node whose port does not seem to listen yet
+SESSIONS_POLL = 0.1   # wall seconds between looks at the neighbour sessions
 
 
 class NodeDaemons:
@@ -43,6 +47,9 @@ class NodeDaemons:
         self.procs: dict[str, Process] = {}
         self.state: dict[str, str] = {}          # node -> running | killed | paused | stopped
         self._lock = threading.Lock()
+        # (node, timeout) -> a client kept for repeated Stats calls (drain, progress): one connection (and, with
+        # security, one TLS handshake) per node rather than one per call
+        self._stats_clients: dict[tuple[str, float], NodeClient] = {}
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -59,35 +66,47 @@ class NodeDaemons:
         log.debug("node %s started: pid %d", node, proc.pid)
 
     def start_all(self) -> None:
-        for node in self.config_paths:
+        # A node dials the neighbours whose names sort after its own (node/link.py) and backs off after each
+        # refused dial (0.1 s, doubling). Started from the last name down, the nodes a daemon dials are a
+        # little ahead of it in the race for the CPU, so its first dials find them listening more often.
+        for node in sorted(self.config_paths, reverse=True):
             self.start(node)
+        with self._lock:        # the nodes in their own order again, as the host monitor writes them
+            self.procs = {n: self.procs[n] for n in self.config_paths if n in self.procs}
 
     def client(self, node: str, timeout: float = 10.0) -> NodeClient:
         return NodeClient.to(nodeconfig.mgmt_target(self.network, node), self.tokens.get(node, Access()), timeout)
 
     def wait_healthy(self, timeout: float, stop: threading.Event | None = None) -> None:
-        """Every daemon answers Health within `timeout`; else one UserError naming a node that did not."""
+        """Every daemon answers Health within `timeout`; else one UserError naming a node that did not.
+
+        A gRPC channel whose first connection was refused (the daemon still importing) waits out its reconnect
+        backoff (1 s, then 1.6 s, ...) before it dials again, so a daemon that became ready in the meantime
+        went unnoticed for up to that long. Instead the management port is probed with a plain TCP connect
+        every READY_POLL, and Health is asked over a fresh channel once the port takes connections (and every
+        HEALTH_RETRY regardless, for a port a plain connect cannot tell about)."""
         deadline = time.monotonic() + timeout
         pending = list(self.config_paths)
-        clients = {n: self.client(n) for n in pending}
-        try:
-            while pending:
-                if stop is not None and stop.is_set():
-                    return
-                for n in list(pending):
-                    if self._exited(n):
-                        raise UserError(f"node {n} exited during start-up; end of its log:\n{self.log_tail(n)}")
-                    if clients[n].health(timeout=1.0):
+        asked: dict[str, float] = {}         # node -> when Health was last asked
+        while pending:
+            if stop is not None and stop.is_set():
+                return
+            for n in list(pending):
+                if self._exited(n):
+                    raise UserError(f"node {n} exited during start-up; end of its log:\n{self.log_tail(n)}")
+                target = nodeconfig.mgmt_target(self.network, n)
+                if not _listening(target) and time.monotonic() - asked.get(n, 0.0) < HEALTH_RETRY:
+                    continue
+                asked[n] = time.monotonic()
+                with self.client(n) as c:
+                    if c.health(timeout=1.0):
                         pending.remove(n)
-                if pending and time.monotonic() > deadline:
-                    n = pending[0]
-                    raise UserError(f"node {n} did not become healthy within {timeout:.0f} s "
-                                    f"({len(pending)} node(s) not ready); end of its log:\n{self.log_tail(n)}")
-                if pending:
-                    time.sleep(0.1)
-        finally:
-            for c in clients.values():
-                c.close()
+            if pending and time.monotonic() > deadline:
+                n = pending[0]
+                raise UserError(f"node {n} did not become healthy within {timeout:.0f} s "
+                                f"({len(pending)} node(s) not ready); end of its log:\n{self.log_tail(n)}")
+            if pending:
+                time.sleep(READY_POLL)
 
     def wait_sessions(self, timeout: float, stop: threading.Event | None = None) -> list[str]:
         """Wait until every neighbour session is up; returns the nodes still missing one at the deadline."""
@@ -96,14 +115,52 @@ class NodeDaemons:
         while pending and time.monotonic() < deadline and not (stop is not None and stop.is_set()):
             for n in list(pending):
                 try:
-                    with self.client(n, timeout=2.0) as c:
-                        if all(v.get("up") for v in c.stats()["neighbours"].values()):
-                            pending.remove(n)
+                    if all(v.get("up") for v in self.stats(n, timeout=2.0)["neighbours"].values()):
+                        pending.remove(n)
                 except UserError:
                     pass
             if pending:
-                time.sleep(0.2)
+                time.sleep(SESSIONS_POLL)
         return pending
+
+    def stats(self, node: str, timeout: float = 5.0) -> dict[str, Any]:
+        """The node's Stats over a channel kept for the node. A kept channel that fails (its daemon was killed,
+        say, and the channel now waits out gRPC's reconnect backoff) is dropped and the call made once more over
+        a fresh one, so an answer is missed no more often than with a channel per call. UserError when the node
+        does not answer. Called from the cell's thread only: a channel is closed by the thread that uses it."""
+        key = (node, timeout)
+        with self._lock:
+            kept = self._stats_clients.get(key)
+        if kept is not None:
+            try:
+                return kept.stats()
+            except UserError:
+                self._drop(key, kept)
+        c = self.client(node, timeout=timeout)
+        try:
+            st = c.stats()
+        except UserError:
+            c.close()
+            raise
+        with self._lock:
+            old = self._stats_clients.get(key)
+            self._stats_clients[key] = c
+        if old is not None and old is not c:
+            old.close()
+        return st
+
+    def _drop(self, key: tuple[str, float], client: NodeClient) -> None:
+        with self._lock:
+            if self._stats_clients.get(key) is client:
+                del self._stats_clients[key]
+        client.close()
+
+    def close_clients(self) -> None:
+        """Close the channels `stats` keeps."""
+        with self._lock:
+            clients, self._stats_clients = list(self._stats_clients.values()), {}
+        for c in clients:
+            c.close()
 
     def _exited(self, node: str) -> bool:
         p = self.procs.get(node)
@@ -220,6 +277,7 @@ class NodeDaemons:
 
     def stop_all(self, grace: float = TERM_GRACE) -> list[str]:
         """SIGTERM every daemon (resuming paused ones first), SIGKILL after `grace`; returns nodes killed hard."""
+        self.close_clients()
         live = {n: p for n, p in self.procs.items() if self.state.get(n) in ("running", "paused")}
         for n in live:
             if self.state[n] == "paused":
@@ -243,3 +301,13 @@ class NodeDaemons:
         if hard:
             log.warning("daemons %s did not stop within %.0f s of SIGTERM and were killed", ", ".join(hard), grace)
         return hard
+
+
+def _listening(target: str, timeout: float = READY_POLL) -> bool:
+    """Whether something accepts TCP connections at `target` ("address:port")."""
+    address, _, port = target.rpartition(":")
+    try:
+        with socket.create_connection((address.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False

@@ -36,18 +36,50 @@ def run_ip(args: list[str], batch: str | None = None, check: bool = True) -> sub
     return res
 
 
+NETNS_DIR = "/run/netns"     # where `ip netns` keeps its named namespaces (one bind mount each)
+
+
 def netns_exists(name: str) -> bool:
-    return os.path.exists(f"/run/netns/{name}")
+    return os.path.exists(f"{NETNS_DIR}/{name}")
 
 
 def list_netns() -> list[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
+    """The named namespaces: the entries of NETNS_DIR, which is what `ip netns list` reads (without a process)."""
+    try:
+        return sorted(os.listdir(NETNS_DIR))
+    except FileNotFoundError:
+        return []
 
 
 def netns_pids(name: str) -> list[int]:
-    out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout
-    return [int(x) for x in out.split() if x.isdigit()]
+    return netns_pids_of([name])[name]
+
+
+def netns_pids_of(names: list[str]) -> dict[str, list[int]]:
+    """name -> pids of the processes inside that named namespace, from one pass over /proc: a process is inside
+    when its /proc/PID/ns/net is the namespace's file (same device and inode), the test `ip netns pids` makes
+    for one namespace per run of it."""
+    found: dict[str, list[int]] = {n: [] for n in names}
+    wanted: dict[tuple[int, int], str] = {}
+    for n in names:
+        try:
+            st = os.stat(f"{NETNS_DIR}/{n}")
+        except OSError:
+            continue
+        wanted[(st.st_dev, st.st_ino)] = n
+    if not wanted:
+        return found
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            st = os.stat(f"/proc/{entry.name}/ns/net")
+        except OSError:         # gone meanwhile, or a kernel thread
+            continue
+        n = wanted.get((st.st_dev, st.st_ino))
+        if n is not None:
+            found[n].append(int(entry.name))
+    return found
 
 
 def terminate_pids(pids: list[int], grace: float = TERM_GRACE) -> None:
@@ -134,19 +166,9 @@ class NetnsHost(Host):
             pass
 
     def stop_processes(self) -> None:
-        pids = [p.pid for p in self.processes if p.popen is None or p.popen.poll() is None]
-        terminate_pids(pids)
-        for p in self.processes:
-            if p.popen is not None:
-                try:
-                    p.popen.wait(timeout=1)
-                except subprocess.TimeoutExpired:
-                    pass
-        # Anything else still inside the namespace (a daemon's own children, a `testbed exec`
-        # left running) was started by this run too: it would keep the namespace busy.
-        if netns_exists(self.netns):
-            terminate_pids(netns_pids(self.netns), grace=1.0)
-        self.processes.clear()
+        # Anything else still inside the namespace (a daemon's own children, a `testbed exec` left running)
+        # was started by this run too: it would keep the namespace busy. _stop_processes ends those as well.
+        _stop_processes([self])
 
 
 class NetnsRuntime(Runtime):
@@ -218,8 +240,7 @@ class NetnsRuntime(Runtime):
 
     def close(self) -> None:
         hosts = list(self.hosts.values())
-        for h in hosts:
-            h.stop_processes()
+        _stop_processes(hosts)
         existing = [h.netns for h in hosts if netns_exists(h.netns)]
         if existing:
             run_ip([], batch="".join(f"netns del {n}\n" for n in existing), check=False)
@@ -231,6 +252,23 @@ class NetnsRuntime(Runtime):
             import shutil
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+def _stop_processes(hosts: list[NetnsHost]) -> None:
+    """NetnsHost.stop_processes for many hosts at once: one grace period for all their processes, one pass over
+    /proc for what else is left inside their namespaces."""
+    terminate_pids([p.pid for h in hosts for p in h.processes if p.popen is None or p.popen.poll() is None])
+    for h in hosts:
+        for p in h.processes:
+            if p.popen is not None:
+                try:
+                    p.popen.wait(timeout=1)
+                except subprocess.TimeoutExpired:
+                    pass
+    inside = netns_pids_of([h.netns for h in hosts])
+    terminate_pids([pid for pids in inside.values() for pid in pids], grace=1.0)
+    for h in hosts:
+        h.processes.clear()
 
 
 SYSCTLS = {"net/ipv4/ip_forward": "1", "net/ipv4/conf/all/rp_filter": "0", "net/ipv4/conf/default/rp_filter": "0"}
