@@ -17,15 +17,35 @@ def load(run: Any) -> clockmodel.Clocks | None:
 
 def to_controller(clock: clockmodel.Clocks, ts: Column, node: Column) -> Column:
     """`ts` stamped on `node`'s machine, on the controller's clock: ts - (offset + drift * (ts - at))."""
-    params = {n: clock.models[m] for n, m in clock.machine_of.items() if m in clock.models}
-    if not params:
+    return _corrected({n: clock.models[m] for n, m in clock.machine_of.items() if m in clock.models}, ts, node)
+
+
+def _corrected(models: dict[str, clockmodel.ClockModel], ts: Column, key: Column) -> Column:
+    """`ts` less the offset of the model `key` names (no model: as it is)."""
+    if not models:
         return ts
 
     def lookup(field: str) -> Column:
-        pairs = [x for n, model in sorted(params.items()) for x in (F.lit(n), F.lit(float(getattr(model, field))))]
-        return F.coalesce(F.create_map(*pairs)[node], F.lit(0.0))
+        pairs = [x for k, model in sorted(models.items()) for x in (F.lit(k), F.lit(float(getattr(model, field))))]
+        return F.coalesce(F.create_map(*pairs)[key], F.lit(0.0))
 
     return ts - (lookup("offset") + lookup("drift") * (ts - lookup("at")))
+
+
+def deliveries_of_runs(df: DataFrame, by_run: dict[int, clockmodel.Clocks | None], run: Column) -> DataFrame:
+    """deliveries() of the records of several runs in one frame: `run` holds each row's key in `by_run`, whose
+    clocks apply to that run's rows only (one lookup keyed by run and node, however many runs)."""
+    models = {f"{i}/{n}": c.models[m] for i, c in by_run.items() if c is not None
+              for n, m in c.machine_of.items() if m in c.models}
+    if not models:
+        return df
+
+    def key(node: str) -> Column:
+        return F.concat(run.cast("string"), F.lit("/"), F.col(node))
+
+    return df.withColumns({"deliver_ts": _corrected(models, F.col("deliver_ts"), key("node")),
+                           "submit_ts": _corrected(models, F.col("submit_ts"), key("src")),
+                           "ts": _corrected(models, F.col("ts"), key("node"))})
 
 
 def deliveries(df: DataFrame, clock: clockmodel.Clocks | None) -> DataFrame:

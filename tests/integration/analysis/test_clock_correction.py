@@ -26,6 +26,7 @@ def _receipts(rep: Path, shift: float) -> None:
 
 def _delays(spark, rep: Path) -> dict[str, float]:
     rows = records.read(spark, [Run(rep, "c", "1")], "delivery").collect()
+    assert {(r["cell"], r["rep"]) for r in rows} == {("c", "1")}     # each row's run found from its file's path
     return {r["msg_id"]: r["deliver_ts"] - r["submit_ts"] for r in rows}
 
 
@@ -35,7 +36,8 @@ def _latency(spark, rep: Path) -> float:
 
 
 def test_spark_corrects_cross_machine_delays_and_latencies(spark, tmp_path: Path) -> None:
-    rep = write_run(tmp_path / "e" / "c" / "1", SHIFT)
+    # characters a file's URI escapes (space, #) in the run's path
+    rep = write_run(tmp_path / "e x#1" / "c" / "1", SHIFT)
     _receipts(rep, SHIFT)
     assert _delays(spark, rep)["a1"] == pytest.approx(TRUE["a1"] + SHIFT, abs=1e-6)   # no machines.json: as written
     write_machines(rep, {"ctl": measured(0.0, 0.0002), "m2": measured(SHIFT, 0.0002)})
