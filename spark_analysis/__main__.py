@@ -47,18 +47,19 @@ def report(directory: str, out: str | None = None, master: str | None = None, sp
 
     DIR on hdfs:// or s3a:// (or any DIR with hadoop_fs=True) is listed through the Spark session's
     Hadoop FileSystem, so the session is started before the runs are found."""
-    from . import report as rep
     from .layout import find_runs
     from .progress import StageProgress
     from .storage import is_local
 
-    formats = rep.parse_formats(plots)
     if chunk_bytes < 4096:
         raise UserError("--chunk-mb must be at least 0.004 (4 KiB per parse task).")
     remote = hadoop_fs or not is_local(str(directory))
     if remote and not out and not is_local(str(directory)):
         raise UserError(f"{directory} is not a local path: give --out, a local folder for the report.")
     runs = None if remote else find_runs(directory)
+    # the report's modules (pandas, scipy, matplotlib) take seconds to import: only once DIR holds runs
+    from . import report as rep
+    formats = rep.parse_formats(plots)
     out_dir = Path(out) if out else Path(str(directory).removeprefix("file://")) / "report"
     progress = StageProgress(steps(runs), enabled=not quiet)
     owned = False
@@ -113,6 +114,9 @@ def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
 
     # a capture that is not a pcap is refused now, not after the records are read and the metrics computed
     caps = pcap_ingest.find_captures(runs) if pcaps else []
+    # nor are runs without records taken further: their empty tables would still cost Spark jobs
+    if not records.any_files(runs, ("submission", "delivery")):
+        _no_records(runs)
     with progress.step("reading node records (schema-checked)", spark):
         subs = records.read(spark, runs, "submission")
         dels = records.read(spark, runs, "delivery")
@@ -122,10 +126,8 @@ def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
         host = records.read(spark, runs, "host")
         per_run, delay = compare.per_run(subs, dels, metrics)
         per_run = compare.add_summary_metrics(per_run, runs)
-    if per_run.empty and not any(s.has_records(runs) for s in SECTIONS):
-        alone = [s.alone for s in SECTIONS if s.alone]
-        nor = f" (nor {', '.join(alone)})" if alone else ""
-        raise UserError(f"no submission or delivery records{nor} found under the given directory.")
+    if per_run.empty:
+        _no_records(runs)
     with progress.step("delivery metrics and comparisons", spark):
         summary, delays = compare.summarize(per_run, delay)
         uniq = compare.unique_deliveries(dels)
@@ -155,6 +157,17 @@ def _build(spark, runs, out_dir: Path, progress, pcaps: bool, chunk_bytes: int):
             with progress.step(section.step, spark):
                 tables.sections[section.name] = section.build(data)
     return tables
+
+
+def _no_records(runs) -> None:
+    """Refuse runs that hold no mail records, unless a section has records of its own to show."""
+    from .sections import SECTIONS
+
+    if any(s.has_records(runs) for s in SECTIONS):
+        return
+    alone = [s.alone for s in SECTIONS if s.alone]
+    nor = f" (nor {', '.join(alone)})" if alone else ""
+    raise UserError(f"no submission or delivery records{nor} found under the given directory.")
 
 
 def main(argv: list[str] | None = None) -> int:

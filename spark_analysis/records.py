@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (ArrayType, BooleanType, DoubleType, LongType, MapType, StringType, StructField,
                                StructType)
@@ -94,30 +94,91 @@ def check_file(kind: str, path: Path | HadoopPath) -> None:
                                 f"{'; '.join(problems)}.")
 
 
+def _files(run: Run, kind: str) -> list[Path | HadoopPath]:
+    """The run's non-empty files of `kind` records."""
+    files = run.files(FILES[kind]) if kind in FILES else []
+    if kind in RUN_FILES and (run.path / RUN_FILES[kind]).is_file():
+        files = [*files, run.path / RUN_FILES[kind]]
+    return [p for p in files if p.stat().st_size > 0]
+
+
+def any_files(runs: list[Run], kinds: tuple[str, ...]) -> bool:
+    """Whether some run has a non-empty file of one of these kinds (without one, read() finds no records)."""
+    return any(_files(run, kind) for run in runs for kind in kinds)
+
+
 def read(spark: SparkSession, runs: list[Run], kind: str) -> DataFrame:
     """One DataFrame of all `kind` records of the runs, with columns cell, rep, run_mode, frag_size added."""
-    frames = []
-    for run in runs:
-        files = run.files(FILES[kind]) if kind in FILES else []
-        if kind in RUN_FILES and (run.path / RUN_FILES[kind]).is_file():
-            files = [*files, run.path / RUN_FILES[kind]]
-        files = [p for p in files if p.stat().st_size > 0]
-        for p in files:
+    files: list[tuple[Path | HadoopPath, int]] = []
+    for i, run in enumerate(runs):
+        mine = _files(run, kind)
+        for p in mine:
             check_file(kind, p)
-        if not files:
-            continue
-        df = spark.read.schema(SCHEMAS[kind]).json([str(p) for p in files])
-        if kind == "delivery":       # several machines: the delays on the controller's clock (machines.json)
-            df = clocks.deliveries(df, clocks.load(run))
-        frames.append(df.withColumn("cell", F.lit(run.cell)).withColumn("rep", F.lit(run.rep))
-                      .withColumn("run_mode", F.lit(run.mode).cast("string"))
-                      .withColumn("frag_size", F.lit(run.fragment_size)))
-    if not frames:
+        files += [(p, i) for p in mine]
+    if not files:
         return empty(spark, kind)
-    out = frames[0]
-    for f in frames[1:]:
-        out = out.unionByName(f)
-    return out
+    df = scan(spark, runs, files, SCHEMAS[kind])
+    if kind == "delivery":       # several machines: the delays on the controller's clock (machines.json)
+        df = clocks.deliveries_of_runs(df, {i: clocks.load(runs[i]) for _, i in files}, F.col(RUN))
+    return with_run_columns(df, runs, ("cell", "rep", "run_mode", "frag_size"))
+
+
+RUN = "_run"          # scan()'s column: the index of the row's run in the list of runs
+_RUN_COLUMNS = {"cell": (StringType(), lambda r: r.cell), "rep": (StringType(), lambda r: r.rep),
+                "run_mode": (StringType(), lambda r: r.mode), "frag_size": (LongType(), lambda r: r.fragment_size)}
+
+
+def scan(spark: SparkSession, runs: list[Run], files: list[tuple[Path | HadoopPath, int]],
+         schema: StructType) -> DataFrame:
+    """The JSON-lines `files` (each with the index of its run in `runs`) as one scan, with column RUN.
+
+    One scan for all the runs: a scan per run would be one more in every query plan per run, so a sweep's
+    report would run as many tasks per stage as it has runs. Each row's run is found from the path of the
+    file it came from (Spark's `_metadata.file_path`), its run directory being that path less as many
+    components as the file lies below it."""
+    with_runs = sorted({i for _, i in files})
+    keys = _run_keys(spark, [runs[i] for i in with_runs])
+    run_of = F.create_map(*[x for key, i in zip(keys, with_runs) for x in (F.lit(key), F.lit(i))])
+    depths = sorted({_depth(p, runs[i]) for p, i in files})
+    # a run directory is never below another run's, so at most one of the candidates is a run
+    path = _uri_path(F.col("_metadata.file_path"))
+    found = F.coalesce(*[run_of[F.regexp_extract(path, rf"^(.*)(/[^/]+){{{d}}}$", 1)] for d in depths])
+    df = spark.read.schema(schema).json([str(p) for p, _ in files])
+    # a path read back unlike its key would drop the file's records from every table: fail loudly instead
+    return df.withColumn(RUN, F.when(found.isNull(), F.raise_error(F.concat(
+        F.lit("records.scan: no run for "), F.col("_metadata.file_path")))).otherwise(found))
+
+
+def with_run_columns(df: DataFrame, runs: list[Run], names: tuple[str, ...]) -> DataFrame:
+    """scan()'s frame with the named run columns (cell, rep, run_mode, frag_size) in place of RUN."""
+    for name in names:
+        dtype, value = _RUN_COLUMNS[name]
+        by_run = F.create_map(*[x for i, run in enumerate(runs) for x in (F.lit(i), F.lit(value(run)).cast(dtype))])
+        df = df.withColumn(name, by_run[F.col(RUN)])
+    return df.drop(RUN)
+
+
+def _depth(path: Path | HadoopPath, run: Run) -> int:
+    """How many path components `path` lies below the run's directory."""
+    return len(str(path)[len(str(run.path)):].strip("/").split("/"))
+
+
+def _uri_path(path: Column) -> Column:
+    """A file URI's path, without scheme and authority: Spark writes file:/x where Hadoop's URI of the same
+    file is file:///x (all the runs of a report are on one file system)."""
+    return F.regexp_replace(path, r"^[A-Za-z][A-Za-z0-9+.-]*:(//[^/]*)?", "")
+
+
+def _run_keys(spark: SparkSession, runs: list[Run]) -> list[str]:
+    """Each run directory as it appears in a file's `_metadata.file_path` (after _uri_path): the path of the
+    qualified Hadoop path's URI, which escapes some characters (a space, %, #) and not others, so it is
+    asked of Hadoop."""
+    jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()
+    keys = []
+    for run in runs:
+        path = jvm.org.apache.hadoop.fs.Path(str(run.path))
+        keys.append(path.getFileSystem(conf).makeQualified(path).toUri().getRawPath().rstrip("/"))
+    return keys
 
 
 def empty(spark: SparkSession, kind: str) -> DataFrame:

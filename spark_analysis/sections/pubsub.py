@@ -355,26 +355,22 @@ def _read(spark, runs: list[Run], files_of: Callable[[Run], list[Any]], kind: st
     """One DataFrame of the files of every run, with cell and rep; None when there are none."""
     from pyspark.sql import functions as F
 
-    from .. import clocks
+    from .. import clocks, records
     from ..records import check_file
 
-    frames = []
-    for run in runs:
-        files = files_of(run)
+    files = []
+    for i, run in enumerate(runs):
+        mine = files_of(run)
         if check:
-            for p in files:
+            for p in mine:
                 check_file(kind, p)
-        if files:
-            df = spark.read.schema(schema).json([str(p) for p in files])
-            if kind == "receipt":        # several machines: the latency on the controller's clock (machines.json)
-                df = clocks.receipts(df, clocks.load(run))
-            frames.append(df.withColumn("cell", F.lit(run.cell)).withColumn("rep", F.lit(run.rep)))
-    if not frames:
+        files += [(p, i) for p in mine]
+    if not files:
         return None
-    out = frames[0]
-    for f in frames[1:]:
-        out = out.unionByName(f)
-    return out
+    df = records.scan(spark, runs, files, schema)       # all the runs' files in one scan
+    if kind == "receipt":        # several machines: the latency on the controller's clock (machines.json)
+        df = clocks.receipts_of_runs(df, {i: clocks.load(runs[i]) for _, i in files}, F.col(records.RUN))
+    return records.with_run_columns(df, runs, ("cell", "rep"))
 
 
 # ---- the three computations -----------------------------------------------------------------------------

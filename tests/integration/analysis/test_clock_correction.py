@@ -24,9 +24,12 @@ def _receipts(rep: Path, shift: float) -> None:
          "topic": "t", "origin": "n1", "publish_ts": T0 + 1, "latency": LATENCY + shift, "size": 10, "hops": 1}])
 
 
-def _delays(spark, rep: Path) -> dict[str, float]:
-    rows = records.read(spark, [Run(rep, "c", "1")], "delivery").collect()
-    return {r["msg_id"]: r["deliver_ts"] - r["submit_ts"] for r in rows}
+def _delays(spark, *reps: Path) -> list[dict[str, float]]:
+    """Per run directory, its delays: the runs read together (one scan), each row's run found from its
+    file's path."""
+    rows = records.read(spark, [Run(rep, "c", rep.name) for rep in reps], "delivery").collect()
+    assert {r["cell"] for r in rows} == {"c"}
+    return [{r["msg_id"]: r["deliver_ts"] - r["submit_ts"] for r in rows if r["rep"] == rep.name} for rep in reps]
 
 
 def _latency(spark, rep: Path) -> float:
@@ -35,12 +38,15 @@ def _latency(spark, rep: Path) -> float:
 
 
 def test_spark_corrects_cross_machine_delays_and_latencies(spark, tmp_path: Path) -> None:
-    rep = write_run(tmp_path / "e" / "c" / "1", SHIFT)
+    # characters a file's URI escapes (space, #) in the run's path
+    rep = write_run(tmp_path / "e x#1" / "c" / "1", SHIFT)
     _receipts(rep, SHIFT)
-    assert _delays(spark, rep)["a1"] == pytest.approx(TRUE["a1"] + SHIFT, abs=1e-6)   # no machines.json: as written
+    assert _delays(spark, rep)[0]["a1"] == pytest.approx(TRUE["a1"] + SHIFT, abs=1e-6)  # no machines.json: as written
+    plain = write_run(rep.parent / "2", SHIFT)            # the same run without machines.json, read beside it
     write_machines(rep, {"ctl": measured(0.0, 0.0002), "m2": measured(SHIFT, 0.0002)})
-    got = _delays(spark, rep)
-    assert set(got) == set(TRUE)
+    got, as_written = _delays(spark, rep, plain)
+    assert set(got) == set(TRUE) == set(as_written)
     for msg, delay in TRUE.items():
         assert got[msg] == pytest.approx(delay, abs=0.002), msg
+    assert as_written["a1"] == pytest.approx(TRUE["a1"] + SHIFT, abs=1e-6)
     assert _latency(spark, rep) == pytest.approx(LATENCY, abs=0.002)
