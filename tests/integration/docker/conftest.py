@@ -10,7 +10,10 @@ Under pytest-xdist the Docker tests form two groups, run by two workers at once:
 (`docker`) and the multi-engine rig's (`docker-multi`, multi/). They share ONE engine, that of the worker that
 took the cache's lock first: it writes the engine's address with the session's run id (ENGINE_FILE), the other
 worker uses that engine and holds USERS_FILE shared while it does, and the starting worker stops the engine only
-once no other worker holds it. The node image is built under BUILD_LOCK, so the second worker finds it built.
+once no other worker holds it. That wait is at the end of its session (pytest_sessionfinish), not in the fixture's
+teardown: that runs inside the worker's last test, which may hold a turn or the `up` lock (tests/worker_turns.py)
+the other worker's next test waits for. The node image is built under BUILD_LOCK, so the second worker finds it
+built.
 """
 from __future__ import annotations
 
@@ -35,6 +38,8 @@ BUILD_LOCK = IMAGE_CACHE / ".build"        # held while a worker builds (or find
 # How long a worker waits for the session's other Docker worker to start the engine: dockerd answers within
 # seconds here; past it the worker starts an engine of its own (a throw-away data root: the image is built again).
 SHARED_ENGINE_WAIT_S = 60.0
+# An engine (and the cache's lock) another worker may still use: stopped at the end of this worker's session.
+LATE_STOP = pytest.StashKey[tuple[docker_engine.StartedEngine, IO[str]]]()
 
 
 def _lock_cache() -> IO[str] | None:
@@ -84,7 +89,7 @@ def _lock_or_share(uid: str) -> tuple[IO[str] | None, tuple[str, IO[str]] | None
 
 
 @pytest.fixture(scope="session")
-def engine() -> Iterator[str]:
+def engine(request: pytest.FixtureRequest) -> Iterator[str]:
     """DOCKER_HOST of an answering engine; one started here is stopped and its state removed at the end."""
     if os.geteuid() != 0:
         pytest.skip("the Docker runtime tests need root (dockerd, named netns)")
@@ -121,12 +126,11 @@ def engine() -> Iterator[str]:
             using.close()
         if started is not None:
             if lock is not None and uid:
-                ENGINE_FILE.unlink(missing_ok=True)
-                # The other worker of the session may still run tests on this engine: wait for its hold to end.
-                with open(USERS_FILE, "a") as users:
-                    fcntl.flock(users, fcntl.LOCK_EX)
-            started.stop()
-            shutil.rmtree(started.root, ignore_errors=True)
+                ENGINE_FILE.unlink(missing_ok=True)      # no new user from now on
+                request.config.stash[LATE_STOP] = (started, lock)
+                lock = None
+            else:
+                _stop(started)
         if started is not None or using is not None:
             if previous is None:
                 os.environ.pop("DOCKER_HOST", None)
@@ -134,6 +138,24 @@ def engine() -> Iterator[str]:
                 os.environ["DOCKER_HOST"] = previous
         if lock is not None:
             lock.close()
+
+
+def _stop(started: docker_engine.StartedEngine) -> None:
+    started.stop()
+    shutil.rmtree(started.root, ignore_errors=True)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop the engine this worker started once the other worker of the session no longer uses it."""
+    late = session.config.stash.get(LATE_STOP, None)
+    if late is None:
+        return
+    started, lock = late
+    del session.config.stash[LATE_STOP]
+    with open(USERS_FILE, "a") as users:
+        fcntl.flock(users, fcntl.LOCK_EX)
+        _stop(started)
+    lock.close()
 
 
 @pytest.fixture(scope="session")
