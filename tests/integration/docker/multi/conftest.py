@@ -6,6 +6,9 @@ cgroups from it), with its own data root, exec root, pidfile and socket, and no 
 `node_image` fixture) and copied onto both with `docker save | docker load`. At the end each dockerd is stopped
 through its own pid and its namespace and roots are removed. The start-up cost (both engines, then both image
 loads) is printed with `-s` and kept in `Machines`.
+
+The rig's tests are an xdist group of their own (`docker-multi`), run by another worker than the single-engine
+tests' group while those run: the two groups share the session's one engine (../conftest.py).
 """
 from __future__ import annotations
 

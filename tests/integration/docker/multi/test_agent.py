@@ -19,7 +19,7 @@ from testbed.topology.model import Direction
 
 from .conftest import Machines
 
-pytestmark = [pytest.mark.xdist_group("docker"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.xdist_group("docker-multi"), pytest.mark.timeout(300)]
 
 DELAY = 0.020       # s each way on the split link
 

@@ -21,7 +21,7 @@ from testbed.runtime.netns import netns_exists
 
 from .conftest import Machines
 
-pytestmark = [pytest.mark.xdist_group("docker"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.xdist_group("docker-multi"), pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[4]
 NO_ENGINE = "unix:///nonexistent/wanbed-test/m9.sock"

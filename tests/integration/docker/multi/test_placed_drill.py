@@ -33,7 +33,7 @@ from testbed.runtime.docker import run_containers
 
 from .conftest import Machines
 
-pytestmark = [pytest.mark.xdist_group("docker"), pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.xdist_group("docker-multi"), pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[4]
 DRILL = REPO / "scenarios" / "drill-nemesis.yaml"

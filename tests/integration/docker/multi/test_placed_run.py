@@ -25,7 +25,7 @@ from tests.integration.support import skip_while_a_network_is_up
 
 from .conftest import Machines
 
-pytestmark = [pytest.mark.xdist_group("docker"), pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.xdist_group("docker-multi"), pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[4]
 SCENARIO = REPO / "scenarios" / "quickstart.yaml"
