@@ -83,7 +83,7 @@ stubs: $(STUBS_STAMP)
 $(STUBS_STAMP): $(PROTOS) $(VENV)/.installed node/stubs.py
 	$(PY) -m node.stubs generate
 
-# pytest-xdist workers for `make test` (CI runs it so). Three workers on 2 cores: 15.5-16.5 min of pytest from a fresh
+# pytest-xdist workers for `make test` (CI runs it so). Three workers on 2 cores: about 13 min of pytest from a fresh
 # clone for about 1,950 tests (one process: 23 min for 1,750 tests when last measured). Tests sharing a fixture wider than one test stay on one
 # worker, tests marked `alone` run first while the other workers wait, tests marked `testbed_up` one at a time
 # (tests/conftest.py); the summary's last lines say
