@@ -216,6 +216,8 @@ OPTIONAL: dict[str, tuple[Field, ...]] = {
     "host": (
         _f("machine", str, "the machine sampled (its host name on one machine; the placement's name on several): "
            "saturation is judged per machine"),
+        _f("steal_percent", Number, "CPU time the hypervisor gave to another guest while this machine was runnable "
+           "(0-100, counted in cpu_percent too); older runs lack it"),
     ),
 }
 

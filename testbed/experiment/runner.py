@@ -33,7 +33,7 @@ import yaml
 from node import clockmodel
 from node.errors import UserError
 from spark_analysis.render import console_table
-from testbed.experiment import cell as cell_runner, sweep
+from testbed.experiment import cell as cell_runner, hostmon, sweep
 from testbed.experiment.summary import check as summary_problems
 from testbed.experiment.progress import Progress, ProgressLog
 from testbed.scenario import loader
@@ -491,8 +491,7 @@ def _report_saturation(p: RepPlan, progress: Progress) -> None:
     sat = p.summary.get("saturation")
     if not isinstance(sat, dict) or not sat.get("saturated"):
         return
-    text = (f"{p.cell.name} rep {p.rep}: HOST SATURATED (CPU above {sat.get('threshold')}% in "
-            f"{100 * float(sat.get('fraction_above') or 0):.0f}% of {sat.get('samples')} samples): "
+    text = (f"{p.cell.name} rep {p.rep}: HOST SATURATED ({hostmon.saturation_text(sat)}): "
             f"the emulation results of this rep are not trustworthy")
     log.info("%s", text)        # runner.log; the console gets it through the progress display
     progress.event(text)

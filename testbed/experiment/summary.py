@@ -284,10 +284,7 @@ def check(summary: dict) -> list[str]:
     problems.extend(_client_problems(acc.get("client"), summary.get("records_failed")))
     sat = summary.get("saturation")
     if isinstance(sat, dict) and sat.get("saturated"):
-        where = f" on machine {sat['machine']}" if sat.get("machine") else ""
-        problems.append(f"host CPU{where} above {sat.get('threshold')}% in "
-                        f"{100 * float(sat.get('fraction_above', 0)):.0f}% "
-                        f"of {sat.get('samples')} samples: the emulation results are not trustworthy")
+        problems.append(f"{hostmon.saturation_text(sat)}: the emulation results are not trustworthy")
     uncertain = clockmodel.problem_text(summary.get("clock"))
     if uncertain:
         problems.append(uncertain)

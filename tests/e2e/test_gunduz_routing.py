@@ -5,6 +5,11 @@ link-state adverts and run Dijkstra with hysteresis; the two cost changes of sec
 changes. At the end of each phase broker b1's table (rebuilt from its routes.jsonl) must equal the
 thesis' table: next hops exactly, costs within one quantum per link of 10x the thesis' costs. The
 traffic b1 sends meanwhile must all arrive exactly once (the loss checker).
+
+The thesis' ties (b1 reaches b20 for the same cost via b2 and via b3) hold only while every link reads within
+half a quantum: a host that did not keep up (above all a hypervisor stealing a third of the CPU for tens of
+seconds, which the kernel-stamped probes cannot see past: the link emulator itself runs late) breaks them. When
+the tables miss on a saturated host the run is repeated once (tests/e2e/host_saturation.py).
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import pytest
 
 from testbed.accounting import check_run
 from testbed.scenario import load
+from tests.e2e.host_saturation import rerun_saturated, saturation_note
 from tests.e2e.test_testbed_run import REPO, leftovers, only_rep, quick_run_in_tempdir, read_jsonl
 
 # timing-sensitive: runs while no other test does. Kernel-stamped probes keep the measured costs close to the
@@ -34,11 +40,14 @@ TABLE_4 = {**TABLE_3, "b12": ("b2", 3)}
 TABLE_5 = {"b2": ("b2", 3), "b3": ("b3", 1), "b10": ("b2", 4), "b11": ("b2", 4), "b12": ("b3", 4),
            "b20": ("b3", 3), "b21": ("b3", 2), "b30": ("b3", 3)}
 RUN_TIMEOUT = 300.0
+RERUN_TIMEOUT = 200.0     # the module's tests have 600 s for both runs
 
 
 @pytest.fixture(scope="module")
 def run() -> Iterator[dict[str, Any]]:
     with quick_run_in_tempdir(SCENARIO, RUN_TIMEOUT) as result:
+        result["saturated_before"] = rerun_saturated(result, SCENARIO, RERUN_TIMEOUT,
+                                                     lambda: not table_mismatches(rep_dir(result)))
         yield result
 
 
@@ -66,33 +75,43 @@ def phase_ends(rep: Path) -> list[float]:
     return [first - 0.5, second - 0.5, end]
 
 
+def table_mismatches(rep: Path) -> list[str]:
+    """Where b1's tables at the ends of the phases differ from Tables 3, 4 and 5 (empty: they are the thesis')."""
+    routes = read_jsonl(rep / "nodes" / "b1" / "routes.jsonl")
+    if not routes:
+        return ["b1 wrote no routes.jsonl"]
+    problems = []
+    for name, want, at in zip(("Table 3", "Table 4", "Table 5"), (TABLE_3, TABLE_4, TABLE_5), phase_ends(rep)):
+        got = table_at(routes, at)
+        hops = {d: h for d, (h, _c) in got.items()}
+        wrong = sorted(d for d, (h, _c) in want.items() if hops.get(d) != h)
+        if wrong or set(hops) != set(want):
+            problems.append(f"{name}: b1's next hops {hops}; "
+                            + "; ".join(_context(rep, routes, d, at) for d in wrong))
+            continue
+        for dst, (_hop, units) in want.items():
+            cost = got[dst][1]
+            # each link of the path is rounded to the quantum: at most one quantum off per link
+            if cost is None or abs(cost - units * MS_PER_UNIT) > QUANTUM * units:
+                problems.append(f"{name}: cost to {dst} {cost}; {_context(rep, routes, dst, at)}")
+    return problems
+
+
 @pytest.mark.root
 @pytest.mark.timeout(600)
 def test_b1_tables_after_each_phase_are_tables_3_4_5(run) -> None:
     assert run["rc"] == 0, f"stdout:\n{run['stdout'][-4000:]}\nstderr:\n{run['stderr'][-4000:]}"
-    rep = rep_dir(run)
-    routes = read_jsonl(rep / "nodes" / "b1" / "routes.jsonl")
-    assert routes, "b1 wrote no routes.jsonl"
-    for name, want, at in zip(("Table 3", "Table 4", "Table 5"), (TABLE_3, TABLE_4, TABLE_5), phase_ends(rep)):
-        got = table_at(routes, at)
-        hops = {d: h for d, (h, _c) in got.items()}
-        assert hops == {d: h for d, (h, _c) in want.items()}, f"{name}: b1's next hops {hops}"
-        for dst, (_hop, units) in want.items():
-            cost = got[dst][1]
-            assert cost is not None, f"{name}: {dst} unreachable"
-            # each link of the path is rounded to the quantum: at most one quantum off per link
-            assert abs(cost - units * MS_PER_UNIT) <= QUANTUM * units, \
-                f"{name}: cost to {dst} {cost}; {_context(rep, routes, dst, at)}"
+    problems = table_mismatches(rep_dir(run))
+    assert not problems, "; ".join(problems) + "; " + saturation_note(run, run["saturated_before"])
 
 
 def _context(rep: Path, routes: list[dict], dst: str, at: float) -> str:
-    """What a failed cost reading needs beside it: b1's route lines for `dst` in the 5 s before `at` and the
-    rep's host verdicts (a stalled or saturated host shows in the measured costs, not in the routing)."""
+    """What a failed reading needs beside it: b1's route lines for `dst` in the 5 s before `at` and the rep's
+    stall verdict (its saturation is in the failure message: tests/e2e/host_saturation.py)."""
     lines = [(round(r["ts"] - at, 2), r["next_hop"], r["cost"]) for r in routes
              if r["dst"] == dst and at - 5 <= r["ts"] <= at]
     summary = json.loads((rep / "summary.json").read_text())
-    return (f"b1's lines for {dst} (s before the reading, next hop, cost): {lines}; "
-            f"saturation {summary.get('saturation')}; stall {summary.get('stall')}")
+    return f"b1's lines for {dst} (s before the reading, next hop, cost): {lines}; stall {summary.get('stall')}"
 
 
 @pytest.mark.root

@@ -4,7 +4,8 @@ scenarios/intercontinental.yaml --quick` (dynamic routing, probes every 250 ms).
 England -> Korea must take a measured shortest path, leave CGL1-Korea while it is degraded (306 ms,
 2% loss) for a path round by San Diego and CGL2, and come back after it is restored; CGL3's table
 shows where the thesis' printed routes disagree with its own Table 8 costs; every message arrives
-exactly once while the routes move (the loss checker).
+exactly once while the routes move (the loss checker). When the paths miss on a saturated host (CPU, or the
+hypervisor's steal time), the run is repeated once (tests/e2e/host_saturation.py).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any, Iterator
 import pytest
 
 from testbed.accounting import check_run
+from tests.e2e.host_saturation import rerun_saturated, saturation_note
 from tests.e2e.test_testbed_run import REPO, leftovers, only_rep, quick_run_in_tempdir, read_jsonl
 
 # timing-sensitive: runs while no other test does. The measured costs no longer depend on the host's load
@@ -35,6 +37,8 @@ DETOUR = ("cgl3", "sandiego")      # england -> cgl3 -> sandiego -> cgl2 -> kore
 @pytest.fixture(scope="module")
 def run() -> Iterator[dict[str, Any]]:
     with quick_run_in_tempdir(SCENARIO, 300.0) as result:
+        result["saturated_before"] = rerun_saturated(result, SCENARIO, 200.0,
+                                                     lambda: check_korea_paths(rep_dir(result)) is None)
         yield result
 
 
@@ -63,7 +67,14 @@ def korea_path(rep: Path, ts: float) -> tuple[str, ...]:
 @pytest.mark.timeout(600)
 def test_england_to_korea_follows_the_measured_costs(run) -> None:
     assert run["rc"] == 0, f"stdout:\n{run['stdout'][-4000:]}\nstderr:\n{run['stderr'][-4000:]}"
-    rep = rep_dir(run)
+    try:
+        check_korea_paths(rep_dir(run))
+    except AssertionError as exc:
+        pytest.fail(f"{exc}; {saturation_note(run, run['saturated_before'])}")
+
+
+def check_korea_paths(rep: Path) -> None:
+    """England's path to Korea before, during and after the degradation; AssertionError where it misses."""
     events = read_jsonl(rep / "events.jsonl")
     degraded, restored = sorted(e["ts"] for e in events if e["event"] == "link_set")
     end = max(r["ts"] for n in ("england", "cgl3", "cgl1") for r in read_jsonl(rep / "nodes" / n / "routes.jsonl"))

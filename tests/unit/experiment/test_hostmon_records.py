@@ -105,7 +105,10 @@ def test_process_ticks_with_awkward_command_name(tmp_path: Path) -> None:
 def test_cpu_and_memory_from_crafted_proc(tmp_path: Path) -> None:
     (tmp_path / "stat").write_text("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4\n")
     t = hostmon.read_cpu_times(tmp_path)
-    assert t.total == 1000 and t.busy == 150      # idle + iowait = 850
+    assert t.total == 1000 and t.busy == 150 and t.steal == 0     # idle + iowait = 850
+    (tmp_path / "stat").write_text("cpu  100 0 50 600 50 0 0 200 0 0\n")
+    t = hostmon.read_cpu_times(tmp_path)
+    assert t.total == 1000 and t.busy == 350 and t.steal == 200   # steal: wanted, not given: busy
     (tmp_path / "meminfo").write_text("MemTotal:  1000 kB\nMemFree: 100 kB\nMemAvailable:  250 kB\n")
     assert hostmon.read_mem_percent(tmp_path) == pytest.approx(75.0)
 
@@ -123,10 +126,13 @@ def recs(values: list[float]) -> list[dict]:
     return [{"ts": float(i), "node": "testbed", "cpu_percent": v, "mem_percent": 10.0} for i, v in enumerate(values)]
 
 
+NO_STEAL = {"cause": None, "steal_threshold": 10.0, "fraction_stolen": 0.0, "max_steal": None, "mean_steal": None}
+
+
 def test_exactly_ten_percent_of_samples_is_not_saturated() -> None:
     s = saturation(recs([95.0] + [20.0] * 9))
     assert s == {"saturated": False, "fraction_above": 0.1, "samples": 10, "threshold": 90.0,
-                 "fraction": 0.10, "max_cpu": 95.0, "mean_cpu": 27.5}
+                 "fraction": 0.10, "max_cpu": 95.0, "mean_cpu": 27.5, **NO_STEAL}
 
 
 def test_more_than_ten_percent_is_saturated() -> None:
@@ -144,7 +150,7 @@ def test_exactly_at_the_threshold_is_not_above() -> None:
 
 def test_no_samples_and_malformed_samples() -> None:
     assert saturation([]) == {"saturated": False, "fraction_above": 0.0, "samples": 0, "threshold": 90.0,
-                              "fraction": 0.10, "max_cpu": None, "mean_cpu": None}
+                              "fraction": 0.10, "max_cpu": None, "mean_cpu": None, **NO_STEAL}
     mixed = recs([99.0, 10.0]) + [{"ts": 1.0}, {"cpu_percent": "high"}, {"cpu_percent": True}, "junk"]
     s = saturation(mixed)   # type: ignore[arg-type]
     assert s["samples"] == 2 and s["saturated"] is True
@@ -154,6 +160,32 @@ def test_custom_threshold_and_fraction() -> None:
     values = [60.0] * 3 + [10.0] * 7
     assert saturation(recs(values), threshold=50.0, fraction=0.3)["saturated"] is False
     assert saturation(recs(values), threshold=50.0, fraction=0.29)["saturated"] is True
+
+
+def stolen(cpu: list[float], steal: list[float]) -> list[dict]:
+    return [{**r, "steal_percent": st} for r, st in zip(recs(cpu), steal)]
+
+
+def test_steal_above_ten_percent_in_more_than_a_tenth_of_the_samples_saturates() -> None:
+    # a gunduz run of a fresh-clone suite: our own CPU 10-15%, the hypervisor took 20-38% for 18 s of 38
+    s = saturation(stolen([40.0] * 14 + [12.0] * 24, [30.0] * 14 + [0.0] * 24))
+    assert s["saturated"] is True and s["cause"] == "steal" and s["fraction_above"] == 0.0
+    assert s["fraction_stolen"] == pytest.approx(14 / 38, abs=1e-4) and s["max_steal"] == 30.0
+    text = hostmon.saturation_text(s)
+    assert "steal" in text and "37%" in text and "above 90.0%" not in text
+    # exactly 10% of the samples, or exactly 10% stolen, is not above
+    assert saturation(stolen([20.0] * 10, [50.0] + [0.0] * 9))["saturated"] is False
+    assert saturation(stolen([20.0] * 10, [10.0] * 10))["saturated"] is False
+    both = saturation(stolen([95.0] * 10, [11.0] * 10))
+    assert both["cause"] == "cpu and steal" and "above 90.0%" in hostmon.saturation_text(both)
+
+
+def test_a_sample_records_the_steal_of_its_interval() -> None:
+    mon = HostMonitor(Path("/dev/null"), dict)
+    r = mon._record(hostmon.CpuTimes(busy=100, total=1000, steal=10), hostmon.CpuTimes(busy=400, total=2000, steal=260),
+                    {}, {}, 1.0)
+    assert r["cpu_percent"] == 30.0 and r["steal_percent"] == 25.0
+    assert schema.validate_optional("host", r) == []
 
 
 def test_unwritable_path_logs_and_does_not_raise(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
