@@ -141,6 +141,49 @@ class StartedEngine:
         return registry.pid_alive(self.pid)
 
 
+def unmount_under(root: Path) -> None:
+    """Unmount what a stopped dockerd left mounted under its root (the exec root's netns/default, which would
+    keep the engine's network namespace alive and its directory from being removed), deepest first."""
+    with open("/proc/mounts") as f:
+        points = [line.split()[1] for line in f]
+    for point in sorted((p for p in points if p.startswith(f"{root}/")), key=len, reverse=True):
+        subprocess.run(["umount", point], capture_output=True)
+
+
+# A root without a pid file is being set up (mkdtemp, then dockerd writes its pid within seconds): left alone.
+STARTING_GRACE_S = 300.0
+
+
+def sweep_stale_roots(folder: Path, prefixes: tuple[str, ...]) -> list[Path]:
+    """Remove engine roots under `folder` named with one of `prefixes` whose dockerd is gone (a killed session's
+    engines: their mounts and directories would stay until the next reboot). A root whose dockerd still runs,
+    or that is still being set up, is kept. Returns the roots removed."""
+    removed = []
+    for root in sorted(p for p in folder.iterdir() if p.is_dir() and p.name.startswith(prefixes)):
+        if _engine_runs(root):
+            continue
+        unmount_under(root)
+        shutil.rmtree(root, ignore_errors=True)
+        removed.append(root)
+    return removed
+
+
+def _engine_runs(root: Path) -> bool:
+    try:
+        pid = int((root / "dockerd.pid").read_text().strip())
+    except FileNotFoundError:
+        try:
+            return time.time() - root.stat().st_mtime < STARTING_GRACE_S
+        except FileNotFoundError:
+            return True            # gone meanwhile: nothing to sweep
+    except (OSError, ValueError):
+        return False
+    try:                           # the pid must still be that dockerd, not a reused number
+        return str(root) in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+
+
 def start_engine(root: Path, ready_timeout: float = 60.0, data_root: Path | None = None,
                  netns: str | None = None, name: str = "local") -> StartedEngine:
     """Start dockerd with its own exec root and socket under `root`; images under `data_root`

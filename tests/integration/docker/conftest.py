@@ -105,6 +105,7 @@ def engine(request: pytest.FixtureRequest) -> Iterator[str]:
         if shared is not None:
             os.environ["DOCKER_HOST"], using = shared
         else:
+            docker_engine.sweep_stale_roots(Path("/tmp"), ("tb-dockerd-",))     # a killed session's engine
             # Short root: containerd sockets live under the exec root (108-byte unix path limit).
             root = Path(tempfile.mkdtemp(prefix="tb-dockerd-", dir="/tmp"))
             try:
@@ -142,6 +143,7 @@ def engine(request: pytest.FixtureRequest) -> Iterator[str]:
 
 def _stop(started: docker_engine.StartedEngine) -> None:
     started.stop()
+    docker_engine.unmount_under(started.root)
     shutil.rmtree(started.root, ignore_errors=True)
 
 

@@ -49,15 +49,6 @@ class Machines:
     # (reached from the controller too: CONTROLLER_NET)
 
 
-def _unmount_under(root: Path) -> None:
-    """Unmount what a stopped dockerd left mounted under its root (the exec root's netns/default, which would
-    keep the engine's network namespace alive and its directory from being removed), deepest first."""
-    with open("/proc/mounts") as f:
-        points = [line.split()[1] for line in f]
-    for point in sorted((p for p in points if p.startswith(f"{root}/")), key=len, reverse=True):
-        subprocess.run(["umount", point], capture_output=True)
-
-
 def _start(index: int, ns: str) -> docker_engine.StartedEngine:
     # Short root: containerd's sockets live under the exec root (108-byte unix path limit).
     root = Path(tempfile.mkdtemp(prefix=f"tb-m{index}-", dir="/tmp"))
@@ -87,6 +78,7 @@ def machines(engine: str, node_image: image.BuildResult) -> Iterator[Machines]:
         subprocess.run(["ip", "-n", ns, "link", "set", theirs, "up"], check=True)
         subprocess.run(["ip", "route", "replace", f"{MACHINE_NET[m][1]}/32", "via", their_addr, "dev", mine],
                        check=True)
+    docker_engine.sweep_stale_roots(Path("/tmp"), ("tb-m1-", "tb-m2-"))     # a killed session's engines
     started: list[docker_engine.StartedEngine] = []
     try:
         t0 = time.monotonic()
@@ -111,7 +103,7 @@ def machines(engine: str, node_image: image.BuildResult) -> Iterator[Machines]:
             list(pool.map(lambda s: s.stop(), started))
         print(f"\nmulti-engine rig: 2 dockerd stopped in {time.monotonic() - t0:.1f} s", flush=True)
         for s in started:
-            _unmount_under(s.root)
+            docker_engine.unmount_under(s.root)
             shutil.rmtree(s.root, ignore_errors=True)
         for mine, *_ in CONTROLLER_NET.values():
             subprocess.run(["ip", "link", "del", mine], capture_output=True)   # its route goes with it
