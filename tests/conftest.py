@@ -20,6 +20,7 @@ marked `testbed_up` holds the session's `up` lock while it runs (one `testbed up
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -235,6 +236,22 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             spent["alone" if alone else "beside"] = spent.get("alone" if alone else "beside", 0.0) + ran
             group = "group " + (item.nodeid.rpartition("@")[2] if "@" in item.nodeid else "(none)")
             spent[group] = spent.get(group, 0.0) + ran
+            write_timeline(item.nodeid, alone, time.time() - (time.monotonic() - asked), started - asked, ran)
+
+
+# WANBED_TEST_TIMELINE=FILE: one JSON line per test (worker, test, when it asked for its turn, seconds waited,
+# seconds run), to see where a session's wall time goes (which worker waits for what, what runs last).
+TIMELINE_ENV = "WANBED_TEST_TIMELINE"
+
+
+def write_timeline(nodeid: str, alone: bool, asked: float, waited: float, ran: float) -> None:
+    path = os.environ.get(TIMELINE_ENV)
+    if not path:
+        return
+    line = json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER", "-"), "test": nodeid, "alone": alone,
+                       "asked": round(asked, 3), "waited": round(waited, 3), "ran": round(ran, 3)})
+    with contextlib.suppress(OSError), open(path, "a") as f:
+        f.write(line + "\n")
 
 
 @pytest.hookimpl(optionalhook=True)
