@@ -25,6 +25,7 @@ window of unacknowledged frames; when a session ends they go back to the front
 of the queue and are sent again on the next session (the receiver drops the
 duplicates by message id and byte range). Silence longer than the hold time
 ends a session; the dialer reconnects with exponential backoff with jitter (node/backoff.py).
+Before its first session it dials every backoff_min for a hold time: the neighbour is still starting.
 """
 from __future__ import annotations
 
@@ -57,6 +58,10 @@ BASE_CAPABILITIES = ("runs",)
 BASE_KINDS = ("open", "keepalive", "fragment", "run", "ack", "refuse", "credit", "extension")
 _KIND = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 GRPC_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+# A dial gets a connection of its own: from gRPC's process-wide pool it could be handed one that is still
+# waiting out gRPC's own reconnect backoff (1 s and more) after a refused dial, and fail again without trying
+# while the neighbour already listens. The dialler below has its own backoff.
+DIAL_OPTIONS = GRPC_OPTIONS + [("grpc.use_local_subchannel_pool", 1)]
 STORE_PARALLEL = 4     # batches of a session being stored at once (bounds memory, keeps the spool busy)
 REFUSE_MAX = 1 << 17   # refusals waiting to be sent on one session: a peer that floods bad frames is reset
 STORE_FAILED = "store failed, try later"
@@ -411,14 +416,19 @@ class LinkManager:
     async def _dial_loop(self, peer: str) -> None:
         s = self.cfg.session
         backoff = Backoff(s.backoff_min, s.backoff_max)
+        # Until the first session is up the neighbour is most likely still starting (a network's daemons start
+        # together): for a hold time it is dialled again every backoff_min, so the session comes up right after
+        # the neighbour listens instead of up to a doubled wait later. Then the doubling backoff takes over.
+        starting = Backoff(s.backoff_min, s.backoff_min)
+        began = asyncio.get_running_loop().time()
         addr = self.cfg.neighbours[peer]
         st = self.engine.peers[peer].stats
         first = True
         while True:
             if self.tls is not None:
-                channel = self.tls.dial(addr, peer, GRPC_OPTIONS)
+                channel = self.tls.dial(addr, peer, DIAL_OPTIONS)
             else:
-                channel = grpc.aio.insecure_channel(addr, options=GRPC_OPTIONS)
+                channel = grpc.aio.insecure_channel(addr, options=DIAL_OPTIONS)
             established = False
             try:
                 call = link_pb2_grpc.LinkStub(channel).Session()
@@ -456,7 +466,8 @@ class LinkManager:
                 if self.sessions.get(peer) is not None and established:
                     self.sessions.pop(peer, None)
             await channel.close(grace=None)
-            await asyncio.sleep(backoff.wait())
+            early = first and asyncio.get_running_loop().time() - began < s.hold_time
+            await asyncio.sleep(starting.wait() if early else backoff.wait())
 
     async def accept(self, context: grpc.aio.ServicerContext) -> None:
         """Server side of Session: check OPEN, answer it, run the session."""
