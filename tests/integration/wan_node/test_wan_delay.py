@@ -10,12 +10,17 @@ hop, and the TCP handshake-free but ack-clocked start (a few RTTs of 2·d).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 
-from wan_node_support import wan_with_daemons
+from testbed.experiment.daemons import NodeDaemons
+from testbed.network import Network
+from wan_node_support import daemons_on, wan_network
 
 # timing-sensitive (measured delays, rates or fault timing): runs while no other test does
 pytestmark = [pytest.mark.alone, pytest.mark.root, pytest.mark.timeout(240)]
@@ -33,10 +38,14 @@ TARGET = 0.01
 MIN_BATCH = 16384
 BATCH_BYTES = max(MIN_BATCH, B * TARGET)
 
-SCENARIO = """
+HOPS = (3, 5)
+# One linear network of max(HOPS) + 1 hosts for every test: a message to n{H+1} crosses H links of it.
+NETWORK = """
 topology: {{generator: linear, params: {{n: {n}}}}}
 shaper: wire
 link_defaults: {{delay: {d}s, rate: {rate}Mbit, queue: 2000}}
+""".format(n=max(HOPS) + 1, d=D, rate=RATE_MBIT)
+NODES = """
 nodes:
   all:
     mode: {mode}
@@ -46,29 +55,61 @@ nodes:
     session: {{keepalive: 0.3, hold_time: 1.5, backoff_min: 0.05, backoff_max: 0.5}}
 """
 
+MODES = ("fragmenting", "non-fragmenting")
 
-def one_message_delay(hops: int, mode: str) -> tuple[float, dict]:
-    text = SCENARIO.format(n=hops + 1, d=D, rate=RATE_MBIT, mode=mode, f=F, chunk=CHUNK, commit=COMMIT,
-                           min_batch=MIN_BATCH, target=TARGET)
-    with wan_with_daemons(text) as (net, daemons):
-        last = f"n{hops + 1}"
-        with daemons.client("n1") as c:
-            assert c.send([last], size=M).accepted
-        deadline = time.monotonic() + 60
-        with daemons.client(last) as c:
-            while c.stats()["delivered"] < 1:
-                assert time.monotonic() < deadline, "the message did not arrive within 60 s"
-                time.sleep(0.05)
-        first = (net.run_dir / "nodes" / last / "deliveries.jsonl").read_text().splitlines()[0]
-        d = json.loads(first)
+
+class DaemonSets:
+    """The module's network and one daemon set on it at a time, of one mode; another mode's set is started when
+    asked for (after the running one stops): records under a folder of their own."""
+
+    def __init__(self, net: Network, stack: contextlib.ExitStack) -> None:
+        self.net, self._stack = net, stack
+        self.mode: str | None = None
+        self._started = 0
+        self._current: tuple[NodeDaemons, Path] | None = None
+
+    def get(self, mode: str) -> tuple[NodeDaemons, Path]:
+        if mode != self.mode or self._current is None:
+            self._stack.close()
+            self.mode, self._current, self._started = None, None, self._started + 1
+            text = NETWORK + NODES.format(mode=mode, f=F, chunk=CHUNK, commit=COMMIT, min_batch=MIN_BATCH,
+                                          target=TARGET)
+            folder = f"{self._started}-{mode}"
+            self._current = (self._stack.enter_context(daemons_on(self.net, text, folder)), self.net.run_dir / folder)
+            self.mode = mode
+        return self._current
+
+
+@pytest.fixture(scope="module")
+def daemons() -> Iterator[DaemonSets]:
+    with wan_network(NETWORK) as net, contextlib.ExitStack() as stack:
+        yield DaemonSets(net, stack)
+
+
+def one_message_delay(daemons: DaemonSets, hops: int, mode: str) -> float:
+    nodes, records = daemons.get(mode)
+    last = f"n{hops + 1}"
+    with nodes.client(last) as c:
+        before = c.stats()["delivered"]
+    with nodes.client("n1") as c:
+        r = c.send([last], size=M)
+        assert r.accepted
+    deadline = time.monotonic() + 60
+    with nodes.client(last) as c:
+        while c.stats()["delivered"] <= before:
+            assert time.monotonic() < deadline, "the message did not arrive within 60 s"
+            time.sleep(0.05)
+    lines = (records / "nodes" / last / "deliveries.jsonl").read_text().splitlines()
+    [d] = [x for x in map(json.loads, lines) if x["msg_id"] == r.msg_id]
     assert d["hops"] == hops and d["size"] == M
-    return d["deliver_ts"] - d["submit_ts"], d
+    return d["deliver_ts"] - d["submit_ts"]
 
 
-@pytest.mark.parametrize("hops", [3, 5])
-def test_delay_close_to_the_bounds_in_both_modes(hops: int) -> None:
-    frag, _ = one_message_delay(hops, "fragmenting")
-    whole, _ = one_message_delay(hops, "non-fragmenting")
+@pytest.mark.parametrize("hops", HOPS)
+def test_delay_close_to_the_bounds_in_both_modes(daemons: DaemonSets, hops: int) -> None:
+    # the mode whose daemons are running first: one daemon start fewer
+    delay = {m: one_message_delay(daemons, hops, m) for m in sorted(MODES, key=lambda m: m != daemons.mode)}
+    frag, whole = delay["fragmenting"], delay["non-fragmenting"]
     bound_frag = M / B + (hops - 1) * F / B + hops * D
     bound_whole = hops * M / B + hops * D
     wire_frag = (1 + FRAME_HEADER / F) * TCPIP
