@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.network import Network
+
 # timing-sensitive (measured delays, rates or fault timing): runs while no other test does
 pytestmark = [pytest.mark.alone, pytest.mark.root, pytest.mark.timeout(240)]
 
@@ -30,7 +32,7 @@ if os.geteuid() != 0:
 
 # the WAN helpers (scenario -> network + a daemon per host) live with the wan_node tests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "wan_node"))
-from wan_node_support import wan_with_daemons  # noqa: E402
+from wan_node_support import daemons_on, wan_network  # noqa: E402
 from resnet_support import submit_load  # noqa: E402
 
 F = 1000
@@ -40,10 +42,12 @@ NAMES = [f"n{i}" for i in range(1, 7)]
 PER_NODE = 20
 GAP = 0.1
 
-SCENARIO = f"""
+NETWORK = f"""
 topology: {{generator: ring, params: {{n: 6}}}}
 shaper: wire
 link_defaults: {{delay: {D}s, rate: {RATE_MBIT}Mbit, queue: 2000}}
+"""
+NODES = f"""
 nodes:
   all:
     mode: {{mode}}
@@ -54,10 +58,10 @@ nodes:
 """
 
 
-
-
-def run(mode: str) -> tuple[dict, dict]:
-    with wan_with_daemons(SCENARIO.replace("{mode}", mode)) as (net, daemons):
+def run(net: Network, mode: str) -> tuple[dict, dict]:
+    """The workload on daemons of `mode` in the ring (each mode's daemons on the same network, one after the
+    other, their records in a folder of their own): (accepted, delivered) by message id."""
+    with daemons_on(net, NETWORK + NODES.replace("{mode}", mode), mode) as daemons:
         accepted = submit_load(daemons.client, NAMES, PER_NODE, GAP, F, "wan")
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -70,7 +74,7 @@ def run(mode: str) -> tuple[dict, dict]:
             time.sleep(0.25)
         got: dict[str, dict] = {}
         for n in NAMES:
-            f = net.run_dir / "nodes" / n / "deliveries.jsonl"
+            f = net.run_dir / mode / "nodes" / n / "deliveries.jsonl"
             for line in f.read_text().splitlines() if f.exists() else []:
                 d = json.loads(line)
                 assert d["msg_id"] not in got, "a message was delivered twice"
@@ -80,11 +84,12 @@ def run(mode: str) -> tuple[dict, dict]:
 
 def test_small_messages_wait_less_when_fragmenting_on_slow_links() -> None:
     means: dict[str, float] = {}
-    for mode in ("fragmenting", "non-fragmenting"):
-        accepted, got = run(mode)
-        assert set(got) == set(accepted), f"{mode}: {len(set(accepted) - set(got))} accepted messages missing"
-        small = [d["deliver_ts"] - d["submit_ts"] for d in got.values() if d["size"] <= F]
-        assert len(small) >= 20
-        means[mode] = statistics.fmean(small)
+    with wan_network(NETWORK) as net:        # one network, both modes' daemons in turn
+        for mode in ("fragmenting", "non-fragmenting"):
+            accepted, got = run(net, mode)
+            assert set(got) == set(accepted), f"{mode}: {len(set(accepted) - set(got))} accepted messages missing"
+            small = [d["deliver_ts"] - d["submit_ts"] for d in got.values() if d["size"] <= F]
+            assert len(small) >= 20
+            means[mode] = statistics.fmean(small)
     print(f"small-message mean delay on the WAN ring: {means}")
     assert means["fragmenting"] < means["non-fragmenting"], means

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
-from wan_node_support import wan_with_daemons
+from testbed.experiment.daemons import NodeDaemons
+from wan_node_support import daemons_on, wan_network
 
 # timing-sensitive (measured delays, rates or fault timing): runs while no other test does
 pytestmark = [pytest.mark.alone, pytest.mark.root, pytest.mark.timeout(240)]
@@ -33,10 +35,14 @@ TARGET = 0.01
 MIN_BATCH = 16384
 BATCH_BYTES = max(MIN_BATCH, B * TARGET)
 
-SCENARIO = """
+HOPS = (3, 5)
+# One linear network of max(HOPS) + 1 hosts for every test: a message to n{H+1} crosses H links of it.
+NETWORK = """
 topology: {{generator: linear, params: {{n: {n}}}}}
 shaper: wire
 link_defaults: {{delay: {d}s, rate: {rate}Mbit, queue: 2000}}
+""".format(n=max(HOPS) + 1, d=D, rate=RATE_MBIT)
+NODES = """
 nodes:
   all:
     mode: {mode}
@@ -46,29 +52,43 @@ nodes:
     session: {{keepalive: 0.3, hold_time: 1.5, backoff_min: 0.05, backoff_max: 0.5}}
 """
 
-
-def one_message_delay(hops: int, mode: str) -> tuple[float, dict]:
-    text = SCENARIO.format(n=hops + 1, d=D, rate=RATE_MBIT, mode=mode, f=F, chunk=CHUNK, commit=COMMIT,
-                           min_batch=MIN_BATCH, target=TARGET)
-    with wan_with_daemons(text) as (net, daemons):
-        last = f"n{hops + 1}"
-        with daemons.client("n1") as c:
-            assert c.send([last], size=M).accepted
-        deadline = time.monotonic() + 60
-        with daemons.client(last) as c:
-            while c.stats()["delivered"] < 1:
-                assert time.monotonic() < deadline, "the message did not arrive within 60 s"
-                time.sleep(0.05)
-        first = (net.run_dir / "nodes" / last / "deliveries.jsonl").read_text().splitlines()[0]
-        d = json.loads(first)
-    assert d["hops"] == hops and d["size"] == M
-    return d["deliver_ts"] - d["submit_ts"], d
+MODES = ("fragmenting", "non-fragmenting")
 
 
-@pytest.mark.parametrize("hops", [3, 5])
-def test_delay_close_to_the_bounds_in_both_modes(hops: int) -> None:
-    frag, _ = one_message_delay(hops, "fragmenting")
-    whole, _ = one_message_delay(hops, "non-fragmenting")
+def one_message_delay(daemons: NodeDaemons, records: Path, hops: int) -> float:
+    """Delay of one M-byte message from n1 to n{hops+1}, sent when the network is idle."""
+    last = f"n{hops + 1}"
+    with daemons.client("n1") as c:
+        r = c.send([last], size=M)
+        assert r.accepted
+    deadline = time.monotonic() + 60
+    with daemons.client(last) as c:
+        while c.stats()["delivered"] < 1:
+            assert time.monotonic() < deadline, "the message did not arrive within 60 s"
+            time.sleep(0.05)
+    [d] = [json.loads(x) for x in (records / "nodes" / last / "deliveries.jsonl").read_text().splitlines()]
+    assert d["msg_id"] == r.msg_id and d["hops"] == hops and d["size"] == M
+    return d["deliver_ts"] - d["submit_ts"]
+
+
+@pytest.fixture(scope="module")
+def delays() -> dict[tuple[int, str], float]:
+    """(hops, mode) -> the measured delay: one network, one daemon set per mode (the daemons' start, not the
+    network's build, is what costs), every hop count's message in turn on it (each to its own last node)."""
+    out: dict[tuple[int, str], float] = {}
+    with wan_network(NETWORK) as net:
+        for mode in MODES:
+            text = NETWORK + NODES.format(mode=mode, f=F, chunk=CHUNK, commit=COMMIT, min_batch=MIN_BATCH,
+                                          target=TARGET)
+            with daemons_on(net, text, mode) as daemons:
+                for hops in HOPS:
+                    out[hops, mode] = one_message_delay(daemons, net.run_dir / mode, hops)
+    return out
+
+
+@pytest.mark.parametrize("hops", HOPS)
+def test_delay_close_to_the_bounds_in_both_modes(delays: dict[tuple[int, str], float], hops: int) -> None:
+    frag, whole = delays[hops, "fragmenting"], delays[hops, "non-fragmenting"]
     bound_frag = M / B + (hops - 1) * F / B + hops * D
     bound_whole = hops * M / B + hops * D
     wire_frag = (1 + FRAME_HEADER / F) * TCPIP
