@@ -31,6 +31,7 @@ import hashlib
 import hmac
 import json
 import secrets
+import string
 import struct
 import time
 import uuid
@@ -119,8 +120,8 @@ def takeovers(draw) -> Takeover:
                      st.tuples(st.just("ack")), st.tuples(st.just("spoof")))
     first = draw(st.tuples(st.just("attach"), st.just("victim"), st.one_of(st.just(""), USABLE_PATTERN),
                            fs.mostly(st.just(durable), st.booleans(), 4)))
-    return Takeover(node, owner, durable, draw(st.from_regex(r"tk[a-z0-9]{1,6}", fullmatch=True)),
-                    draw(USABLE_PATTERN), attacker, draw(st.from_regex(r"tx[a-z0-9]{1,6}", fullmatch=True)),
+    return Takeover(node, owner, durable, draw(fs.chars(fs.LOWER_ALNUM, 1, 6, "tk")),
+                    draw(USABLE_PATTERN), attacker, draw(fs.chars(fs.LOWER_ALNUM, 1, 6, "tx")),
                     [first, *draw(st.lists(step, max_size=4))])
 
 
@@ -443,7 +444,7 @@ def cert_checks(draw) -> CertCheck:
         return CertCheck(node, "data", "run", node, draw(st.sampled_from(["stranger", "n2", "n1", "n3"])))
     trust = draw(st.sampled_from(["run", "stranger"]))
     name = draw(st.one_of(st.sampled_from([*fs.NAMES, fs.FAKE, "localhost", "127.0.0.1"]),
-                          st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True), st.just(node)))
+                          st.builds(str.__add__, st.sampled_from(string.ascii_lowercase), fs.chars(fs.LOWER_ALNUM + "-", 0, 12)), st.just(node)))
     if trust == "run" and name == node:
         name = others(node)[0]
     return CertCheck(node, port, trust, name, draw(st.sampled_from([fs.FAKE, fs.FAKE, "stranger", "n2"])))
