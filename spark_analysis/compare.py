@@ -267,7 +267,8 @@ def health(runs: list, per_run_pd: pd.DataFrame, refused: pd.DataFrame, host: Da
         if row["lost"] is None and undelivered:    # no checker verdict: say what the records can say
             problems.append(f"undelivered={undelivered} (no loss checker verdict)")
         if saturated:
-            problems.append("host saturated")
+            cause = sat.get("cause") if isinstance(sat, dict) else None
+            problems.append(f"host saturated ({cause})" if cause else "host saturated")
         if "clock_uncertain" in s:      # a run over several machines (machines.json): its clock correction
             row["clock_uncertain"] = s["clock_uncertain"]
             if s["clock_uncertain"]:

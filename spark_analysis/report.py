@@ -262,8 +262,9 @@ crossed (see the summary table for means with n).</p>
         ("health", "run health", f"""<h2 id="health">Run health</h2>
 <p>Losses and duplicates must be zero. <code>lost</code> and <code>late</code> are the loss checker's verdict
 (<code>testbed check</code>: late copies were still held in a spool at teardown, naming no loss);
-<code>undelivered</code> counts accepted copies without a delivery record. Host saturation makes a run's
-timing suspect.</p>
+<code>undelivered</code> counts accepted copies without a delivery record. Host saturation (CPU above 90%,
+or more than 10% of it stolen by the hypervisor, in more than 10% of the samples; the cause in brackets) makes a
+run's timing suspect.</p>
 {_table(t.health, "health-table")}{_sub("Refusals by reason", t.refusals, "refusals-table")}"""),
         ("resources", "resources", "" if not res_html and (t.buffer_classes is None or t.buffer_classes.empty) else
          f"""<h2 id="resources">Resources</h2>{marks_note if res_html else ""}{res_html}

@@ -228,6 +228,7 @@ def test_health_flags_losses_and_duplicates(built):
     assert "undelivered=3" in health.loc[("frag", "2"), "problems"] and "lost=" not in health.loc[("frag", "2"), "problems"]
     assert "duplicates=2" in health.loc[("frag", "2"), "problems"]
     assert health.loc[("nofrag", "2"), "problems"] == ""
+    assert "host saturated (steal)" in health.loc[("nofrag", "1"), "problems"]
     assert {"late", "undelivered"} <= set(health.columns)            # the checker's late copies beside losses
     assert int(health.loc[("frag", "2"), "undelivered"]) == 3
     refusals = pd.read_csv(out / "refusals.csv", dtype={"rep": str})
