@@ -1,5 +1,5 @@
 """One node daemon: spool + engine + neighbour sessions + gRPC servers + periodic jobs, and its subsystems
-(node/registry.py SUBSYSTEMS, each plugged in through node/subsystem.py)."""
+(node/registry.py ENTRIES, each plugged in through node/subsystem.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -14,7 +14,7 @@ from node.link import GRPC_OPTIONS, LinkManager, LinkService
 from node.mailbox import Mailbox
 from node.mta import Engine, make_engine
 from node.records import Records
-from node.registry import SUBSYSTEMS
+from node import registry
 from node.rpc import control_pb2_grpc, link_pb2, link_pb2_grpc, submit_pb2_grpc
 from node.rpc_guard import DecodeGuard
 from node.services import ControlService, SubmitService
@@ -36,12 +36,12 @@ def _first(found: list, what: str):
 
 class NodeDaemon:
     def __init__(self, cfg: NodeConfig, subsystems: Sequence[type[Subsystem]] | None = None) -> None:
-        """`subsystems`: the subsystem classes to run (default: node/registry.py SUBSYSTEMS); `cfg` must have
-        been read with their config sections (node/registry.py config_from_dict)."""
+        """`subsystems`: the subsystem classes to run (default: those of node/registry.py its config switches
+        on); `cfg` must have been read with their config sections (node/registry.py config_from_dict)."""
         self.cfg = cfg
         self.spool = Spool(cfg.spool_path, cfg.batch.commit_window, cfg.batch.max_commit)
         self.records = Records(cfg.records_dir, cfg.name)
-        every = [cls(cfg) for cls in (SUBSYSTEMS if subsystems is None else subsystems)]
+        every = [cls(cfg) for cls in (registry.subsystems_for(cfg) if subsystems is None else subsystems)]
         self.subsystems: list[Subsystem] = [s for s in every if s.enabled()]
         self.engine: Engine | None = None
         self.links: LinkManager | None = None

@@ -2,8 +2,8 @@
 
 A subsystem is a `Subsystem` subclass with a `name` and defaults for every hook, so it overrides only what it
 uses (like a section of testbed/scenario/sections/base.py, or the optional hooks of an aiosmtpd handler). The
-daemon (node/daemon.py) makes one instance per entry of `node/registry.py` SUBSYSTEMS for each node, in that
-order, and calls the hooks at fixed points of its life:
+daemon (node/daemon.py) makes one instance per entry of `node/registry.py` ENTRIES that the node's config
+switches on (importing only those), in that order, and calls the hooks at fixed points of its life:
 
   construction    `config` (its section of the node config, read and validated with the core's)
                   `router` (exactly one enabled subsystem gives the engine its Router)

@@ -177,19 +177,28 @@ class WireShaper(Shaper):
         except (OSError, ValueError):
             pass
         self.detach()
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline and self._alive():
-            time.sleep(0.02)
-        if self._alive():
+        if not self._gone(3):
             try:
                 os.kill(self.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            deadline = time.monotonic() + 3
-            while time.monotonic() < deadline and self._alive():
-                time.sleep(0.02)
+            self._gone(3)
         if os.path.exists(self.sock_path):
             os.unlink(self.sock_path)
+
+    def _gone(self, timeout: float) -> bool:
+        """Whether the emulator ended within `timeout` seconds (our own child: reaped the moment it ends)."""
+        proc = getattr(self, "_proc", None)
+        if proc is not None:
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self._alive():
+            time.sleep(0.02)
+        return not self._alive()
 
     def _alive(self) -> bool:
         proc = getattr(self, "_proc", None)

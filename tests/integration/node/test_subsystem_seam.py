@@ -21,7 +21,7 @@ from node.daemon import NodeDaemon
 from node.hooks import MessageKind
 from node.piece import Piece
 from node.refusal import Refusal
-from node.registry import SUBSYSTEMS, config_from_dict
+from node.registry import all_subsystems, config_from_dict
 from node.origination import NewMessage
 from node.rpc import control_pb2, control_pb2_grpc, link_pb2
 from node.subsystem import Authorizer, FrameHandler, Subsystem
@@ -134,7 +134,7 @@ class Tally(Subsystem):
 def _cfgs(tmp: Path) -> dict:
     taken: set[int] = set()
     ports = {n: (free_port(taken), free_port(taken)) for n in ("n1", "n2")}
-    subsystems = (*SUBSYSTEMS, Tally)
+    subsystems = (*all_subsystems(), Tally)
     return {n: config_from_dict({"name": n, "data_listen": f"127.0.0.1:{d}", "mgmt_listen": f"127.0.0.1:{m}",
                                  "neighbours": {o: f"127.0.0.1:{ports[o][0]}" for o in ports if o != n},
                                  "records_dir": str(tmp / n), "session": SESSION, "metrics_interval": 0.2,
@@ -153,7 +153,7 @@ def test_a_subsystem_defined_outside_the_core_uses_every_hook(tmp_path: Path) ->
     cfgs = _cfgs(tmp_path)
 
     async def go() -> None:
-        nodes = {n: NodeDaemon(c, subsystems=(*SUBSYSTEMS, Tally)) for n, c in cfgs.items()}
+        nodes = {n: NodeDaemon(c, subsystems=(*all_subsystems(), Tally)) for n, c in cfgs.items()}
         tallies = {n: d.subsystem(KIND) for n, d in nodes.items()}
         for d in nodes.values():
             await d.start()
