@@ -141,11 +141,30 @@ class Turns:
 
 def scheduling_order(groups: Sequence[str | None], first: str, late: Sequence[bool] | None = None) -> list[int]:
     """The order to hand tests to xdist (indices into `groups`, each test's xdist group or None): the group `first`
-    at the head, then groups with more tests before groups with fewer (a test without a group counts as a group
-    of one), as xdist's own reordering would; within a group the tests marked `late` after the others (whole
-    modules, so that a module's fixtures are made once: a module with a `testbed up` test waits for the `up` lock,
-    and its group's other tests need not wait with it); collection order otherwise."""
+    at the head, then groups with more tests before groups with fewer, as xdist's own reordering would; within a
+    group the tests marked `late` after the others (whole modules, so that a module's fixtures are made once: a
+    module with a `testbed up` test waits for the `up` lock, and its group's other tests need not wait with it);
+    collection order otherwise. Tests without a group come last, and those marked `late` among them are spread
+    evenly over them: such tests take the `up` lock one at a time, and side by side at the end of the session
+    they made the workers wait for each other (30 s in one run) where other tests could have filled the wait."""
     sizes = Counter(g for g in groups if g is not None)
     late = late or [False] * len(groups)
-    return sorted(range(len(groups)),
-                  key=lambda i: (groups[i] != first, -sizes[groups[i]] if groups[i] is not None else -1, late[i], i))
+    grouped = sorted((i for i, g in enumerate(groups) if g is not None),
+                     key=lambda i: (groups[i] != first, -sizes[groups[i]], late[i], i))
+    plain = [i for i, g in enumerate(groups) if g is None and not late[i]]
+    spread = [i for i, g in enumerate(groups) if g is None and late[i]]
+    return grouped + _spread(spread, plain)
+
+
+def _spread(few: list[int], many: list[int]) -> list[int]:
+    """`few` placed among `many` at even intervals, the first after one interval: both keep their order."""
+    if not few:
+        return list(many)
+    out: list[int] = []
+    at = 0
+    for k, i in enumerate(few, start=1):
+        upto = k * len(many) // (len(few) + 1)
+        out += many[at:upto]
+        out.append(i)
+        at = upto
+    return out + many[at:]

@@ -102,6 +102,15 @@ def test_within_a_group_modules_with_a_testbed_up_test_come_last() -> None:
     assert order == [2, 3, 0, 1, 4]
 
 
+def test_ungrouped_testbed_up_tests_are_spread_over_the_ungrouped_ones_not_left_to_the_end() -> None:
+    groups = ["g", "g"] + [None] * 9
+    late = [False, False, True, True, True] + [False] * 6
+    order = scheduling_order(groups, "alone", late)
+    assert order[:2] == [0, 1]
+    assert order[2:] == [5, 2, 6, 7, 3, 8, 4, 9, 10]       # at 6 * k // 4 of the 6 others, all in their order
+    assert sorted(order) == list(range(11))
+
+
 def _up_is_free(files: TurnFiles) -> bool:
     return _would_get(files.up, fcntl.LOCK_EX)
 
