@@ -175,7 +175,7 @@ def latency_cdf(uniq: DataFrame) -> pd.DataFrame:
            .agg(F.percentile_approx("delay", CDF_POINTS, 10000).alias("qs"), F.countDistinct("rep").alias("n_runs"),
                 F.count(F.lit(1)).alias("messages")))
     rows = []
-    for r in agg.collect():
+    for r in agg.orderBy("cell", "mode").collect():       # the CSV's order as the other tables': by cell and mode
         for q, v in zip(CDF_POINTS, r["qs"] or []):
             rows.append({"cell": r["cell"], "mode": r["mode"], "q": q, "delay_s": v, "n_runs": r["n_runs"],
                          "messages": r["messages"]})

@@ -238,6 +238,8 @@ def test_health_flags_losses_and_duplicates(built):
 def test_latency_cdf_and_hops(built):
     _, out, _ = built
     cdf = pd.read_csv(out / "latency_cdf.csv")
+    keys = list(zip(cdf["cell"], cdf["mode"], cdf["q"]))
+    assert keys == sorted(keys)            # rows in order of cell, mode and quantile, as the other tables
     for (_, _), g in cdf.groupby(["cell", "mode"]):
         assert g["delay_s"].is_monotonic_increasing and g["n_runs"].iloc[0] == 2
     hops = pd.read_csv(out / "hops.csv")
