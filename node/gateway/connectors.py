@@ -88,6 +88,7 @@ class Incoming:
         return max(1e-3, min(wait, cap)) if not math.isinf(wait) else cap
 
     def set_throughput(self, rate: float | None, now: float) -> None:
+        raised = rate is None or (self.throughput is not None and rate > self.throughput)
         self.throughput = rate
         if rate is None:
             self.bucket = None
@@ -95,6 +96,10 @@ class Incoming:
             self.bucket = message_bucket(rate, now)
         else:
             self.bucket.set_rate(rate, now)
+            if raised:
+                # A raised THROUGHPUT lets its first message in at once: nothing accrued at the old rate (0 when
+                # throttled to MAXRATE(1)), so without it the neighbours owed a ROOM would hear it one tick late.
+                self.bucket.tokens = max(self.bucket.tokens, 1.0)
 
     def snapshot(self, refused_key: str) -> dict:
         return {"throughput": self.throughput, "accepted": self.accepted, refused_key: self.refused}

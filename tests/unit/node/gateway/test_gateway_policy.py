@@ -175,6 +175,20 @@ def test_incoming_retry_after_is_the_time_to_the_next_token_and_capped_at_the_ti
     assert x.retry_after(0.0, cap=1.0) == 1.0                     # rate 0: the tick, never 0 ("never")
 
 
+def test_a_raised_throughput_admits_its_first_message_at_once():
+    x = Incoming("s1", 3.0, now=0.0)
+    x.set_throughput(0.0, 0.0)                                    # throttled to MAXRATE(1) = 0
+    while x.ready(0.0):
+        x.take()
+    assert not x.ready(10.0)                                      # nothing accrues at 0 msg/s
+    x.set_throughput(3.0, 10.0)                                   # restored: the same instant, not 1/rate later
+    assert x.ready(10.0)
+    x.take()
+    assert not x.ready(10.0) and x.retry_after(10.0, cap=1.0) == pytest.approx(1 / 3, abs=1e-3)
+    x.set_throughput(1.0, 10.0)                                   # lowered: no token given
+    assert not x.ready(10.0)
+
+
 def test_paced_queue_counts_a_message_once_at_offset_0():
     t = [0.0]
     q = MessagePacedQueue(TransferQueue(lambda: None, fifo_per_destination=False, is_stream=None,
