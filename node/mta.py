@@ -168,7 +168,7 @@ class Engine:
         st = self.peers[peer].stats
         result: list[Refusal | None] = [None] * len(pieces)
         keep: list[Piece] = []
-        admit, me, hop = self.policy.admit, self.me, self.routes.hop
+        admit, me, hop, preview = self.policy.admit, self.me, self.routes.hop, self.routes.preview
         local_users = self.local_users
         transit = self.transit_state()
         consumers = self.hooks.consumers
@@ -176,7 +176,7 @@ class Engine:
         orphan_bytes = 0        # this batch's pieces that will be orphans
         for i, p in enumerate(pieces):
             if p.dst != me:
-                h = hop(p)
+                h = preview(p)      # the copy's turn in a round robin is taken below, once it is admitted
                 if h is not None:
                     full = link_full(h)
                     why = f"queue_full: {full} at {me}" if full else None

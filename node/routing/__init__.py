@@ -44,6 +44,10 @@ class Router(Protocol):
     def watch(self, changed: Callable[[], None]) -> None:
         """Call `changed` whenever answers of next_hop may have changed."""
 
+    # Optional (read with getattr; default: next_hop itself): `preview(copy)`, next_hop's answer now without
+    # committing a choice (a round robin neither advances nor remembers), for a copy the engine may still refuse:
+    # a refused copy must not take a turn, or the order in which refused copies come back later skews the shares.
+
     # Optional (read with getattr, default False): True while next_hop's answer depends on the copy's `dst` alone,
     # so a caller may keep it per destination until `changed` is called (the broker's copies).
     by_destination: bool

@@ -12,6 +12,7 @@ class CopyRoutes:
 
     def __init__(self, router: Router) -> None:
         self.router = router
+        self._preview = getattr(router, "preview", router.next_hop)
         self._hops: dict[tuple[str, str], list] = {}     # mkey -> [next hop or None, last use (monotonic)]
         self.clock = time.monotonic()    # a coarse clock for last uses (ticked by prune): no clock read per piece
 
@@ -22,6 +23,14 @@ class CopyRoutes:
         else:
             entry[1] = self.clock
         return entry[0]
+
+    def preview(self, p: Piece) -> str | None:
+        """The copy's next hop for a check before it is taken: the kept answer, or the router's preview (not kept,
+        so the copy's real pick happens when it is taken, in the order copies are taken)."""
+        entry = self._hops.get(p.mkey)
+        if entry is not None:
+            return entry[0]
+        return self._preview(p)
 
     def forget_all(self) -> None:
         self._hops.clear()

@@ -66,10 +66,17 @@ class NodeRouter:
         return not self.rules
 
     def next_hop(self, copy: Piece) -> str | None:
+        return self._answer(copy, True)
+
+    def preview(self, copy: Piece) -> str | None:
+        """next_hop's answer now for a copy this node has not taken yet, committing no choice (Router.preview)."""
+        return self._answer(copy, False)
+
+    def _answer(self, copy: Piece, commit: bool) -> str | None:
         if self.rules:
             permits = self.permits
             allowed = None if permits is None else (lambda h: permits(copy, h))
-            picked = self.rules.pick(copy, self.usable, self.deactivated, allowed)
+            picked = self.rules.pick(copy, self.usable, self.deactivated, allowed, commit)
             if picked is not None:
                 return picked[0]
         return self.hop_for(copy.dst)

@@ -312,6 +312,10 @@ class _Smooth:
         self.current[best] -= total
         return best
 
+    def peek(self, candidates: Sequence[int]) -> int:
+        """What `pick` would answer now, changing nothing."""
+        return max(candidates, key=lambda j: self.current[j] + self.weights[j])
+
 
 def reads_body(raw: Any, neighbours: Mapping[str, str]) -> bool:
     """Whether any of these (valid) rules searches a message's body: the engine then recovers the first
@@ -343,14 +347,15 @@ class RuleSet:
         return any(r.target != "to" and len(r.members) > 1 for r in self.rules)
 
     def pick(self, copy: Piece, usable: Callable[[str], bool], avoid: Collection[str] = (),
-             allowed: Callable[[str], bool] | None = None) -> tuple[str, str] | None:
+             allowed: Callable[[str], bool] | None = None, commit: bool = True) -> tuple[str, str] | None:
         """(next hop, rule name) of the first rule matching `copy`, or None when no rule matches. `avoid`: round-robin
         members taken out of load balancing (a gateway's deactivation) for new picks; `allowed`: whether this copy
         may go to a member at all (a gateway user's permit/deny): a member it may not use is passed over like an
-        unusable one, and only when no member is allowed is the answer one it may not use."""
+        unusable one, and only when no member is allowed is the answer one it may not use. `commit` False: the
+        answer a pick would give now, for a copy not taken yet (nothing advances, nothing is remembered)."""
         for i, rule in enumerate(self.rules):
             if rule.match.matches(copy):
-                return self._member(i, rule, copy, usable, avoid, allowed), rule.name
+                return self._member(i, rule, copy, usable, avoid, allowed, commit), rule.name
         return None
 
     def forget(self, hop: str) -> int:
@@ -361,7 +366,8 @@ class RuleSet:
         return len(gone)
 
     def _member(self, i: int, rule: Rule, copy: Piece, usable: Callable[[str], bool],
-                avoid: Collection[str] = (), allowed: Callable[[str], bool] | None = None) -> str:
+                avoid: Collection[str] = (), allowed: Callable[[str], bool] | None = None,
+                commit: bool = True) -> str:
         hops = rule.hops
         if rule.target == "to":
             return hops[0]          # usable or not: the copy waits for that neighbour
@@ -373,13 +379,16 @@ class RuleSet:
         held = self._chosen.get(key)
         # keep the remembered member while it is usable, or while no member is (then it is as good as any)
         if held is not None and (held in up or (not up and (held in ok or not ok))):
-            self._chosen.move_to_end(key)
+            if commit:
+                self._chosen.move_to_end(key)
             return hops[held]
         candidates = up or ok or list(range(len(hops)))
         if avoid:       # a deactivated member still takes new copies when it is the only usable one
             candidates = [j for j in candidates if hops[j] not in avoid] or candidates
         smooth = self._rr[i]
         assert smooth is not None
+        if not commit:
+            return hops[smooth.peek(candidates)]
         j = smooth.pick(candidates)
         self._chosen[key] = j
         self._chosen.move_to_end(key)

@@ -229,6 +229,25 @@ def test_deactivation_keeps_queued_copies_unless_move_queued(tmp_path: Path) -> 
     assert later["o1"] == moved["o1"]                                      # nothing new for o1
 
 
+def test_a_copy_refused_for_now_takes_no_round_robin_turn(tmp_path: Path) -> None:
+    # emg-10: a throttled neighbour's copies were each given a member when first offered (and refused), and came
+    # back after the restore in their own retry order, so o1's share of s1 after a restore ranged 11..24 of 36
+    async def go() -> dict:
+        eng, gw = await start(tmp_path, {"incoming": {"s1": {"neighbour": "s1", "throughput": 1.0}},
+                                         "outgoing": {"o1": {}, "o2": {}}})
+        assert await eng.receive("s1", [piece("first")]) == [None]     # the one token; o1's turn
+        gw.policy.set_throughput("s1", 0.0)
+        for i in range(6):
+            assert (await eng.receive("s1", [piece(f"m{i}")]))[0].for_now
+        gw.policy.set_throughput("s1", None)
+        for i in (0, 2, 4):                                # back in another order than first offered
+            assert await eng.receive("s1", [piece(f"m{i}")]) == [None]
+        out = gw.manager.queues()
+        await close(eng)
+        return out
+    assert asyncio.run(go()) == {"o1": 2, "o2": 2}         # turns in the order taken (before: o1 1, o2 3)
+
+
 def test_a_denied_member_is_skipped_like_an_unusable_one(tmp_path: Path) -> None:
     async def go() -> None:
         eng, gw = await start(tmp_path, {"users": {"picky": {"deny": ["o1"]}, "only": {"permit": ["o2"]}},

@@ -127,6 +127,15 @@ def test_round_robin_reask_returns_same_member() -> None:
     assert rs.pick(piece("n1-0", dst="n6"), everyone)[0] == "n2"
 
 
+def test_a_preview_is_the_next_pick_and_takes_no_turn() -> None:
+    rs = ruleset([{"round_robin": {"n2": 2, "n3": 1}}])
+    peeks = [rs.pick(piece(f"n1-{i}"), everyone, commit=False)[0] for i in range(5)]
+    assert peeks == ["n2"] * 5                                   # nothing advanced, nothing remembered
+    assert rr_picks(rs, 3) == ["n2", "n3", "n2"]                 # the picks as if no preview had been asked
+    assert rs.pick(piece("n1-1"), everyone, commit=False)[0] == "n3"     # a kept choice previews as itself
+    assert rr_picks(rs, 3, start=3) == ["n2", "n3", "n2"] and rs.pick(piece("n1-9"), everyone, commit=False)[0] == "n2"
+
+
 def test_round_robin_moves_a_copy_only_off_an_unusable_member() -> None:
     rs = ruleset([{"round_robin": {"n2": 1, "n3": 1}}])
     assert rr_picks(rs, 2) == ["n2", "n3"]
