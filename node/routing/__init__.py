@@ -44,7 +44,7 @@ class Router(Protocol):
     def watch(self, changed: Callable[[], None]) -> None:
         """Call `changed` whenever answers of next_hop may have changed."""
 
-    # Optional (read with getattr; default: next_hop itself): `preview(copy)`, next_hop's answer now without
+    # Optional (read with getattr; without it next_hop is asked, once): `preview(copy)`, next_hop's answer now without
     # committing a choice (a round robin neither advances nor remembers), for a copy the engine may still refuse:
     # a refused copy must not take a turn, or the order in which refused copies come back later skews the shares.
 

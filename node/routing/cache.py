@@ -12,7 +12,7 @@ class CopyRoutes:
 
     def __init__(self, router: Router) -> None:
         self.router = router
-        self._preview = getattr(router, "preview", router.next_hop)
+        self._preview = getattr(router, "preview", None)
         self._hops: dict[tuple[str, str], list] = {}     # mkey -> [next hop or None, last use (monotonic)]
         self.clock = time.monotonic()    # a coarse clock for last uses (ticked by prune): no clock read per piece
 
@@ -28,8 +28,8 @@ class CopyRoutes:
         """The copy's next hop for a check before it is taken: the kept answer, or the router's preview (not kept,
         so the copy's real pick happens when it is taken, in the order copies are taken)."""
         entry = self._hops.get(p.mkey)
-        if entry is not None:
-            return entry[0]
+        if entry is not None or self._preview is None:
+            return self.hop(p)          # a router without preview commits its answer at the first question
         return self._preview(p)
 
     def forget_all(self) -> None:
